@@ -1,0 +1,118 @@
+"""What every attack shares: the model state it runs under, input-only gradients, and target sampling.
+
+An attack must leave the model exactly as it found it: train/eval mode, mixture-BN route, `requires_grad` flags and
+BN running statistics. It never accumulates parameter gradients and needs no DDP wrapper (pass the unwrapped
+module), so no reducer or buffer broadcast runs per attack step.
+"""
+from contextlib import contextmanager
+from typing import Callable, Iterator, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..layers.routing import preserve_route
+
+__all__ = ['BN_STATS', 'LossFn', 'attack_context', 'input_gradient', 'cross_entropy_per_sample', 'random_targets', 'is_fooled']
+
+BN_STATS = ('running', 'batch')
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _bn_buffers(model: nn.Module) -> List[torch.Tensor]:
+    buffers = []
+    for m in model.modules():
+        if isinstance(m, _BatchNorm):
+            buffers.extend(b for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None)
+    return buffers
+
+
+@contextmanager
+def attack_context(model: nn.Module, bn_stats: str = 'running') -> Iterator[nn.Module]:
+    """Run an attack on `model` and restore everything it touched.
+
+    Args:
+        model: The unwrapped module (not DDP).
+        bn_stats: ``running``: eval mode, BN uses running statistics (standard adversarial training and every
+            evaluation). ``batch``: BN layers in train mode use the attacked batch's statistics (Fast AdvProp);
+            running statistics are restored afterwards, and every other layer (dropout, drop-path) stays in eval.
+    """
+    if bn_stats not in BN_STATS:
+        raise ValueError(f'bn_stats must be one of {BN_STATS}, got {bn_stats!r}.')
+    modes = [(m, m.training) for m in model.modules()]
+    grads = [(p, p.requires_grad) for p in model.parameters()]
+    saved_stats: List[Tuple[torch.Tensor, torch.Tensor]] = []
+    try:
+        with preserve_route(model):
+            model.eval()
+            if bn_stats == 'batch':
+                saved_stats = [(b, b.clone()) for b in _bn_buffers(model)]
+                for m in model.modules():
+                    if isinstance(m, _BatchNorm):
+                        m.train()
+            for p, _ in grads:
+                p.requires_grad_(False)
+            yield model
+    finally:
+        with torch.no_grad():
+            for buf, saved in saved_stats:
+                buf.copy_(saved)
+        for p, flag in grads:
+            p.requires_grad_(flag)
+        for m, flag in modes:
+            m.training = flag
+
+
+def input_gradient(
+        model: nn.Module,
+        x: torch.Tensor,
+        target: torch.Tensor,
+        loss_fn: LossFn,
+        autocast_dtype: Optional[torch.dtype] = None,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradient of the summed per-sample loss with respect to the input only.
+
+    Args:
+        model: Model under `attack_context`.
+        x: Input batch (normalized), any grad state; it is not modified.
+        target: Labels (B,), or soft targets (B, C) for losses that accept them.
+        loss_fn: Per-sample loss ``loss_fn(logits, target) -> (B,)``; evaluated in fp32.
+        autocast_dtype: Run the forward under autocast at this dtype (bf16 is safe: the loss and the returned
+            gradient are fp32).
+
+    Returns:
+        ``(grad, logits, per_sample_loss)``, all detached; in fp32 (fp64 for an fp64 model).
+    """
+    x = x.detach().requires_grad_(True)
+    enabled = autocast_dtype is not None
+    with torch.enable_grad(), torch.autocast(x.device.type, dtype=autocast_dtype, enabled=enabled):
+        logits = model(x)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 at least; fp64 stays fp64
+    with torch.enable_grad():
+        loss = loss_fn(logits, target)
+        grad, = torch.autograd.grad(loss.sum(), x)
+    return grad.to(logits.dtype), logits.detach(), loss.detach()
+
+
+def cross_entropy_per_sample(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-sample cross-entropy for hard (B,) or soft (B, C) targets."""
+    return F.cross_entropy(logits, target, reduction='none')
+
+
+def random_targets(labels: torch.Tensor, num_classes: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Targets drawn uniformly among the classes other than each true label.
+
+    A plain ``randint(0, C)`` can return the true class (then the "targeted" attack is no attack); drawing an offset
+    in [1, C-1] and adding it modulo C makes every other class equally likely and the true class impossible.
+    """
+    if num_classes < 2:
+        raise ValueError('Targeted attacks need at least two classes.')
+    offsets = torch.randint(1, num_classes, labels.shape, generator=generator, device='cpu').to(labels.device)
+    return (labels + offsets) % num_classes
+
+
+def is_fooled(logits: torch.Tensor, labels: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Per-sample success: misclassified (untargeted) or classified as the target (targeted)."""
+    pred = logits.argmax(dim=1)
+    return pred == targets if targets is not None else pred != labels

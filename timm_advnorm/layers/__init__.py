@@ -1,0 +1,7 @@
+"""Normalization layers for adversarial training: mixture BN, its routing, conversion and export."""
+from .convert import ADV_BN_KEY, branch_state_dict, convert_sync_mixture_bn, convert_to_mixture_bn, export_branch
+from .interpolation import LogitInterpolation
+from .mixture_bn import ROUTES, MixtureBatchNorm2d, MixtureBatchNormAct2d
+from .routing import (
+    RouteState, get_route, has_mixture_bn, mixture_bn_modules, preserve_route, restore_route, route, set_route)
+from .sync_mixture_bn import SyncMixtureBatchNorm2d, SyncMixtureBatchNormAct2d

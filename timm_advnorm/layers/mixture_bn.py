@@ -1,0 +1,167 @@
+"""Mixture batch normalization: separate BN statistics for clean and adversarial images.
+
+Xie & Yuille, *Intriguing properties of adversarial training at scale* (ICLR 2020) and Xie et al., *AdvProp*
+(CVPR 2020) show that clean and adversarial images come from two domains whose mixture a single BN estimates
+badly; a BN per domain fixes it.
+
+`MixtureBatchNorm2d` *is* the clean (main) BN, so its keys match timm's plain BN and a checkpoint minus the
+``adv_bn.*`` keys loads strictly into the plain timm model. The child ``adv_bn`` holds the adversarial statistics
+and affine parameters. Which branch a forward uses is an explicit per-module route (see `routing.py`):
+
+* ``clean`` / ``adv``: the whole batch through one branch;
+* ``split``: one fused forward over ``cat([clean, adv])``; the first ``n_clean`` rows use the clean BN, the rest the
+  adversarial BN (full-batch convolutions, no second pass);
+* ``mix``: ``(1 - gamma) * clean_bn(x) + gamma * adv_bn(x)`` (feature interpolation, an inference tool).
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.layers import create_act_layer, get_act_layer
+from timm.models import register_notrace_module
+
+__all__ = ['MixtureBatchNorm2d', 'MixtureBatchNormAct2d', 'ROUTES']
+
+ROUTES: Tuple[str, ...] = ('clean', 'adv', 'split', 'mix')
+
+
+@register_notrace_module
+class MixtureBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d with a second, adversarial set of statistics and affine parameters.
+
+    Args:
+        num_features: Number of channels.
+        eps: Added to the variance for numerical stability.
+        momentum: Running-statistics momentum (None: cumulative average), shared by both branches.
+        affine: Learn per-branch scale and shift.
+        track_running_stats: Keep running statistics in both branches.
+
+    Attributes:
+        adv_bn: The adversarial branch, a plain `nn.BatchNorm2d`.
+        route: One of `ROUTES`; set it through `timm_advnorm.layers.route`, not by hand.
+        n_clean: Rows routed to the clean branch under the ``split`` route.
+        gamma: Weight of the adversarial branch under the ``mix`` route.
+    """
+
+    route: str
+    n_clean: int
+    gamma: float
+
+    def __init__(
+            self,
+            num_features: int,
+            eps: float = 1e-5,
+            momentum: Optional[float] = 0.1,
+            affine: bool = True,
+            track_running_stats: bool = True,
+            device=None,
+            dtype=None,
+    ):
+        super().__init__(
+            num_features, eps=eps, momentum=momentum, affine=affine,
+            track_running_stats=track_running_stats, device=device, dtype=dtype)
+        self.adv_bn = nn.BatchNorm2d(
+            num_features, eps=eps, momentum=momentum, affine=affine,
+            track_running_stats=track_running_stats, device=device, dtype=dtype)
+        self.route = 'clean'
+        self.n_clean = 0
+        self.gamma = 0.0
+
+    def copy_clean_to_adv(self) -> None:
+        """Make the adversarial branch an exact copy of the clean one (statistics and affine parameters)."""
+        with torch.no_grad():
+            for name in ('weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked'):
+                src, dst = getattr(self, name), getattr(self.adv_bn, name)
+                if src is not None and dst is not None:
+                    dst.copy_(src)
+
+    def _branch_norm(
+            self,
+            x: torch.Tensor,
+            weight: Optional[torch.Tensor],
+            bias: Optional[torch.Tensor],
+            running_mean: Optional[torch.Tensor],
+            running_var: Optional[torch.Tensor],
+            num_batches_tracked: Optional[torch.Tensor],
+    ) -> torch.Tensor:
+        """Batch norm with one branch's tensors and `nn.BatchNorm2d`'s momentum and statistics rules."""
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and num_batches_tracked is not None:
+            num_batches_tracked.add_(1)
+            momentum = 1.0 / float(num_batches_tracked) if self.momentum is None else self.momentum
+        use_batch_stats = self.training or (running_mean is None and running_var is None)
+        keep_stats = not self.training or self.track_running_stats
+        return F.batch_norm(
+            x,
+            running_mean if keep_stats else None,
+            running_var if keep_stats else None,
+            weight,
+            bias,
+            use_batch_stats,
+            momentum,
+            self.eps,
+        )
+
+    def _clean(self, x: torch.Tensor) -> torch.Tensor:
+        return self._branch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
+                                 self.num_batches_tracked)
+
+    def _adv(self, x: torch.Tensor) -> torch.Tensor:
+        bn = self.adv_bn
+        return self._branch_norm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.num_batches_tracked)
+
+    def _normalize(self, x: torch.Tensor) -> torch.Tensor:
+        if self.route == 'clean':
+            return self._clean(x)
+        if self.route == 'adv':
+            return self._adv(x)
+        if self.route == 'split':
+            x_clean, x_adv = torch.split(x, [self.n_clean, x.shape[0] - self.n_clean])
+            return torch.cat([self._clean(x_clean), self._adv(x_adv)])
+        if self.route == 'mix':
+            return torch.lerp(self._clean(x), self._adv(x), self.gamma)
+        raise ValueError(f'Unknown route {self.route}, expected clean, adv, split or mix.')  # TorchScript-friendly
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(x)
+        return self._normalize(x)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f', route={self.route}'
+
+
+@register_notrace_module
+class MixtureBatchNormAct2d(MixtureBatchNorm2d):
+    """`MixtureBatchNorm2d` followed by drop and activation, a drop-in for timm's `BatchNormAct2d`.
+
+    Keeps timm's `BatchNormAct2d` child names (``drop``, ``act``) so state-dict keys are unchanged.
+    """
+
+    def __init__(
+            self,
+            num_features: int,
+            eps: float = 1e-5,
+            momentum: Optional[float] = 0.1,
+            affine: bool = True,
+            track_running_stats: bool = True,
+            apply_act: bool = True,
+            act_layer=nn.ReLU,
+            act_kwargs: Optional[dict] = None,
+            inplace: bool = True,
+            drop_layer: Optional[type] = None,
+            device=None,
+            dtype=None,
+    ):
+        super().__init__(
+            num_features, eps=eps, momentum=momentum, affine=affine,
+            track_running_stats=track_running_stats, device=device, dtype=dtype)
+        self.drop = drop_layer() if drop_layer is not None else nn.Identity()
+        act_layer = get_act_layer(act_layer)
+        if act_layer is not None and apply_act:
+            self.act = create_act_layer(act_layer, inplace=inplace, **(act_kwargs or {}))
+        else:
+            self.act = nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.drop(super().forward(x)))

@@ -1,0 +1,91 @@
+"""Explicit, per-model routing of mixture-BN layers.
+
+A route is set on every `MixtureBatchNorm2d` of one model and restored on exit, so nested code (an attack inside a
+training step, an evaluation inside a sweep) never leaks a route. There is no global flag and no routing by batch
+position alone: the caller always names the branch.
+
+Example:
+    >>> with route(model, 'adv'):
+    ...     logits_adv = model(x_adv)
+    >>> with route(model, 'split', n_clean=len(x_clean)):
+    ...     logits = model(torch.cat([x_clean, x_adv]))
+"""
+from contextlib import contextmanager
+from typing import Iterator, List, Optional, Tuple
+
+import torch.nn as nn
+
+from .mixture_bn import ROUTES, MixtureBatchNorm2d
+
+__all__ = ['RouteState', 'mixture_bn_modules', 'has_mixture_bn', 'get_route', 'set_route', 'restore_route', 'route',
+           'preserve_route']
+
+RouteState = List[Tuple[MixtureBatchNorm2d, str, int, float]]
+
+
+def mixture_bn_modules(model: nn.Module) -> List[MixtureBatchNorm2d]:
+    """Every `MixtureBatchNorm2d` in `model`, in module order."""
+    return [m for m in model.modules() if isinstance(m, MixtureBatchNorm2d)]
+
+
+def has_mixture_bn(model: nn.Module) -> bool:
+    """Whether `model` holds at least one `MixtureBatchNorm2d`."""
+    return any(isinstance(m, MixtureBatchNorm2d) for m in model.modules())
+
+
+def get_route(model: nn.Module) -> RouteState:
+    """Snapshot of every mixture-BN layer's route, for `restore_route`."""
+    return [(m, m.route, m.n_clean, m.gamma) for m in mixture_bn_modules(model)]
+
+
+def restore_route(state: RouteState) -> None:
+    """Put back the routes captured by `get_route`."""
+    for module, name, n_clean, gamma in state:
+        module.route, module.n_clean, module.gamma = name, n_clean, gamma
+
+
+def set_route(model: nn.Module, name: str, n_clean: Optional[int] = None, gamma: Optional[float] = None) -> None:
+    """Route every mixture-BN layer of `model`.
+
+    Args:
+        model: Any module; one without mixture BN accepts only the ``clean`` route (its sole branch).
+        name: ``clean``, ``adv``, ``split`` or ``mix``.
+        n_clean: Rows routed to the clean branch; required for ``split``.
+        gamma: Adversarial weight in [0, 1]; required for ``mix``.
+
+    Raises:
+        ValueError: An unknown route, a missing or out-of-range argument, or an adversarial route on a model without
+            mixture BN.
+    """
+    if name not in ROUTES:
+        raise ValueError(f'Unknown route {name!r}, expected one of {ROUTES}.')
+    if name == 'split' and (n_clean is None or n_clean < 0):
+        raise ValueError('The split route needs n_clean >= 0.')
+    if name == 'mix' and (gamma is None or not 0.0 <= gamma <= 1.0):
+        raise ValueError('The mix route needs gamma in [0, 1].')
+    modules = mixture_bn_modules(model)
+    if not modules and name != 'clean':
+        raise ValueError(f'Route {name!r} needs a model with MixtureBatchNorm2d layers; this model has none.')
+    for m in modules:
+        m.route = name
+        m.n_clean = int(n_clean) if n_clean is not None else 0
+        m.gamma = float(gamma) if gamma is not None else 0.0
+
+
+@contextmanager
+def preserve_route(model: nn.Module) -> Iterator[None]:
+    """Restore `model`'s routes on exit, whatever the body sets."""
+    state = get_route(model)
+    try:
+        yield
+    finally:
+        restore_route(state)
+
+
+@contextmanager
+def route(model: nn.Module, name: str, n_clean: Optional[int] = None, gamma: Optional[float] = None) -> Iterator[None]:
+    """Context manager: route `model` as `set_route` does, then restore the previous routes."""
+    with preserve_route(model):
+        set_route(model, name, n_clean=n_clean, gamma=gamma)
+        yield
+

@@ -1,0 +1,91 @@
+"""The base of every adversarial training method: a timm `ClassificationTask` that owns its attack.
+
+A method is a subclass whose `forward(input, target)` returns ``loss`` (to back-propagate), ``output`` (logits for
+train-time metrics) and its loss parts (``loss_clean``, ``loss_adv``, ...) for logging. The training loop never
+branches on the method. The task also owns Mixup/CutMix, because where mixing happens is part of a method (Fast
+AdvProp mixes clean rows only; the others mix first and attack the mixed images with the soft target).
+"""
+from typing import Callable, Dict, Optional
+
+import torch
+import torch.nn as nn
+from timm.task import ClassificationTask
+from timm.utils.model import unwrap_model
+
+from ..attacks.base import Attack, hard_labels
+from ..layers.routing import route
+
+__all__ = ['AdversarialClassificationTask', 'MixFn']
+
+MixFn = Callable[[torch.Tensor, torch.Tensor], tuple]
+
+
+class AdversarialClassificationTask(ClassificationTask):
+    """Classification task whose loss involves adversarial examples made on the fly.
+
+    Args:
+        model: Model to train (an MBN model for the methods that route branches).
+        attack: Configured attack making the training adversarial examples (last iterate); None for methods that
+            run their own attack inside the training pass (Fast AdvProp).
+        mixup_fn: Optional timm `Mixup`, applied by the task where its method says.
+        criterion, criterion_kwargs, device, dtype, verbose: As timm's `ClassificationTask`.
+    """
+
+    method: str = ''
+
+    def __init__(
+            self,
+            model: nn.Module,
+            attack: Optional[Attack],
+            mixup_fn: Optional[MixFn] = None,
+            criterion: Optional[nn.Module] = None,
+            criterion_kwargs: Optional[dict] = None,
+            device: Optional[torch.device] = None,
+            dtype: Optional[torch.dtype] = None,
+            verbose: bool = True,
+    ):
+        super().__init__(model, criterion=criterion, criterion_kwargs=criterion_kwargs, device=device, dtype=dtype,
+                         verbose=verbose)
+        self.attack = attack
+        self.mixup_fn = mixup_fn
+
+    @property
+    def attack_steps(self) -> int:
+        """Forward+backward passes the attack spends per attacked image."""
+        return int(getattr(self.attack, 'steps', 1))
+
+    @property
+    def passes_per_image(self) -> float:
+        """Training cost in forward+backward passes per training image (vanilla training = 1).
+
+        The papers' budget unit: PGD-K adversarial training costs K + 1, AdvProp K + 2, Fast AdvProp
+        ``p_adv * K + 1``. Logged with every run.
+        """
+        raise NotImplementedError
+
+    def attack_module(self) -> nn.Module:
+        """The unwrapped model the attack runs on (no DDP reducer or compiled graph in the attack loop)."""
+        return unwrap_model(self.trainable_module)
+
+    def mix(self, input: torch.Tensor, target: torch.Tensor):
+        """Apply Mixup/CutMix when configured; the attack then sees the mixed images and the soft target."""
+        if self.mixup_fn is None:
+            return input, target
+        return self.mixup_fn(input, target)
+
+    def adversarial(self, input: torch.Tensor, target: torch.Tensor, branch: Optional[str] = None) -> torch.Tensor:
+        """Adversarial copies of `input` made against the model (on the `branch` route when given).
+
+        Targeted attacks draw their targets from the hard labels (the dominant class of a soft target); the loss
+        is the per-sample cross-entropy on the given (possibly soft) target.
+        """
+        model = self.attack_module()
+        labels = hard_labels(target) if self.attack.targeted else target
+        if branch is None:
+            return self.attack(model, input, labels)
+        with route(model, branch):
+            return self.attack(model, input, labels)
+
+    def loss_parts(self, **parts: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Detached copies of the named loss components, for logging."""
+        return {name: value.detach() for name, value in parts.items()}

@@ -1,0 +1,44 @@
+"""Adversarial logit pairing (Kannan et al., 2018) as re-implemented by Xie & Yuille (ICLR 2020, §4.1).
+
+``loss = α·CE(f(x_clean), y) + (1 - α)·CE(f(x_adv), y) + λ·mean((f(x_clean) - f(x_adv))²)``: the mixed clean +
+adversarial objective plus a squared-L2 penalty pulling each adversarial image's logits towards its clean pair's.
+"""
+from typing import Dict
+
+import torch
+import torch.nn.functional as F
+
+from .mixed import MixedTask
+
+__all__ = ['AlpTask', 'logit_pairing_loss']
+
+
+def logit_pairing_loss(logits_clean: torch.Tensor, logits_adv: torch.Tensor) -> torch.Tensor:
+    """Mean squared difference between paired clean and adversarial logits (Kannan et al.'s L2 pairing term)."""
+    return F.mse_loss(logits_adv.float(), logits_clean.float())
+
+
+class AlpTask(MixedTask):
+    """Mixed clean + adversarial training with adversarial logit pairing; every clean image is kept.
+
+    Args:
+        pairing_weight: λ of the pairing term (Kannan et al.: 0.5).
+        alpha: Weight of the clean cross-entropy.
+    """
+
+    method = 'alp'
+
+    def __init__(self, *args, pairing_weight: float = 0.5, **kwargs):
+        super().__init__(*args, clean_ratio=1.0, **kwargs)
+        self.pairing_weight = pairing_weight
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
+        input, target = self.mix(input, target)
+        x_adv = self.adversarial(input, target)
+        out_clean, out_adv = self.trainable_module(torch.cat([input, x_adv])).chunk(2)
+        loss_clean = self.criterion(out_clean, target)
+        loss_adv = self.criterion(out_adv, target)
+        loss_pair = logit_pairing_loss(out_clean, out_adv)
+        loss = self.alpha * loss_clean + (1.0 - self.alpha) * loss_adv + self.pairing_weight * loss_pair
+        return {'loss': loss, 'output': out_adv,
+                **self.loss_parts(loss_clean=loss_clean, loss_adv=loss_adv, loss_pair=loss_pair)}

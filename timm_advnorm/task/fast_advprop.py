@@ -1,0 +1,230 @@
+"""Fast AdvProp (Mei et al., ICLR 2022): AdvProp at the cost of vanilla training.
+
+Its five ingredients, each here:
+
+1. **Decoupled batches.** A loader batch of ``B / (1 - p_adv)`` rows: the first ``1 - p_adv`` share are clean rows
+   for the clean BN, the rest (``p_adv`` = 0.2) are attacked and feed the adversarial BN (`batch_scale`).
+2. **PGD-1 with gradient reuse.** The attack's forward/backward over the noisy rows (random start in the ε-box,
+   untargeted, BN on batch statistics) is fused with the clean rows' training forward/backward: one backward yields
+   the input gradient for the attack *and* parameter gradients for training (Shafahi et al.'s "free" reuse).
+3. **Shuffle BN.** Before their training forward, adversarial rows are shuffled across ranks with one permutation
+   shared by every rank, so no rank normalizes adversarial images with the statistics of the batch they were made
+   from (label leaking, paper §3.2.1 and Fig. 2). A single process has no other rank to shuffle with.
+4. **Re-balancing.** Loss weights: clean 1, noisy rows β = 0.5, adversarial rows β = 0.5 (Algorithm 1).
+5. **Synchronized update speed.** Shared parameters receive gradients from every term, clean-BN parameters from
+   the clean term only and adversarial-BN parameters from the noisy and adversarial terms; each group's gradient is
+   divided by the total loss weight reaching it (`GROUP_WEIGHTS`), so all groups move at the same speed.
+
+Mixup/CutMix apply to the clean rows only; adversarial rows keep their one-hot (smoothed) targets. With equal-budget
+training, the script divides epochs by `passes_per_image` = ``p_adv * K + 1``.
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from timm.data.mixup import mixup_target
+
+from ..attacks.space import InputSpace
+from ..layers.mixture_bn import MixtureBatchNorm2d
+from ..layers.routing import has_mixture_bn, route
+from .adversarial import AdversarialClassificationTask
+
+__all__ = ['FastAdvPropTask', 'parameter_groups', 'shuffle_across_ranks']
+
+
+def parameter_groups(model: nn.Module) -> Dict[str, List[nn.Parameter]]:
+    """Split parameters into ``clean`` (clean-BN affine), ``adv`` (adversarial-BN affine) and ``shared`` (the rest)."""
+    clean, adv = [], []
+    for m in model.modules():
+        if isinstance(m, MixtureBatchNorm2d):
+            clean.extend(p for p in (m.weight, m.bias) if p is not None)
+            adv.extend(p for p in (m.adv_bn.weight, m.adv_bn.bias) if p is not None)
+    specific = {id(p) for p in clean + adv}
+    shared = [p for p in model.parameters() if id(p) not in specific]
+    return {'shared': shared, 'clean': clean, 'adv': adv}
+
+
+def shuffle_across_ranks(
+        tensors: Tuple[torch.Tensor, ...],
+        seed: int,
+        group=None,
+) -> Tuple[torch.Tensor, ...]:
+    """Gather rows from every rank, permute them with one permutation shared by all ranks, return this rank's share.
+
+    Every rank draws the same permutation from a generator seeded with `seed` (vary it per step), so the union of
+    the returned shares is exactly the union of the inputs: no row lost, none duplicated. Rows keep their alignment
+    across `tensors` (inputs with their targets). Every rank must hold the same number of rows.
+    """
+    world_size = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    n = tensors[0].shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    permutation = torch.randperm(n * world_size, generator=generator)
+    mine = permutation[rank * n:(rank + 1) * n].to(tensors[0].device)
+    shuffled = []
+    for t in tensors:
+        gathered = [torch.empty_like(t) for _ in range(world_size)]
+        dist.all_gather(gathered, t.contiguous(), group=group)
+        shuffled.append(torch.cat(gathered)[mine])
+    return tuple(shuffled)
+
+
+class FastAdvPropTask(AdversarialClassificationTask):
+    """Fast AdvProp training step on a mixture-BN model.
+
+    Args:
+        model: A mixture-BN model.
+        space: Input normalization of the model (budgets are on the 0-255 scale).
+        eps: L∞ budget of the PGD attack (paper: 1.0).
+        step: Attack step size (paper: ε, i.e. ``δ' = δ + ε·sign(g)``); defaults to `eps`.
+        steps: K, attack iterations reusing their gradients (paper: 1).
+        p_adv: Share of the loader batch that is attacked (paper: 0.2).
+        noise_weight: β of the noisy (intermediate) rows, split evenly across the K iterates (paper: 0.5).
+        adv_weight: β of the adversarial rows (paper: 0.5).
+        shuffle_bn: Shuffle adversarial rows across ranks before their training forward.
+        rescale_grads: Divide each parameter group's gradient by the total loss weight reaching it.
+        num_classes: Classes, to one-hot the adversarial rows' targets when Mixup makes the clean ones soft.
+        label_smoothing: Smoothing of those one-hot targets (match the Mixup's).
+        seed: Seeds the random start and the shuffle permutation (with the step counter).
+    """
+
+    method = 'fast_advprop'
+
+    def __init__(
+            self,
+            model: nn.Module,
+            space: InputSpace,
+            eps: float = 1.0,
+            step: Optional[float] = None,
+            steps: int = 1,
+            p_adv: float = 0.2,
+            noise_weight: float = 0.5,
+            adv_weight: float = 0.5,
+            shuffle_bn: bool = True,
+            rescale_grads: bool = True,
+            num_classes: Optional[int] = None,
+            label_smoothing: float = 0.0,
+            seed: int = 0,
+            **kwargs,
+    ):
+        if not has_mixture_bn(model):
+            raise ValueError('Fast AdvProp needs a mixture-BN model (e.g. mbn_resnet50).')
+        if not 0.0 < p_adv < 1.0:
+            raise ValueError(f'p_adv must be in (0, 1), got {p_adv}.')
+        if steps < 1:
+            raise ValueError(f'steps must be >= 1, got {steps}.')
+        super().__init__(model, attack=None, **kwargs)
+        self.space = space
+        self.eps = eps
+        self.step = eps if step is None else step
+        self.steps = steps
+        self.p_adv = p_adv
+        self.noise_weight = noise_weight
+        self.adv_weight = adv_weight
+        self.shuffle_bn = shuffle_bn
+        self.num_classes = num_classes
+        self.label_smoothing = label_smoothing
+        self.seed = seed
+        self.step_count = 0
+        self.group_scales = self.group_weights_to_scales()
+        self._hooks = self._register_rescaling(model) if rescale_grads else []
+
+    @property
+    def attack_steps(self) -> int:
+        return self.steps
+
+    @property
+    def passes_per_image(self) -> float:
+        return self.p_adv * self.steps + 1.0
+
+    @property
+    def batch_scale(self) -> float:
+        """Loader batch size over the clean-BN batch size: ``1 / (1 - p_adv)``."""
+        return 1.0 / (1.0 - self.p_adv)
+
+    def group_weights_to_scales(self) -> Dict[str, float]:
+        """Per-group gradient factor: one over the total loss weight reaching the group (Algorithm 1's weights)."""
+        adv_total = self.noise_weight + self.adv_weight
+        return {'shared': 1.0 / (1.0 + adv_total), 'clean': 1.0, 'adv': 1.0 / adv_total}
+
+    def _register_rescaling(self, model: nn.Module):
+        hooks = []
+        for name, params in parameter_groups(model).items():
+            scale = self.group_scales[name]
+            for p in params:
+                hooks.append(p.register_hook(lambda g, s=scale: g * s))
+        return hooks
+
+    def split_batch(self, input: torch.Tensor, target: torch.Tensor):
+        """Clean rows first, then the ``p_adv`` share to attack."""
+        n_adv = max(1, int(round(self.p_adv * input.shape[0])))
+        n_clean = input.shape[0] - n_adv
+        return input[:n_clean], target[:n_clean], input[n_clean:], target[n_clean:]
+
+    def _adv_targets(self, target: torch.Tensor, soft_like: torch.Tensor) -> torch.Tensor:
+        if soft_like.ndim == target.ndim:
+            return target
+        num_classes = self.num_classes or soft_like.shape[1]
+        return mixup_target(target, num_classes, lam=1.0, smoothing=self.label_smoothing)
+
+    def _random_start(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        eps = self.space.linf_budget(self.eps, x)
+        noise = torch.rand(x.shape, generator=generator, device='cpu').to(device=x.device, dtype=x.dtype)
+        return (2.0 * noise - 1.0) * eps
+
+    def _step(self, x: torch.Tensor, delta: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        eps = self.space.linf_budget(self.eps, x)
+        step = self.space.linf_budget(self.step, x)
+        delta = torch.maximum(torch.minimum(delta + step * grad.sign(), eps), -eps)
+        return self.space.clamp(x + delta) - x
+
+    def _distributed(self) -> bool:
+        return self.shuffle_bn and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Runs the fused clean + attack pass (its backward included) and returns the adversarial loss to back-prop.
+
+        Parameter gradients of the clean and noisy rows are already accumulated when this returns; the caller's
+        ``loss.backward()`` adds the adversarial rows' gradients before the optimizer step.
+        """
+        model = self.attack_module()
+        self.step_count += 1
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step_count)
+        x_clean, y_clean, x_att, y_att = self.split_batch(input, target)
+        x_clean, y_clean = self.mix(x_clean, y_clean)
+        y_att = self._adv_targets(y_att, y_clean)
+        n_clean = x_clean.shape[0]
+
+        delta = self._random_start(x_att, generator)
+        delta = self.space.clamp(x_att + delta) - x_att
+        noise_weight = self.noise_weight / self.steps
+        loss_noise_total = torch.zeros((), device=input.device)
+        for k in range(self.steps):
+            x_noisy = (x_att + delta).requires_grad_(True)
+            if k == 0:
+                with route(model, 'split', n_clean=n_clean):
+                    output = self.trainable_module(torch.cat([x_clean, x_noisy]))
+                out_clean, out_noisy = output[:n_clean], output[n_clean:]
+                loss_clean = self.criterion(out_clean, y_clean)
+            else:
+                with route(model, 'adv'):
+                    out_noisy = self.trainable_module(x_noisy)
+            loss_noisy = self.criterion(out_noisy, y_att)
+            reused = noise_weight * loss_noisy + (loss_clean if k == 0 else 0.0)
+            with self.no_sync():
+                reused.backward()
+            delta = self._step(x_att, delta.detach(), x_noisy.grad)
+            loss_noise_total = loss_noise_total + loss_noisy.detach() / self.steps
+
+        x_adv, y_adv = (x_att + delta).detach(), y_att
+        if self._distributed():
+            x_adv, y_adv = shuffle_across_ranks((x_adv, y_adv), seed=self.seed * 7919 + self.step_count)
+        with route(model, 'adv'):
+            out_adv = self.trainable_module(x_adv)
+        loss_adv = self.criterion(out_adv, y_adv)
+        loss = self.adv_weight * loss_adv
+        total = loss_clean.detach() + self.noise_weight * loss_noise_total + loss.detach()
+        return {'loss': loss, 'output': out_clean,
+                **self.loss_parts(loss_total=total, loss_clean=loss_clean, loss_noise=loss_noise_total,
+                                  loss_adv=loss_adv)}

@@ -1,0 +1,28 @@
+"""NoFrost: normalizer-free robust training (Wang et al., ICML 2022).
+
+``loss = (1 - λ)·CE(f(x_clean), y) + λ·CE(f(x_adv), y)`` with λ = 0.5 on a normalizer-free ResNet (no BN, so no
+mixture of clean and adversarial statistics to estimate), PGD-10 at ε = 8 and adaptive gradient clipping (set
+``--clip-mode agc`` in the training script; the NoFrost recipe does).
+"""
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from .mixed import MixedTask
+
+__all__ = ['NofrostTask']
+
+
+class NofrostTask(MixedTask):
+    """Clean + adversarial training of a normalizer-free model.
+
+    Args:
+        adv_weight: λ, the weight of the adversarial loss (NoFrost: 0.5).
+    """
+
+    method = 'nofrost'
+
+    def __init__(self, model, *args, adv_weight: float = 0.5, **kwargs):
+        if any(isinstance(m, _BatchNorm) for m in model.modules()):
+            raise ValueError('NoFrost trains normalizer-free models; this model has batch norm '
+                             '(use e.g. nf_resnet50 or one of the deep NF ResNets).')
+        super().__init__(model, *args, alpha=1.0 - adv_weight, clean_ratio=1.0, **kwargs)
+        self.adv_weight = adv_weight

@@ -1,0 +1,1 @@
+"""Building blocks of `train_adv.py`: its argument parser, training epoch and per-epoch validation."""

@@ -1,0 +1,164 @@
+"""Command-line arguments of `train_adv.py`: timm-style groups plus an "Adversarial training" group.
+
+Config flows one way: a YAML file (``-c``) sets the parser's defaults, the command line overrides them, and the
+script turns the namespace into explicit keyword arguments. The parser is importable so tests can drive it.
+"""
+import argparse
+from typing import List, Optional, Tuple
+
+import yaml
+
+from ..task import TASKS
+
+__all__ = ['get_args_parser', 'parse_args']
+
+
+def _model_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Model parameters')
+    group.add_argument('--model', default='test_mbn_resnet', type=str, metavar='MODEL',
+                       help='Registered model name, "hf-hub:org/name" or "local-dir:PATH" (default: test_mbn_resnet).')
+    group.add_argument('--pretrained', action='store_true', help='Start from the model\'s pretrained weights.')
+    group.add_argument('--initial-checkpoint', default='', type=str, metavar='PATH',
+                       help='Load these weights (no optimizer state) before training.')
+    group.add_argument('--resume', default='', type=str, metavar='PATH',
+                       help='Resume model, optimizer and epoch from a train_adv.py checkpoint.')
+    group.add_argument('--no-resume-opt', action='store_true', help='Do not restore the optimizer when resuming.')
+    group.add_argument('--num-classes', type=int, default=None, metavar='N', help='Classes (default: from dataset).')
+    group.add_argument('--img-size', type=int, default=None, metavar='N', help='Input image size.')
+    group.add_argument('--mean', type=float, nargs='+', default=None, metavar='MEAN', help='Override dataset mean.')
+    group.add_argument('--std', type=float, nargs='+', default=None, metavar='STD', help='Override dataset std.')
+    group.add_argument('--drop', type=float, default=0.0, metavar='PCT', help='Dropout rate.')
+    group.add_argument('--drop-path', type=float, default=None, metavar='PCT', help='Drop-path rate.')
+    group.add_argument('--sync-bn', action='store_true',
+                       help='Synchronize BN statistics across processes (mixture BN keeps its routing).')
+    group.add_argument('--channels-last', action='store_true', help='Use channels_last memory layout.')
+    group.add_argument('--torchcompile', nargs='?', type=str, default=None, const='inductor',
+                       help='torch.compile the model with this backend (default when given: inductor).')
+
+
+def _data_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Dataset parameters')
+    group.add_argument('--dataset', default='digits', type=str, metavar='NAME',
+                       help='"digits" (built in, no download) or any timm dataset name / "" for an image folder.')
+    group.add_argument('--data-dir', default=None, type=str, metavar='DIR', help='Dataset root (or digits cache).')
+    group.add_argument('--train-split', default='train', type=str, metavar='NAME', help='Training split.')
+    group.add_argument('--val-split', default='validation', type=str, metavar='NAME', help='Validation split.')
+    group.add_argument('-b', '--batch-size', type=int, default=64, metavar='N',
+                       help='Training batch size per process (Fast AdvProp: the clean rows; the loader adds the '
+                            'attacked share).')
+    group.add_argument('-vb', '--validation-batch-size', type=int, default=None, metavar='N',
+                       help='Validation batch size (default: batch size).')
+    group.add_argument('-j', '--workers', type=int, default=2, metavar='N', help='Data-loading workers.')
+    group.add_argument('--hflip', type=float, default=0.5, help='Horizontal flip probability.')
+    group.add_argument('--scale', type=float, nargs=2, default=[0.08, 1.0], metavar='PCT',
+                       help='Random-resized-crop scale range.')
+    group.add_argument('--no-aug', action='store_true', help='No training augmentation (resize and crop only).')
+    group.add_argument('--mixup', type=float, default=0.0, help='Mixup alpha (0 disables).')
+    group.add_argument('--cutmix', type=float, default=0.0, help='CutMix alpha (0 disables).')
+    group.add_argument('--mixup-prob', type=float, default=1.0, help='Probability of mixing a batch.')
+    group.add_argument('--mixup-switch-prob', type=float, default=0.5, help='Probability of CutMix when both on.')
+    group.add_argument('--smoothing', type=float, default=0.0, help='Label smoothing.')
+
+
+def _optim_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Optimizer and schedule')
+    group.add_argument('--opt', default='sgd', type=str, metavar='OPTIMIZER', help='timm optimizer name.')
+    group.add_argument('--lr', type=float, default=0.1, metavar='LR', help='Learning rate.')
+    group.add_argument('--momentum', type=float, default=0.9, metavar='M', help='Optimizer momentum.')
+    group.add_argument('--weight-decay', type=float, default=1e-4, help='Weight decay.')
+    group.add_argument('--clip-grad', type=float, default=None, metavar='NORM', help='Gradient clipping value.')
+    group.add_argument('--clip-mode', type=str, default='norm', choices=('norm', 'value', 'agc'),
+                       help='Gradient clipping mode; agc = adaptive gradient clipping (NF-ResNets, NoFrost).')
+    group.add_argument('--sched', type=str, default='cosine', metavar='SCHEDULER', help='timm scheduler name.')
+    group.add_argument('--epochs', type=int, default=10, metavar='N', help='Epochs to train.')
+    group.add_argument('--decay-milestones', type=int, nargs='+', default=[35, 70, 95], metavar='EPOCH',
+                       help='Epochs at which multistep schedules decay (Xie & Yuille: 35 70 95 of 110).')
+    group.add_argument('--decay-rate', type=float, default=0.1, metavar='RATE', help='Step decay factor.')
+    group.add_argument('--warmup-epochs', type=int, default=0, metavar='N', help='Linear warm-up epochs.')
+    group.add_argument('--warmup-lr', type=float, default=1e-5, metavar='LR', help='Warm-up start learning rate.')
+    group.add_argument('--min-lr', type=float, default=0.0, metavar='LR', help='Floor of cyclic schedules.')
+
+
+def _adversarial_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Adversarial training')
+    group.add_argument('--method', default='mbn', choices=tuple(TASKS),
+                       help='Training method (default: mbn).')
+    group.add_argument('--attack-eps', type=float, default=16.0, help='Attack budget on the 0-255 scale.')
+    group.add_argument('--attack-step', type=float, default=1.0, help='Attack step size on the 0-255 scale.')
+    group.add_argument('--attack-steps', type=int, default=30, help='Attack iterations (PGD-N).')
+    group.add_argument('--attack-norm', default='linf', choices=('linf', 'l2'), help='Threat model.')
+    group.add_argument('--attack-targeted', action=argparse.BooleanOptionalAction, default=True,
+                       help='Targeted attack, target uniform among the other classes (Xie & Yuille).')
+    group.add_argument('--attack-clean-start-prob', type=float, default=0.2,
+                       help='Probability that an attack starts from the clean image instead of a random start.')
+    group.add_argument('--attack-step-rule', default='max', choices=('max', 'fixed'),
+                       help='"max": step = max(step, eps/N) as in the original code; "fixed": step as given.')
+    group.add_argument('--attack-bn-stats', default='running', choices=('running', 'batch'),
+                       help='BN statistics the attack uses: running (eval mode) or batch (train mode).')
+    group.add_argument('--alpha', type=float, default=0.5, help='Clean-loss weight (mixed, alp, mbn).')
+    group.add_argument('--clean-ratio', type=float, default=1.0, help='Share of clean images kept (mixed).')
+    group.add_argument('--pairing-weight', type=float, default=None,
+                       help='Adversarial logit pairing weight (alp: default 0.5; mbn: default 0 = off).')
+    group.add_argument('--adv-weight', type=float, default=0.5,
+                       help='Adversarial-loss weight λ (nofrost) / β of adversarial rows (fast_advprop).')
+    group.add_argument('--p-adv', type=float, default=0.2, help='Fast AdvProp: attacked share of the batch.')
+    group.add_argument('--noise-weight', type=float, default=0.5, help='Fast AdvProp: β of the noisy rows.')
+    group.add_argument('--shuffle-bn', action=argparse.BooleanOptionalAction, default=True,
+                       help='Fast AdvProp: shuffle adversarial rows across ranks before their forward.')
+    group.add_argument('--rescale-grads', action=argparse.BooleanOptionalAction, default=True,
+                       help='Fast AdvProp: per-group gradient rescaling (synchronized update speed).')
+    group.add_argument('--same-budget', action='store_true',
+                       help='Divide epochs and milestones by the method\'s passes per image (equal-budget runs).')
+    group.add_argument('--running-stats-epochs', type=int, default=0, metavar='N',
+                       help='Train with BN running statistics in the last N epochs (Xie & Yuille §4.3).')
+    group.add_argument('--val-attack-steps', type=int, default=10, help='PGD iterations of the per-epoch robust eval.')
+    group.add_argument('--val-attack-eps', type=float, default=None, help='Robust-eval budget (default: attack-eps).')
+    group.add_argument('--val-attack-step', type=float, default=None,
+                       help='Robust-eval step (default: attack-step).')
+    group.add_argument('--val-attack-targeted', action=argparse.BooleanOptionalAction, default=None,
+                       help='Targeted robust eval (default: as training).')
+    group.add_argument('--val-samples', type=int, default=None, metavar='N',
+                       help='Robust-evaluate a fixed subset of N validation images (default: all).')
+
+
+def _misc_group(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group('Miscellaneous')
+    group.add_argument('--seed', type=int, default=42, metavar='S', help='Random seed.')
+    group.add_argument('--device', default=None, type=str, help='Device (default: cuda if available, else cpu).')
+    group.add_argument('--amp', action='store_true', help='bfloat16 autocast for training and attacks.')
+    group.add_argument('--model-ema', action='store_true', help='Keep an exponential moving average of weights.')
+    group.add_argument('--model-ema-decay', type=float, default=0.9998, help='EMA decay.')
+    group.add_argument('--output', default='output/train', type=str, metavar='DIR', help='Output root folder.')
+    group.add_argument('--experiment', default='', type=str, metavar='NAME', help='Run folder name under --output.')
+    group.add_argument('--eval-metric', default='robust_top1', type=str, metavar='METRIC',
+                       help='Validation metric that ranks checkpoints.')
+    group.add_argument('--checkpoint-hist', type=int, default=3, metavar='N', help='Checkpoints kept.')
+    group.add_argument('--log-interval', type=int, default=50, metavar='N', help='Batches between log lines.')
+
+
+def get_args_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The YAML-config pre-parser and the main parser."""
+    config_parser = argparse.ArgumentParser(description='Training config', add_help=False)
+    config_parser.add_argument('-c', '--config', default='', type=str, metavar='FILE',
+                               help='YAML file of argument defaults (keys as the long options, with underscores).')
+    parser = argparse.ArgumentParser(
+        prog='train_adv.py', description='Adversarial training of timm models (timm-advnorm).')
+    for add_group in (_model_group, _data_group, _optim_group, _adversarial_group, _misc_group):
+        add_group(parser)
+    return config_parser, parser
+
+
+def parse_args(argv: Optional[List[str]] = None) -> Tuple[argparse.Namespace, str]:
+    """Parse `argv` with YAML defaults from ``-c``; returns the namespace and its YAML text (saved with the run)."""
+    config_parser, parser = get_args_parser()
+    args_config, remaining = config_parser.parse_known_args(argv)
+    if args_config.config:
+        with open(args_config.config) as f:
+            config = yaml.safe_load(f) or {}
+        known = {action.dest for action in parser._actions}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            parser.error(f'unknown key(s) in {args_config.config}: {", ".join(unknown)}')
+        parser.set_defaults(**config)
+    args = parser.parse_args(remaining)
+    return args, yaml.safe_dump(vars(args), default_flow_style=False)

@@ -1,0 +1,157 @@
+"""One training epoch and one validation pass, shared by every method (the loop never branches on the method)."""
+import logging
+import time
+from collections import OrderedDict
+from contextlib import nullcontext
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from timm.utils import AverageMeter, dispatch_clip_grad, reduce_tensor
+from timm.utils.model import unwrap_model
+
+from ..attacks.base import Attack
+from ..layers.routing import route
+from ..task import AdversarialClassificationTask
+
+__all__ = ['train_one_epoch', 'validate', 'branches_of', 'metric_names']
+
+_logger = logging.getLogger(__name__)
+
+
+def _autocast(device: torch.device, dtype: Optional[torch.dtype]):
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def train_one_epoch(
+        epoch: int,
+        task: AdversarialClassificationTask,
+        loader: Iterable,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        lr_scheduler=None,
+        amp_dtype: Optional[torch.dtype] = None,
+        clip_grad: Optional[float] = None,
+        clip_mode: str = 'norm',
+        channels_last: bool = False,
+        before_forward: Optional[Callable[[], None]] = None,
+        log_interval: int = 50,
+        distributed: bool = False,
+) -> Dict[str, float]:
+    """Train `task` for one epoch; returns the epoch's mean loss parts, learning rate and throughput.
+
+    Args:
+        before_forward: Called after ``model.train()``, e.g. to switch BN to running statistics.
+    """
+    task.train()
+    if before_forward is not None:
+        before_forward()
+    meters: Dict[str, AverageMeter] = OrderedDict()
+    num_batches = len(loader)
+    num_updates = epoch * num_batches
+    start = time.perf_counter()
+    images = 0
+    for batch_idx, (input, target) in enumerate(loader):
+        input, target = input.to(device), target.to(device)
+        if channels_last:
+            input = input.contiguous(memory_format=torch.channels_last)
+        optimizer.zero_grad(set_to_none=True)
+        with _autocast(device, amp_dtype):
+            result = task(input, target)
+        result['loss'].backward()
+        if clip_grad is not None:
+            dispatch_clip_grad(task.get_clip_parameters(exclude_head='agc' in clip_mode), value=clip_grad,
+                               mode=clip_mode)
+        optimizer.step()
+        task.update_ema(step=num_updates)
+        num_updates += 1
+        images += input.shape[0]
+        for name, value in result.items():
+            if name == 'output' or not name.startswith('loss') or name == 'loss' and 'loss_total' in result:
+                continue
+            key = 'loss' if name == 'loss_total' else name
+            value = value.detach().float()
+            if distributed:
+                value = reduce_tensor(value, dist.get_world_size())
+            meters.setdefault(key, AverageMeter()).update(value.item(), input.shape[0])
+        if lr_scheduler is not None:
+            lr_scheduler.step_update(num_updates=num_updates)
+        if log_interval and (batch_idx % log_interval == 0 or batch_idx == num_batches - 1):
+            parts = ' '.join(f'{k}: {m.avg:.4f}' for k, m in meters.items())
+            _logger.info(f'Train: {epoch} [{batch_idx + 1}/{num_batches}] {parts} '
+                         f'lr: {optimizer.param_groups[0]["lr"]:.3g}')
+    elapsed = time.perf_counter() - start
+    metrics = OrderedDict((k, m.avg) for k, m in meters.items())
+    metrics['lr'] = optimizer.param_groups[0]['lr']
+    metrics['images_per_sec'] = images / max(elapsed, 1e-9)
+    metrics['passes_per_image'] = task.passes_per_image
+    return metrics
+
+
+def branches_of(model: nn.Module, has_mbn: bool) -> Sequence[str]:
+    """Validation branches: the clean route for every model, plus the adversarial route for mixture-BN models."""
+    return ('clean', 'adv') if has_mbn else ('clean',)
+
+
+def metric_names(branches: Sequence[str], ema: bool = False) -> List[str]:
+    """Names of the metrics `validate` reports for `branches` (with ``ema_`` twins when an EMA is validated too)."""
+    names = [('' if b == 'clean' else 'adv_branch_') + m for b in branches for m in ('top1', 'robust_top1')]
+    names.append('robust_samples')
+    return names + [f'ema_{n}' for n in names] if ema else names
+
+
+def _count_correct(logits: torch.Tensor, target: torch.Tensor) -> float:
+    return (logits.float().argmax(dim=1) == target).sum().item()
+
+
+@torch.no_grad()
+def validate(
+        model: nn.Module,
+        loader: Iterable,
+        device: torch.device,
+        attack: Attack,
+        branches: Sequence[str] = ('clean',),
+        robust_samples: Optional[int] = None,
+        amp_dtype: Optional[torch.dtype] = None,
+        channels_last: bool = False,
+        distributed: bool = False,
+) -> Dict[str, float]:
+    """Clean and robust top-1 of `model` on each branch, in eval mode.
+
+    The robust accuracy is measured on the first `robust_samples` images of the (fixed-order) loader on each rank,
+    or all of them. Metric names: ``top1``/``robust_top1`` for the clean branch, ``adv_branch_top1``/
+    ``adv_branch_robust_top1`` for the adversarial branch of a mixture-BN model.
+    """
+    model = unwrap_model(model)
+    model.eval()
+    names = metric_names(branches)[:-1]
+    correct = dict.fromkeys(names, 0.0)
+    seen = seen_robust = 0
+    for input, target in loader:
+        input, target = input.to(device), target.to(device)
+        if channels_last:
+            input = input.contiguous(memory_format=torch.channels_last)
+        n_robust = input.shape[0] if robust_samples is None else max(0, min(input.shape[0], robust_samples - seen))
+        seen += input.shape[0]
+        seen_robust += n_robust
+        for branch in branches:
+            prefix = '' if branch == 'clean' else 'adv_branch_'
+            with route(model, branch):
+                with _autocast(device, amp_dtype):
+                    correct[prefix + 'top1'] += _count_correct(model(input), target)
+                if n_robust:
+                    with torch.enable_grad():
+                        x_adv = attack(model, input[:n_robust], target[:n_robust])
+                    with _autocast(device, amp_dtype):
+                        correct[prefix + 'robust_top1'] += _count_correct(model(x_adv), target[:n_robust])
+    totals = torch.tensor([correct[n] for n in names] + [seen, seen_robust], dtype=torch.float64, device=device)
+    if distributed:
+        dist.all_reduce(totals)
+    *hits, n, n_robust = totals.tolist()
+    metrics = OrderedDict(
+        (name, 100.0 * hit / max(n_robust if 'robust' in name else n, 1.0)) for name, hit in zip(names, hits))
+    metrics['robust_samples'] = n_robust
+    return metrics

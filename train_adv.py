@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Adversarial training of timm models: every method of the papers on timm's data, optimizers and `timm.task`.
+
+Single process:  python train_adv.py --dataset digits --model test_mbn_resnet --method mbn
+Many processes:  torchrun --nproc_per_node=8 train_adv.py -c recipes/xie2020_mbn_resnet152.yaml --data-dir /imagenet
+
+Each epoch validates clean and robust (PGD) top-1 — on both branches of a mixture-BN model — and appends them, with
+the method's cost in forward+backward passes per image, to ``summary.csv`` in the run folder. Checkpoints are
+written atomically by timm's `CheckpointSaver`.
+"""
+import logging
+import os
+from typing import List, Optional
+
+import timm
+import torch
+from timm.data import Mixup, create_dataset, create_loader, resolve_data_config
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from timm.task import resume_task_checkpoint
+from timm.utils import CheckpointSaver, get_outdir, init_distributed_device, random_seed, setup_default_logging
+from timm.utils import update_summary
+
+import timm_advnorm  # noqa: F401  (registers the plugin's models)
+from timm_advnorm.attacks import InputSpace, create_attack
+from timm_advnorm.cli import run_cli
+from timm_advnorm.data import DIGITS_NUM_CLASSES, resolve_dataset
+from timm_advnorm.hub import load_weights
+from timm_advnorm.layers import convert_sync_mixture_bn, has_mixture_bn
+from timm_advnorm.task import create_task, running_stats_active, use_running_statistics
+from timm_advnorm.train.args import parse_args
+from timm_advnorm.train.loop import branches_of, metric_names, train_one_epoch, validate
+
+_logger = logging.getLogger('train_adv')
+
+
+def _method_kwargs(args, space: InputSpace, num_classes: int) -> dict:
+    """Keyword arguments of the chosen method's task, from the "Adversarial training" argument group."""
+    if args.method in ('mixed',):
+        return dict(alpha=args.alpha, clean_ratio=args.clean_ratio)
+    if args.method == 'alp':
+        return dict(alpha=args.alpha, pairing_weight=0.5 if args.pairing_weight is None else args.pairing_weight)
+    if args.method == 'mbn':
+        return dict(alpha=args.alpha, pairing_weight=args.pairing_weight or 0.0)
+    if args.method == 'nofrost':
+        return dict(adv_weight=args.adv_weight)
+    if args.method == 'fast_advprop':
+        return dict(space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
+                    p_adv=args.p_adv, noise_weight=args.noise_weight, adv_weight=args.adv_weight,
+                    shuffle_bn=args.shuffle_bn, rescale_grads=args.rescale_grads, num_classes=num_classes,
+                    label_smoothing=args.smoothing, seed=args.seed)
+    return {}
+
+
+def _train_attack(args, space: InputSpace, amp_dtype):
+    if args.method in ('vanilla', 'fast_advprop'):
+        return None  # no attack / Fast AdvProp runs its PGD inside the training pass (gradient reuse)
+    return create_attack(
+        'pgd', space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
+        norm=args.attack_norm, targeted=args.attack_targeted, random_start=True,
+        clean_start_prob=args.attack_clean_start_prob, step_rule=args.attack_step_rule, best_iterate=False,
+        bn_stats=args.attack_bn_stats, autocast_dtype=amp_dtype, seed=args.seed)
+
+
+def _val_attack(args, space: InputSpace, amp_dtype):
+    targeted = args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted
+    return create_attack(
+        'pgd', space=space, eps=args.val_attack_eps or args.attack_eps,
+        step=args.val_attack_step or args.attack_step, steps=args.val_attack_steps, norm=args.attack_norm,
+        targeted=targeted, random_start=True, best_iterate=True, autocast_dtype=amp_dtype, seed=args.seed)
+
+
+def _check_args(args) -> None:
+    if args.batch_size < 1 or args.epochs < 1:
+        raise ValueError('--batch-size and --epochs must be positive.')
+    if args.attack_eps < 0 or args.attack_step <= 0 or args.attack_steps < 1:
+        raise ValueError('--attack-eps must be >= 0, --attack-step > 0 and --attack-steps >= 1.')
+    if args.running_stats_epochs < 0 or args.running_stats_epochs > args.epochs:
+        raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
+    if args.resume and not os.path.isfile(args.resume):
+        raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    setup_default_logging()
+    args, args_text = parse_args(argv)
+    _check_args(args)
+    args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    device = init_distributed_device(args)
+    random_seed(args.seed, args.rank)
+    amp_dtype = torch.bfloat16 if args.amp else None
+
+    dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size or 32)
+    num_classes = args.num_classes or (DIGITS_NUM_CLASSES if args.dataset == 'digits' else None)
+    if num_classes is None:
+        raise ValueError('--num-classes is required for datasets other than digits.')
+    if args.dataset == 'digits' and args.img_size is None:
+        args.img_size = 32
+
+    model = timm.create_model(
+        args.model, pretrained=args.pretrained, num_classes=num_classes, drop_rate=args.drop,
+        **({'drop_path_rate': args.drop_path} if args.drop_path is not None else {}))
+    if args.initial_checkpoint:
+        load_weights(model, args.initial_checkpoint)
+    data_config = resolve_data_config(
+        dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
+    space = InputSpace.from_data_config(data_config)
+    mbn = has_mixture_bn(model)
+
+    if args.sync_bn and args.distributed:
+        model = convert_sync_mixture_bn(model)
+    model.to(device)
+    if args.channels_last:
+        model.to(memory_format=torch.channels_last)
+
+    mixup_fn = None
+    if args.mixup > 0 or args.cutmix > 0:
+        mixup_fn = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, prob=args.mixup_prob,
+                         switch_prob=args.mixup_switch_prob, label_smoothing=args.smoothing, num_classes=num_classes)
+    attack_kwargs = {} if args.method == 'fast_advprop' else {'attack': _train_attack(args, space, amp_dtype)}
+    task = create_task(
+        args.method, model, **attack_kwargs, mixup_fn=mixup_fn,
+        criterion_kwargs=dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None), device=device, verbose=args.rank == 0, **_method_kwargs(args, space, num_classes))
+    task.to(device)
+
+    optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
+                                    momentum=args.momentum)
+    if args.model_ema:
+        task.setup_ema(decay=args.model_ema_decay, device=device)
+
+    start_epoch = 0
+    if args.resume:
+        resumed = resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
+                                         log_info=args.rank == 0)
+        start_epoch = resumed or 0
+
+    epochs = args.epochs
+    milestones = list(args.decay_milestones)
+    if args.same_budget:
+        scale = task.passes_per_image
+        epochs = max(1, int(round(args.epochs / scale)))
+        milestones = [max(1, int(round(m / scale))) for m in milestones]
+
+    batch_size = int(round(args.batch_size * getattr(task, 'batch_scale', 1.0)))
+    train_set = create_dataset(dataset_name, root=root, split=args.train_split, is_training=True,
+                               batch_size=batch_size)
+    val_set = create_dataset(dataset_name, root=root, split=args.val_split, batch_size=batch_size)
+    common = dict(input_size=data_config['input_size'], interpolation=data_config['interpolation'],
+                  mean=data_config['mean'], std=data_config['std'], num_workers=args.workers,
+                  distributed=args.distributed, crop_pct=data_config['crop_pct'], device=device,
+                  use_prefetcher=False, persistent_workers=False)
+    loader_train = create_loader(train_set, batch_size=batch_size, is_training=True, no_aug=args.no_aug,
+                                 scale=args.scale, hflip=args.hflip, **common)
+    loader_val = create_loader(val_set, batch_size=args.validation_batch_size or args.batch_size, **common)
+
+    scheduler, _ = create_scheduler_v2(
+        optimizer, sched=args.sched, num_epochs=epochs, decay_milestones=milestones, decay_rate=args.decay_rate,
+        warmup_epochs=args.warmup_epochs, warmup_lr=args.warmup_lr, min_lr=args.min_lr,
+        updates_per_epoch=len(loader_train))
+    if start_epoch:
+        scheduler.step(start_epoch)
+
+    if args.torchcompile:
+        task.compile(backend=args.torchcompile)
+    if args.distributed:
+        task.prepare_distributed(device_ids=[device.index] if device.type == 'cuda' else None)
+
+    val_attack = _val_attack(args, space, amp_dtype)
+    branches = branches_of(model, mbn)
+    known_metrics = metric_names(branches, ema=task.has_ema())
+    if args.eval_metric not in known_metrics:
+        raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)}.')
+    saver = output_dir = None
+    if args.rank == 0:
+        name = args.experiment or f'{args.model.replace("/", "_")}-{args.method}'
+        output_dir = get_outdir(args.output, name, inc=not args.resume)
+        with open(os.path.join(output_dir, 'args.yaml'), 'w') as f:
+            f.write(args_text)
+        saver = CheckpointSaver(model=model, optimizer=optimizer, args=args, task=task, checkpoint_dir=output_dir,
+                                recovery_dir=output_dir, decreasing=False, max_history=args.checkpoint_hist)
+        _logger.info(f'{args.method}: {task.passes_per_image:g} forward+backward passes per image, '
+                     f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget); run in {output_dir}')
+
+    for epoch in range(start_epoch, epochs):
+        if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
+            loader_train.sampler.set_epoch(epoch)
+        running = running_stats_active(epoch, epochs, args.running_stats_epochs)
+        train_metrics = train_one_epoch(
+            epoch, task, loader_train, optimizer, device, lr_scheduler=scheduler, amp_dtype=amp_dtype,
+            clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
+            before_forward=(lambda: use_running_statistics(model)) if running else None,
+            log_interval=args.log_interval, distributed=args.distributed)
+        train_metrics['running_stats'] = float(running)
+        eval_metrics = validate(model, loader_val, device, val_attack, branches=branches,
+                                robust_samples=args.val_samples, amp_dtype=amp_dtype,
+                                channels_last=args.channels_last, distributed=args.distributed)
+        if task.has_ema():
+            ema_metrics = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
+                                   branches=branches, robust_samples=args.val_samples,
+                                   amp_dtype=amp_dtype, channels_last=args.channels_last,
+                                   distributed=args.distributed)
+            eval_metrics.update((f'ema_{k}', v) for k, v in ema_metrics.items())
+        scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
+        if args.rank == 0:
+            _logger.info('Validation: ' + ', '.join(f'{k}: {v:.2f}' for k, v in eval_metrics.items()))
+            update_summary(epoch, train_metrics, eval_metrics, os.path.join(output_dir, 'summary.csv'),
+                           lr=train_metrics['lr'])
+            saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric])
+    if args.rank == 0 and saver.best_metric is not None:
+        _logger.info(f'*** Best {args.eval_metric}: {saver.best_metric:.2f} (epoch {saver.best_epoch}); '
+                     f'run in {output_dir}')
+    if args.distributed:
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(run_cli(main, 'train_adv.py'))
