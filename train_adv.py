@@ -14,18 +14,19 @@ from typing import List, Optional
 
 import timm
 import torch
-from timm.data import Mixup, create_dataset, create_loader, resolve_data_config
+from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.task import resume_task_checkpoint
 from timm.utils import CheckpointSaver, get_outdir, init_distributed_device, random_seed, setup_default_logging
 from timm.utils import update_summary
+from torch.utils.data import DataLoader
 
 import timm_advnorm  # noqa: F401  (registers the plugin's models)
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.cli import run_cli
-from timm_advnorm.data import DIGITS_NUM_CLASSES, resolve_dataset
-from timm_advnorm.hub import load_weights
+from timm_advnorm.data import DIGITS_NUM_CLASSES, fixed_subset, resolve_dataset
+from timm_advnorm.hub.loading import load_weights
 from timm_advnorm.layers import convert_sync_mixture_bn, has_mixture_bn
 from timm_advnorm.task import create_task, running_stats_active, use_running_statistics
 from timm_advnorm.train.args import parse_args
@@ -151,7 +152,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                   use_prefetcher=False, persistent_workers=False)
     loader_train = create_loader(train_set, batch_size=batch_size, is_training=True, no_aug=args.no_aug,
                                  scale=args.scale, hflip=args.hflip, **common)
-    loader_val = create_loader(val_set, batch_size=args.validation_batch_size or args.batch_size, **common)
+    val_batch_size = args.validation_batch_size or args.batch_size
+    loader_val = create_loader(val_set, batch_size=val_batch_size, **common)
+    loader_robust = loader_val
+    if args.val_samples is not None:
+        robust_set = create_dataset(dataset_name, root=root, split=args.val_split)
+        robust_set.transform = create_transform(**{k: data_config[k] for k in (
+            'input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')})
+        shard = fixed_subset(robust_set, args.val_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
+        loader_robust = DataLoader(shard, batch_size=val_batch_size, num_workers=args.workers)
 
     scheduler, _ = create_scheduler_v2(
         optimizer, sched=args.sched, num_epochs=epochs, decay_milestones=milestones, decay_rate=args.decay_rate,
@@ -191,13 +200,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             before_forward=(lambda: use_running_statistics(model)) if running else None,
             log_interval=args.log_interval, distributed=args.distributed)
         train_metrics['running_stats'] = float(running)
-        eval_metrics = validate(model, loader_val, device, val_attack, branches=branches,
-                                robust_samples=args.val_samples, amp_dtype=amp_dtype,
+        eval_metrics = validate(model, loader_val, device, val_attack, robust_loader=loader_robust,
+                                branches=branches, amp_dtype=amp_dtype,
                                 channels_last=args.channels_last, distributed=args.distributed)
         if task.has_ema():
             ema_metrics = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
-                                   branches=branches, robust_samples=args.val_samples,
-                                   amp_dtype=amp_dtype, channels_last=args.channels_last,
+                                   robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype, channels_last=args.channels_last,
                                    distributed=args.distributed)
             eval_metrics.update((f'ema_{k}', v) for k, v in ema_metrics.items())
         scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))

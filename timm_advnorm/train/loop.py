@@ -107,51 +107,53 @@ def _count_correct(logits: torch.Tensor, target: torch.Tensor) -> float:
     return (logits.float().argmax(dim=1) == target).sum().item()
 
 
+def _top1_correct(model: nn.Module, loader: Iterable, device: torch.device, amp_dtype, channels_last: bool,
+                  attack: Optional[Attack] = None):
+    """(correct, seen) of `model` on `loader`, on inputs perturbed by `attack` when given."""
+    correct = seen = 0
+    for input, target in loader:
+        input, target = input.to(device), target.to(device)
+        if channels_last:
+            input = input.contiguous(memory_format=torch.channels_last)
+        if attack is not None:
+            with torch.enable_grad():
+                input = attack(model, input, target)
+        with _autocast(device, amp_dtype):
+            correct += _count_correct(model(input), target)
+        seen += target.shape[0]
+    return correct, seen
+
+
 @torch.no_grad()
 def validate(
         model: nn.Module,
         loader: Iterable,
         device: torch.device,
         attack: Attack,
+        robust_loader: Optional[Iterable] = None,
         branches: Sequence[str] = ('clean',),
-        robust_samples: Optional[int] = None,
         amp_dtype: Optional[torch.dtype] = None,
         channels_last: bool = False,
         distributed: bool = False,
 ) -> Dict[str, float]:
-    """Clean and robust top-1 of `model` on each branch, in eval mode.
+    """Clean top-1 on `loader` and robust top-1 on `robust_loader` (default: `loader`) for each branch, in eval mode.
 
-    The robust accuracy is measured on the first `robust_samples` images of the (fixed-order) loader on each rank,
-    or all of them. Metric names: ``top1``/``robust_top1`` for the clean branch, ``adv_branch_top1``/
-    ``adv_branch_robust_top1`` for the adversarial branch of a mixture-BN model.
+    Metric names: ``top1``/``robust_top1`` for the clean branch, ``adv_branch_top1``/``adv_branch_robust_top1`` for
+    the adversarial branch of a mixture-BN model; ``robust_samples`` counts the attacked images (all ranks).
     """
     model = unwrap_model(model)
     model.eval()
     names = metric_names(branches)[:-1]
-    correct = dict.fromkeys(names, 0.0)
-    seen = seen_robust = 0
-    for input, target in loader:
-        input, target = input.to(device), target.to(device)
-        if channels_last:
-            input = input.contiguous(memory_format=torch.channels_last)
-        n_robust = input.shape[0] if robust_samples is None else max(0, min(input.shape[0], robust_samples - seen))
-        seen += input.shape[0]
-        seen_robust += n_robust
-        for branch in branches:
-            prefix = '' if branch == 'clean' else 'adv_branch_'
-            with route(model, branch):
-                with _autocast(device, amp_dtype):
-                    correct[prefix + 'top1'] += _count_correct(model(input), target)
-                if n_robust:
-                    with torch.enable_grad():
-                        x_adv = attack(model, input[:n_robust], target[:n_robust])
-                    with _autocast(device, amp_dtype):
-                        correct[prefix + 'robust_top1'] += _count_correct(model(x_adv), target[:n_robust])
-    totals = torch.tensor([correct[n] for n in names] + [seen, seen_robust], dtype=torch.float64, device=device)
+    counts = []
+    for branch in branches:
+        with route(model, branch):
+            counts.extend(_top1_correct(model, loader, device, amp_dtype, channels_last))
+            counts.extend(_top1_correct(model, robust_loader or loader, device, amp_dtype, channels_last, attack))
+    totals = torch.tensor(counts, dtype=torch.float64, device=device)
     if distributed:
         dist.all_reduce(totals)
-    *hits, n, n_robust = totals.tolist()
+    totals = totals.tolist()
     metrics = OrderedDict(
-        (name, 100.0 * hit / max(n_robust if 'robust' in name else n, 1.0)) for name, hit in zip(names, hits))
-    metrics['robust_samples'] = n_robust
+        (name, 100.0 * totals[2 * i] / max(totals[2 * i + 1], 1.0)) for i, name in enumerate(names))
+    metrics['robust_samples'] = totals[3]
     return metrics

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create .venv (once) and install timm-advnorm with its test/benchmark extras.
+# torch and torchvision are pinned as a matched pair by constraints.txt; re-running is a no-op unless the
+# dependency files changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+stamp="$VENV/.timm-advnorm-installed"
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -c constraints.txt -e ".[dev]"
+echo "$want" > "$stamp"

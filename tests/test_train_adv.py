@@ -1,0 +1,92 @@
+"""train_adv.py end to end on the built-in digits data: single process, resume, torchrun, configs and bad input."""
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-attack-steps', '2', '--val-samples', '32',
+        '-b', '64', '--workers', '0', '--hflip', '0', '--log-interval', '0']
+
+
+def _train(tmp_path: Path, digits_dir: Path, *extra: str) -> Path:
+    from train_adv import main
+    out = tmp_path / 'runs'
+    assert main(['--data-dir', str(digits_dir), '--output', str(out), '--experiment', 'run', *FAST, *extra]) == 0
+    return out / 'run'
+
+
+def _summary(run: Path):
+    with open(run / 'summary.csv') as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(autouse=True)
+def _repo_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO))
+
+
+def test_mbn_run_writes_summary_checkpoint_and_args(tmp_path, digits_dir):
+    run = _train(tmp_path, digits_dir, '--method', 'mbn', '--attack-bn-stats', 'batch')
+    rows = _summary(run)
+    assert len(rows) == 1
+    for column in ('eval_top1', 'eval_robust_top1', 'eval_adv_branch_top1', 'eval_adv_branch_robust_top1',
+                   'train_passes_per_image', 'train_loss_clean', 'train_loss_adv'):
+        assert column in rows[0], column
+    assert float(rows[0]['train_passes_per_image']) == 4.0  # PGD-2 + clean + adversarial pass
+    args = yaml.safe_load((run / 'args.yaml').read_text())
+    assert args['attack_bn_stats'] == 'batch' and args['method'] == 'mbn'
+    checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=False)
+    assert any('.adv_bn.' in k for k in checkpoint['state_dict'])
+    assert not list(run.glob('tmp*')), 'a temporary checkpoint was left behind'
+
+
+def test_resume_continues_from_the_next_epoch(tmp_path, digits_dir):
+    run = _train(tmp_path, digits_dir, '--method', 'madry')
+    _train(tmp_path, digits_dir, '--method', 'madry', '--epochs', '2', '--resume', str(run / 'last.pth.tar'))
+    assert [row['epoch'] for row in _summary(run)] == ['0', '1']
+
+
+def test_yaml_config_and_fast_advprop_same_budget(tmp_path, digits_dir):
+    config = tmp_path / 'fast.yaml'
+    config.write_text(yaml.safe_dump({'method': 'fast_advprop', 'attack_eps': 1.0, 'attack_step': 1.0,
+                                      'attack_steps': 1, 'mixup': 0.8, 'epochs': 2, 'same_budget': True}))
+    run = _train(tmp_path, digits_dir, '-c', str(config), '--epochs', '3', '--batch-size', '32')
+    rows = _summary(run)
+    assert len(rows) == round(3 / 1.4)  # the command line overrides the YAML, then the budget scales epochs
+    assert float(rows[0]["train_passes_per_image"]) == pytest.approx(1.4)  # p_adv * K + 1 with K = 2
+
+
+def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+@pytest.mark.parametrize('bad, message', [
+    (['--model', 'no_such_model'], 'Unknown model'),
+    (['--attack-steps', '0'], '--attack-steps'),
+    (['--eval-metric', 'accuracy'], '--eval-metric'),
+    (['--resume', 'missing.pth.tar'], 'not found'),
+])
+def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir, bad, message):
+    result = _run_script('train_adv.py', '--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, *bad)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith('train_adv.py: error:') and message in lines[-1]
+    assert 'Traceback' not in result.stderr
+    assert not any(tmp_path.rglob('*.pth.tar'))
+
+
+def test_torchrun_two_processes_with_sync_mixture_bn(tmp_path, digits_dir):
+    result = _run_script(
+        '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', '0', 'train_adv.py',
+        '--device', 'cpu', '--sync-bn', '--method', 'mbn', '--data-dir', str(digits_dir), '--output',
+        str(tmp_path), '--experiment', 'ddp', *FAST, '-b', '32')
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = _summary(tmp_path / 'ddp')
+    assert float(rows[0]['eval_robust_samples']) == 32  # one seeded subset, sharded across the two ranks
+    checkpoint = torch.load(tmp_path / 'ddp' / 'last.pth.tar', map_location='cpu', weights_only=False)
+    assert not any(k.startswith('module.') for k in checkpoint['state_dict'])
