@@ -12,7 +12,6 @@ import logging
 import os
 from typing import List, Optional
 
-import timm
 import torch
 from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
 from timm.optim import create_optimizer_v2
@@ -26,7 +25,7 @@ import timm_advnorm  # noqa: F401  (registers the plugin's models)
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.cli import run_cli
 from timm_advnorm.data import DIGITS_NUM_CLASSES, fixed_subset, resolve_dataset
-from timm_advnorm.hub.loading import load_weights
+from timm_advnorm.hub import create_model_from_name_or_checkpoint
 from timm_advnorm.layers import convert_sync_mixture_bn, has_mixture_bn
 from timm_advnorm.task import create_task, running_stats_active, use_running_statistics
 from timm_advnorm.train.args import parse_args
@@ -98,11 +97,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.dataset == 'digits' and args.img_size is None:
         args.img_size = 32
 
-    model = timm.create_model(
-        args.model, pretrained=args.pretrained, num_classes=num_classes, drop_rate=args.drop,
+    model = create_model_from_name_or_checkpoint(
+        args.model, args.initial_checkpoint or None, pretrained=args.pretrained,
+        reset_classifier=args.reset_classifier, num_classes=num_classes, drop_rate=args.drop,
         **({'drop_path_rate': args.drop_path} if args.drop_path is not None else {}))
-    if args.initial_checkpoint:
-        load_weights(model, args.initial_checkpoint)
     data_config = resolve_data_config(
         dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
     space = InputSpace.from_data_config(data_config)

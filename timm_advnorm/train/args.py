@@ -19,7 +19,11 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
                        help='Registered model name, "hf-hub:org/name" or "local-dir:PATH" (default: test_mbn_resnet).')
     group.add_argument('--pretrained', action='store_true', help='Start from the model\'s pretrained weights.')
     group.add_argument('--initial-checkpoint', default='', type=str, metavar='PATH',
-                       help='Load these weights (no optimizer state) before training.')
+                       help='Start from these weights (no optimizer state): a checkpoint, .safetensors, export '
+                            'folder, local-dir:PATH or hf-hub:org/name.')
+    group.add_argument('--reset-classifier', action='store_true',
+                       help='Allow --num-classes to differ from the pretrained weights\' (new, untrained head); '
+                            'without it a mismatch is an error, never a silently dropped head.')
     group.add_argument('--resume', default='', type=str, metavar='PATH',
                        help='Resume model, optimizer and epoch from a train_adv.py checkpoint.')
     group.add_argument('--no-resume-opt', action='store_true', help='Do not restore the optimizer when resuming.')

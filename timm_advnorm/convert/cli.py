@@ -1,0 +1,63 @@
+"""``python -m timm_advnorm.convert <format> SRC DST`` (console script ``timm-advnorm-convert``).
+
+Formats:
+
+* ``fast-advprop``: a Fast AdvProp checkpoint to ``mbn_<arch>`` (or, with ``--branch``, one branch as ``<arch>``);
+* ``nofrost``: a NoFrost checkpoint to timm's ``nf_resnet26``/``nf_resnet50``;
+* ``tensorpack-resnet``: Feature Denoising's tensorpack ``R152.npz`` (or R50/R101) to timm's ``resnet152``.
+
+DST becomes an export folder (``config.json`` + ``model.safetensors``): ``timm.create_model('local-dir:DST',
+pretrained=True)`` loads it, and ``hub/publish.py DST ...`` publishes it with a model card.
+"""
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+from ..hub.publish import one_line
+from .fast_advprop import convert_fast_advprop
+from .nofrost import convert_nofrost
+from .tensorpack import convert_tensorpack_resnet
+
+__all__ = ['get_args_parser', 'main']
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    """Arguments of the converter command, one sub-command per source format."""
+    parser = argparse.ArgumentParser(
+        prog='timm-advnorm-convert', description="Convert the authors' released robust checkpoints to timm exports.")
+    formats = parser.add_subparsers(dest='format', required=True, metavar='FORMAT')
+
+    def add(name: str, help_text: str, src_help: str) -> argparse.ArgumentParser:
+        sub = formats.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument('src', metavar='SRC', help=src_help)
+        sub.add_argument('dst', metavar='DST', help='export folder to write')
+        sub.add_argument('--model', help='target architecture (default: detected from the weights)')
+        sub.add_argument('--overwrite', action='store_true', help='replace a non-empty DST')
+        return sub
+
+    fast = add('fast-advprop', 'Fast AdvProp (Mei et al., ICLR 2022) mixture-BN ResNet checkpoint.',
+               'checkpoint saved by fast_advprop/imagenet.py (.pth.tar)')
+    fast.add_argument('--branch', choices=('clean', 'adv'),
+                      help='write one branch as the plain timm ResNet (Fast AdvProp infers on clean)')
+    add('nofrost', 'NoFrost (Wang et al., ICML 2022) NF-ResNet checkpoint.', 'best_RA.pth, best_SA.pth or latest.pth')
+    add('tensorpack-resnet', 'Feature Denoising (Xie et al., CVPR 2019) tensorpack ResNet baseline.',
+        'R152.npz (or an R50/R101 .npz of the same code)')
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Command-line entry; bad input gives a one-line error and exit code 1."""
+    logging.basicConfig(level=logging.INFO, format='%(message)s')
+    args = get_args_parser().parse_args(argv)
+    try:
+        if args.format == 'fast-advprop':
+            convert_fast_advprop(args.src, args.dst, args.model, branch=args.branch, overwrite=args.overwrite)
+        elif args.format == 'nofrost':
+            convert_nofrost(args.src, args.dst, args.model, overwrite=args.overwrite)
+        else:
+            convert_tensorpack_resnet(args.src, args.dst, args.model, overwrite=args.overwrite)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f'timm-advnorm-convert: error: {one_line(e)}', file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,20 @@
+"""Hugging Face Hub publishing and loading: read any checkpoint, load it loudly, export it deployably.
+
+Loading (what ``train_adv.py`` and ``validate_adv.py`` use):
+
+* `create_model_from_name_or_checkpoint(model_name, checkpoint, pretrained=..., ema=..., branch=...)`;
+* `load_weights(model, source, ema=False, strict=True, branch=None)`;
+
+where a source is a ``train_adv.py`` checkpoint, a state dict (``.pth``/``.safetensors``), an export folder,
+``local-dir:PATH`` or ``hf-hub:org/name``. Exports load with ``timm.create_model('hf-hub:org/name',
+pretrained=True)`` (after ``import timm_advnorm`` for this plugin's architectures).
+
+Publishing: ``python hub/publish.py`` (see `timm_advnorm.hub.publish`).
+"""
+from .card import CardFacts, render_model_card
+from .checkpoint import Checkpoint, read_checkpoint, split_source, strip_wrapper_prefixes
+from .export import build_export_model, export_data_args, install_to_hf_cache, needs_plugin, staged_folder, write_export
+from .loading import (
+    PLUGIN_CONFIG_KEY, adapt_state_dict, check_num_classes, create_model_from_name_or_checkpoint, load_weights,
+    state_dict_num_classes)
+from .results import AttackResult, EvalResults, parse_eval_results, read_eval_results

@@ -1,0 +1,195 @@
+"""Deployable exports: a checkpoint becomes a folder that `timm.create_model` loads by name.
+
+An export folder holds ``config.json`` + ``model.safetensors`` (timm's `save_for_hf` layout, so the config's
+``architecture`` is a registered name) and optionally a model card ``README.md``. A mixture-BN model is exported
+either whole (loads after ``import timm_advnorm``) or as one branch in its plain-BN twin architecture, which stock
+timm loads with no plugin. Folders are written atomically: staged next to the target, then renamed into place.
+"""
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+
+import timm
+import torch.nn as nn
+from timm.models import get_pretrained_cfg, model_entrypoint, save_for_hf
+
+from .checkpoint import Checkpoint
+from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
+
+__all__ = [
+    'build_export_model', 'write_export', 'staged_folder', 'install_to_hf_cache', 'needs_plugin',
+    'export_data_args', 'DATA_ARG_KEYS',
+]
+
+_logger = logging.getLogger(__name__)
+
+# Training arguments (timm's train.py names) that define the preprocessing recorded in the export.
+DATA_ARG_KEYS = ('input_size', 'img_size', 'in_chans', 'mean', 'std', 'crop_pct', 'crop_mode', 'interpolation')
+
+
+def needs_plugin(architecture: str) -> bool:
+    """Whether `architecture` is registered by this plugin (loading needs ``import timm_advnorm``)."""
+    return model_entrypoint(architecture).__module__.startswith('timm_advnorm')
+
+
+def export_data_args(args: Mapping[str, Any]) -> Dict[str, Any]:
+    """The preprocessing arguments a training run set (unset ones, ``None`` or ``''``, are left out)."""
+    return {k: args[k] for k in DATA_ARG_KEYS if args.get(k) not in (None, '')}
+
+
+def _num_classes(checkpoint: Checkpoint, weights: Mapping[str, Any], arch: str) -> Optional[int]:
+    cfg = checkpoint.pretrained_cfg or {}
+    classifier = cfg.get('classifier') or getattr(get_pretrained_cfg(arch), 'classifier', None)
+    if isinstance(classifier, (tuple, list)):
+        classifier = classifier[0]
+    found = state_dict_num_classes(weights, classifier)
+    declared = checkpoint.args.get('num_classes')
+    if found is not None and declared is not None and found != declared:
+        raise ValueError(f'{checkpoint.source}: the classifier has {found} classes but its args say {declared}.')
+    return found
+
+
+def build_export_model(
+        checkpoint: Checkpoint,
+        model_name: Optional[str] = None,
+        ema: bool = False,
+        branch: Optional[str] = None,
+) -> Tuple[nn.Module, str]:
+    """The model to export, weights loaded strictly, and the architecture it was trained as.
+
+    Args:
+        checkpoint: Weights and their metadata (`read_checkpoint`).
+        model_name: Architecture, when the checkpoint does not name it (bare state dicts).
+        ema: Export the EMA weights.
+        branch: Export this mixture-BN branch (``clean``/``adv``) in the plain-BN twin architecture.
+
+    Raises:
+        ValueError: No architecture, a class-count mismatch, missing EMA weights, or a branch of a non-MBN model.
+    """
+    source_arch = model_name or checkpoint.arch
+    if not source_arch:
+        raise ValueError(f'{checkpoint.source} does not name its architecture: pass --model.')
+    if not timm.is_model(source_arch):
+        raise ValueError(f'Unknown architecture {source_arch!r}.')
+    arch = source_arch
+    if branch is not None:
+        from ..models import base_architecture
+        arch = base_architecture(source_arch)
+    weights = checkpoint.weights(ema)
+    pretrained_cfg = checkpoint.pretrained_cfg or get_pretrained_cfg(source_arch).to_dict()
+    pretrained_cfg['architecture'] = arch
+    model_kwargs = dict(checkpoint.model_args, **checkpoint.args.get('model_kwargs', None) or {})
+    if checkpoint.args.get('in_chans'):
+        model_kwargs['in_chans'] = checkpoint.args['in_chans']
+    num_classes = _num_classes(checkpoint, weights, source_arch)
+    if num_classes is not None:
+        model_kwargs['num_classes'] = num_classes
+    model = timm.create_model(arch, pretrained_cfg=pretrained_cfg, **model_kwargs)
+    load_weights(model, Checkpoint(state_dict=weights, source=checkpoint.source), branch=branch)
+    return model.eval(), source_arch
+
+
+def write_export(
+        model: nn.Module,
+        folder: Union[str, Path],
+        data_args: Optional[Mapping[str, Any]] = None,
+        plugin_config: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Write ``config.json`` + ``model.safetensors`` for `model` into `folder` (which must exist).
+
+    Args:
+        model: The model, with the pretrained config its export should carry.
+        folder: Destination folder.
+        data_args: Preprocessing overrides (`export_data_args`), recorded in the config.
+        plugin_config: What stock timm cannot express, stored under ``config.json``'s ``timm_advnorm`` key.
+
+    Returns:
+        The written config.
+    """
+    model_config = {PLUGIN_CONFIG_KEY: dict(plugin_config)} if plugin_config else None
+    save_for_hf(model, folder, model_config=model_config, safe_serialization=True,
+                data_config=dict(data_args) if data_args else None)
+    return json.loads((Path(folder) / 'config.json').read_text())
+
+
+def _make_readable(folder: Path) -> None:
+    """Give a staged tree ordinary permissions (temporary folders and some writers create owner-only files)."""
+    folder.chmod(0o755)
+    for path in folder.rglob('*'):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+@contextmanager
+def staged_folder(target: Union[str, Path], overwrite: bool = False) -> Iterator[Path]:
+    """Yield an empty staging folder that replaces `target` when the block succeeds, and vanishes if it fails.
+
+    Raises:
+        FileExistsError: `target` is a file, or a non-empty folder and `overwrite` is not set.
+    """
+    target = Path(target).expanduser().absolute()
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f'{target} exists and is not a folder.')
+    if target.is_dir() and any(target.iterdir()) and not overwrite:
+        raise FileExistsError(f'{target} is not empty: pass --overwrite to replace it.')
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f'.{target.name}.staging-', dir=target.parent))
+    try:
+        yield staging
+        _make_readable(staging)
+        if target.exists():
+            retired = staging.with_name(staging.name.replace('.staging-', '.retired-'))
+            os.replace(target, retired)
+            os.replace(staging, target)
+            shutil.rmtree(retired)
+        else:
+            os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def install_to_hf_cache(
+        folder: Union[str, Path],
+        repo_id: str,
+        cache_dir: Optional[Union[str, Path]] = None,
+        revision: str = 'main',
+) -> Path:
+    """Lay an export out as a Hugging Face cache snapshot, so ``hf-hub:repo_id`` loads it offline.
+
+    Useful on machines without network (set ``HF_HUB_OFFLINE=1``) and in tests. The layout is the one
+    ``huggingface_hub`` reads: ``models--org--name/refs/<revision>`` holds a commit hash and
+    ``models--org--name/snapshots/<hash>/`` the files.
+
+    Args:
+        folder: An export folder.
+        repo_id: ``org/name``.
+        cache_dir: Hub cache (default: huggingface_hub's, i.e. ``$HF_HOME/hub``).
+        revision: Branch name the snapshot is registered under.
+
+    Returns:
+        The snapshot folder.
+    """
+    from huggingface_hub import constants
+    from huggingface_hub.utils import validate_repo_id
+
+    validate_repo_id(repo_id)
+    folder = Path(folder)
+    digest = hashlib.sha1()
+    for path in sorted(p for p in folder.rglob('*') if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode())
+        digest.update(path.read_bytes())
+    commit = digest.hexdigest()
+    repo_dir = Path(cache_dir or constants.HF_HUB_CACHE) / f'models--{repo_id.replace("/", "--")}'
+    snapshot = repo_dir / 'snapshots' / commit
+    shutil.copytree(folder, snapshot, dirs_exist_ok=True)
+    (repo_dir / 'refs').mkdir(parents=True, exist_ok=True)
+    (repo_dir / 'refs' / revision).write_text(commit)
+    _logger.info(f'Installed {folder} as hf-hub:{repo_id} in {repo_dir}.')
+    return snapshot
+

@@ -1,0 +1,266 @@
+"""Load weights into models, and create models from names or checkpoints, loudly.
+
+timm's pretrained loading silently drops the classifier when the requested ``num_classes`` differs from the
+weights' (the right thing when fine-tuning, the wrong thing when evaluating a checkpoint). Here every class-count
+mismatch raises unless the caller opts into a new head with ``reset_classifier=True``.
+
+Mixture-BN checkpoints and plain-BN models meet in three ways, each explicit:
+
+* mixture-BN checkpoint into a mixture-BN model: loaded as is;
+* plain-BN checkpoint into a mixture-BN model: both branches start from its BN (as `convert_to_mixture_bn` does);
+* mixture-BN checkpoint into a plain-BN model: only with ``branch='clean'`` or ``'adv'``.
+"""
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Union
+
+import timm
+import torch
+import torch.nn as nn
+from timm.models import get_pretrained_cfg
+
+from ..layers import ADV_BN_KEY, branch_state_dict, has_mixture_bn, mixture_bn_modules
+from .checkpoint import Checkpoint, read_checkpoint, split_source, strip_wrapper_prefixes
+
+__all__ = [
+    'load_weights', 'create_model_from_name_or_checkpoint', 'adapt_state_dict', 'check_num_classes',
+    'state_dict_num_classes', 'source_config', 'PLUGIN_CONFIG_KEY',
+]
+
+_logger = logging.getLogger(__name__)
+
+# Top-level ``config.json`` entry holding what stock timm cannot express (e.g. TF "SAME" padding of a conversion).
+PLUGIN_CONFIG_KEY = 'timm_advnorm'
+_BN_TENSORS = ('weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked')
+
+StateDict = Dict[str, torch.Tensor]
+Source = Union[str, Path, Checkpoint, Mapping[str, torch.Tensor]]
+
+
+def _classifier_name(model: nn.Module) -> Optional[str]:
+    get_classifier = getattr(model, 'get_classifier', None)
+    classifier = get_classifier() if callable(get_classifier) else None
+    if classifier is None or getattr(classifier, 'weight', None) is None:
+        return None
+    return next((name for name, module in model.named_modules() if module is classifier), None)
+
+
+def _registry_classifier(arch: str, pretrained_cfg: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    cfg = pretrained_cfg or {}
+    classifier = cfg.get('classifier')
+    if classifier is None:
+        registered = get_pretrained_cfg(arch)
+        classifier = registered.classifier if registered is not None else None
+    if isinstance(classifier, (tuple, list)):
+        classifier = classifier[0] if classifier else None
+    return classifier
+
+
+def state_dict_num_classes(state_dict: Mapping[str, torch.Tensor], classifier: Optional[str]) -> Optional[int]:
+    """Classes of the classifier named `classifier` (e.g. ``fc``, ``head.fc``) in `state_dict`; None if absent."""
+    if not classifier:
+        return None
+    weight = state_dict.get(f'{classifier}.weight')
+    return int(weight.shape[0]) if weight is not None else None
+
+
+def check_num_classes(model: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str = 'checkpoint') -> None:
+    """Raise unless `state_dict`'s classifier has as many classes as `model`'s.
+
+    Raises:
+        ValueError: The class counts differ, or only one of the two has a classifier.
+    """
+    name = _classifier_name(model)
+    if name is None:
+        return
+    expected = int(getattr(model.get_submodule(name), 'weight').shape[0])
+    found = state_dict_num_classes(state_dict, name)
+    if found is None:
+        raise ValueError(f'{source} has no classifier "{name}.weight" but the model has {expected} classes.')
+    if found != expected:
+        raise ValueError(
+            f'{source} has {found} classes but the model has {expected}: create it with num_classes={found}.')
+
+
+def _with_adversarial_copies(state_dict: StateDict, model: nn.Module) -> StateDict:
+    out = dict(state_dict)
+    names = {module: name for name, module in model.named_modules()}
+    for module in mixture_bn_modules(model):
+        prefix = f'{names[module]}.' if names[module] else ''
+        for tensor in _BN_TENSORS:
+            if f'{prefix}{tensor}' in out:
+                out[f'{prefix}{ADV_BN_KEY}.{tensor}'] = out[f'{prefix}{tensor}']
+    return out
+
+
+def adapt_state_dict(state_dict: StateDict, model: nn.Module, branch: Optional[str] = None) -> StateDict:
+    """Match a state dict's normalization layout to `model`'s (see the module docstring for the three cases).
+
+    Raises:
+        ValueError: A mixture-BN checkpoint into a plain-BN model without `branch`, or a `branch` that selects
+            nothing (plain-BN checkpoint, or a mixture-BN model).
+    """
+    checkpoint_mbn = any(f'.{ADV_BN_KEY}.' in key for key in state_dict)
+    model_mbn = has_mixture_bn(model)
+    if branch is not None:
+        if not checkpoint_mbn:
+            raise ValueError(f'branch={branch!r} selects a mixture-BN branch but the checkpoint has plain BN.')
+        if model_mbn:
+            raise ValueError(f'branch={branch!r} exports one branch into a plain-BN model; this model has mixture BN.')
+        return branch_state_dict(state_dict, branch)
+    if checkpoint_mbn and not model_mbn:
+        raise ValueError('The checkpoint has mixture BN and the model has plain BN: choose branch "clean" or "adv".')
+    if model_mbn and not checkpoint_mbn:
+        _logger.info('Plain-BN weights into a mixture-BN model: both branches start from the same BN.')
+        return _with_adversarial_copies(state_dict, model)
+    return dict(state_dict)
+
+
+def _as_checkpoint(source: Source) -> Checkpoint:
+    if isinstance(source, Checkpoint):
+        return source
+    if isinstance(source, Mapping):
+        return Checkpoint(state_dict=strip_wrapper_prefixes(source), source='state dict')
+    return read_checkpoint(source)
+
+
+def load_weights(
+        model: nn.Module,
+        source: Source,
+        ema: bool = False,
+        strict: bool = True,
+        branch: Optional[str] = None,
+) -> nn.Module:
+    """Load weights from any source `read_checkpoint` accepts (or a `Checkpoint`, or a state dict) into `model`.
+
+    Args:
+        model: The model to fill, already built with the right architecture and class count.
+        source: File path, export folder, ``local-dir:PATH``, ``hf-hub:org/name``, `Checkpoint` or state dict.
+        ema: Load a training checkpoint's EMA weights.
+        strict: Require every key to match, as `nn.Module.load_state_dict`.
+        branch: Load one branch of a mixture-BN checkpoint into a plain-BN model.
+
+    Returns:
+        `model`, for chaining.
+
+    Raises:
+        ValueError: Class counts differ, EMA weights are missing, or the normalization layouts do not meet.
+    """
+    checkpoint = _as_checkpoint(source)
+    state_dict = adapt_state_dict(checkpoint.weights(ema), model, branch)
+    check_num_classes(model, state_dict, checkpoint.source)
+    result = model.load_state_dict(state_dict, strict=strict)
+    if result.missing_keys or result.unexpected_keys:
+        _logger.warning(f'Loaded {checkpoint.source} non-strictly: missing {result.missing_keys}, '
+                        f'unexpected {result.unexpected_keys}.')
+    _logger.info(f'Loaded {"EMA " if ema else ""}weights from {checkpoint.source}.')
+    return model
+
+
+def source_config(model_name: str) -> Optional[Dict[str, Any]]:
+    """The ``config.json`` behind an ``hf-hub:`` or ``local-dir:`` model name; None for registry names."""
+    kind, location = split_source(model_name)
+    if kind == 'path':
+        return None
+    if kind == 'local-dir':
+        path = Path(location).expanduser() / 'config.json'
+        if not path.is_file():
+            raise FileNotFoundError(f'{model_name}: no config.json in the folder.')
+        return json.loads(path.read_text())
+    from huggingface_hub import hf_hub_download
+    from timm.models._hub import hf_split
+    repo_id, revision = hf_split(location)
+    return json.loads(Path(hf_hub_download(repo_id, 'config.json', revision=revision)).read_text())
+
+
+def _pretrained_num_classes(model_name: str, config: Optional[Mapping[str, Any]]) -> Optional[int]:
+    if config is not None:
+        return config.get('num_classes', config.get('pretrained_cfg', {}).get('num_classes'))
+    cfg = get_pretrained_cfg(model_name)
+    return cfg.num_classes if cfg is not None else None
+
+
+def _check_pretrained_classes(source: str, available: Optional[int], requested: Optional[int], reset: bool) -> None:
+    if available is None or requested is None or available == requested:
+        return
+    if not reset:
+        raise ValueError(
+            f'{source} has {available} classes but num_classes={requested} was requested: timm would drop the '
+            f'classifier; pass num_classes={available}, or reset_classifier=True to train a new head.')
+    _logger.warning(f'{source}: {available}-class classifier replaced by a new {requested}-class head.')
+
+
+def _apply_plugin_config(model: nn.Module, config: Optional[Mapping[str, Any]]) -> nn.Module:
+    plugin = (config or {}).get(PLUGIN_CONFIG_KEY) or {}
+    if plugin.get('padding') == 'tf_same':
+        from ..convert.tensorpack import use_tf_same_padding
+        _logger.info('Export records TensorFlow "SAME" padding: switching stride-2 layers to it.')
+        use_tf_same_padding(model)
+    return model
+
+
+def create_model_from_name_or_checkpoint(
+        model_name: Optional[str] = None,
+        checkpoint: Optional[Union[str, Path]] = None,
+        *,
+        pretrained: bool = False,
+        ema: bool = False,
+        branch: Optional[str] = None,
+        reset_classifier: bool = False,
+        strict: bool = True,
+        **kwargs: Any,
+) -> nn.Module:
+    """Create a model from a registry name, ``hf-hub:``/``local-dir:`` name, or a checkpoint — one entry point for
+    ``train_adv.py --model/--pretrained/--initial-checkpoint`` and ``validate_adv.py --model/--checkpoint``.
+
+    Args:
+        model_name: A registered architecture (``mbn_resnet50``, optionally ``.tag``), ``hf-hub:org/name`` or
+            ``local-dir:PATH``. Optional with a checkpoint that names its architecture.
+        checkpoint: Weights to load, any source `read_checkpoint` accepts. Its class count sets ``num_classes``.
+        pretrained: Load the pretrained weights named by `model_name` (ignored when `checkpoint` is given).
+        ema: Load a training checkpoint's EMA weights.
+        branch: Build the plain-BN twin and load this branch (``clean``/``adv``) of a mixture-BN checkpoint.
+        reset_classifier: Allow `num_classes` to differ from the pretrained weights' (a new, untrained head).
+        strict: Strict state-dict loading of `checkpoint`.
+        **kwargs: Passed to `timm.create_model` (``num_classes``, ``drop_rate``, ...).
+
+    Raises:
+        ValueError: Class counts differ, nothing names the architecture, or a source is given twice.
+    """
+    if checkpoint is None:
+        if not model_name:
+            raise ValueError('Name a model, a checkpoint, or both.')
+        if ema or branch:
+            raise ValueError('ema and branch select weights inside a checkpoint: pass checkpoint=... as well.')
+        config = source_config(model_name)
+        if pretrained:
+            _check_pretrained_classes(
+                model_name, _pretrained_num_classes(model_name, config), kwargs.get('num_classes'), reset_classifier)
+        return _apply_plugin_config(timm.create_model(model_name, pretrained=pretrained, **kwargs), config)
+
+    if model_name and split_source(model_name)[0] != 'path':
+        raise ValueError(f'Give the weights once: {model_name} as model name and {checkpoint} as checkpoint.')
+    loaded = read_checkpoint(checkpoint)
+    arch = model_name or loaded.arch
+    if not arch:
+        raise ValueError(f'{checkpoint} does not name its architecture: pass a model name.')
+    if branch is not None and not model_name:
+        from ..models import base_architecture
+        arch = base_architecture(arch)
+    pretrained_cfg = loaded.pretrained_cfg
+    if pretrained_cfg is not None:
+        pretrained_cfg['architecture'] = arch
+    found = state_dict_num_classes(loaded.weights(ema), _registry_classifier(arch, pretrained_cfg))
+    requested = kwargs.get('num_classes')
+    if found is not None and requested is not None and found != requested:
+        raise ValueError(f'{checkpoint} has {found} classes but num_classes={requested} was requested.')
+    if found is not None:
+        kwargs['num_classes'] = found
+    for key, value in loaded.model_args.items():
+        kwargs.setdefault(key, value)
+    if pretrained:
+        _logger.info(f'Weights come from {checkpoint}; pretrained weights of {arch} are not loaded.')
+    model = timm.create_model(arch, pretrained=False, pretrained_cfg=pretrained_cfg, **kwargs)
+    load_weights(model, loaded, ema=ema, strict=strict, branch=branch)
+    return _apply_plugin_config(model, loaded.config)

@@ -1,0 +1,220 @@
+"""Publish a checkpoint to the Hugging Face Hub, or to a local folder: weights, config and model card.
+
+Run it as ``python hub/publish.py`` (the repository's entry point, which supplies the card template)::
+
+    python hub/publish.py output/train/run/model_best.pth.tar --inference-branch adv \\
+        --results output/eval/results.json --repo-id org/mbn_resnet152.xie2020_in1k
+    python hub/publish.py CKPT --branch adv --results R.json --local-dir exports/r152-adv --dry-run --repo-id org/x
+
+The checkpoint may be a ``train_adv.py`` checkpoint, a bare state dict (``.pth``/``.safetensors``, with
+``--model``), an export folder (e.g. from ``timm_advnorm.convert``) or an ``hf-hub:``/``local-dir:`` name.
+Uploads read the token from ``HF_TOKEN``. A non-empty target (folder or Hub repository) is replaced only with
+``--overwrite``; folders are written atomically, so a failure leaves nothing half-written.
+"""
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, List, Mapping, Optional, Union
+
+import timm
+import torch.nn as nn
+from huggingface_hub import HfApi
+from huggingface_hub.errors import RevisionNotFoundError
+from huggingface_hub.utils import validate_repo_id
+from timm.models import split_model_name_tag
+
+from ..layers import has_mixture_bn
+from .card import CardFacts, render_model_card
+from .checkpoint import Checkpoint, read_checkpoint
+from .export import build_export_model, export_data_args, needs_plugin, staged_folder, write_export
+from .loading import PLUGIN_CONFIG_KEY
+from .results import EvalResults, read_eval_results
+
+__all__ = ['get_args_parser', 'publish', 'upload_export', 'one_line', 'main']
+
+_logger = logging.getLogger(__name__)
+_BRANCHES = ('clean', 'adv')
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    """Arguments of the publishing command."""
+    parser = argparse.ArgumentParser(
+        prog='hub/publish.py', description='Publish a checkpoint (weights, config.json, model card) to the Hugging '
+                                           'Face Hub or a local folder.')
+    parser.add_argument('checkpoint', help='train_adv.py checkpoint, state dict (.pth/.safetensors), export folder, '
+                                           'hf-hub:org/name or local-dir:PATH')
+    parser.add_argument('--model', help='architecture, when the checkpoint does not name it (bare state dicts)')
+    parser.add_argument('--ema', action='store_true', help="publish the checkpoint's EMA weights")
+    parser.add_argument('--branch', choices=_BRANCHES,
+                        help='publish this mixture-BN branch as the plain timm architecture (no plugin needed)')
+    parser.add_argument('--inference-branch', choices=_BRANCHES,
+                        help='branch the card tells users to route to (required for a whole mixture-BN model)')
+    parser.add_argument('--results', help='validate_adv.py results JSON for the card')
+    parser.add_argument('--repo-id', help='Hub repository org/name to upload to (token from HF_TOKEN)')
+    parser.add_argument('--local-dir', help='write the exact folder that is (or would be) uploaded here')
+    parser.add_argument('--dry-run', action='store_true', help='write --local-dir only, upload nothing')
+    parser.add_argument('--overwrite', action='store_true', help='replace a non-empty folder or Hub repository')
+    parser.add_argument('--private', action='store_true', help='create the Hub repository as private')
+    parser.add_argument('--revision', help='Hub branch to upload to (default: main)')
+    parser.add_argument('--commit-message', default='Add timm-advnorm model', help='Hub commit message')
+    parser.add_argument('--card-template', help='model card template (default: hub/model_card_template.md)')
+    parser.add_argument('--license', help="card license (default: the weights' pretrained config, e.g. a "
+                                          "converted release's license)")
+    return parser
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if not args.repo_id and not args.local_dir:
+        raise ValueError('Nothing to do: give --repo-id (upload) and/or --local-dir (folder).')
+    if args.dry_run and not args.local_dir:
+        raise ValueError('--dry-run writes the folder that would be uploaded: give --local-dir.')
+    if args.branch and args.inference_branch and args.branch != args.inference_branch:
+        raise ValueError(f'--branch {args.branch} exports that branch; --inference-branch cannot be another one.')
+    if args.repo_id:
+        validate_repo_id(args.repo_id)
+        if '/' not in args.repo_id:
+            raise ValueError(f'--repo-id must be org/name, got {args.repo_id!r}.')
+
+
+def _check_inference_branch(args: argparse.Namespace, model: nn.Module) -> None:
+    mixture_bn = has_mixture_bn(model)
+    if mixture_bn and not args.inference_branch:
+        raise ValueError('A mixture-BN model needs --inference-branch clean|adv (or --branch to export one branch).')
+    if args.inference_branch and not mixture_bn and not args.branch:
+        raise ValueError('--inference-branch applies to mixture-BN models; this model has plain normalization.')
+
+
+def _check_results_model(results: EvalResults, *architectures: str) -> None:
+    evaluated, _ = split_model_name_tag(results.model)
+    if timm.is_model(evaluated) and evaluated not in architectures:
+        _logger.warning(f'The results are for {results.model}, not {" or ".join(architectures)}.')
+
+
+def _card_facts(
+        args: argparse.Namespace,
+        checkpoint: Checkpoint,
+        model: nn.Module,
+        source_arch: str,
+        config: Mapping[str, Any],
+        results: Optional[EvalResults],
+) -> CardFacts:
+    mixture_bn = has_mixture_bn(model)
+    local = Path(args.local_dir).expanduser().absolute() if args.local_dir else None
+    plugin_config = config.get(PLUGIN_CONFIG_KEY) or {}
+    architecture = config['architecture']
+    return CardFacts(
+        title=args.repo_id.split('/')[-1] if args.repo_id else local.name,
+        load_name=f'hf-hub:{args.repo_id}' if args.repo_id else f'local-dir:{local}',
+        architecture=architecture,
+        source_architecture=source_arch,
+        needs_plugin=needs_plugin(architecture),
+        mixture_bn=mixture_bn,
+        num_classes=config['num_classes'],
+        data_config=config['pretrained_cfg'],
+        branch=args.branch,
+        inference_branch=args.inference_branch if mixture_bn else None,
+        ema=args.ema,
+        args=checkpoint.args,
+        epoch=checkpoint.epoch,
+        results=results,
+        provenance=plugin_config.get('converted_from'),
+        tf_same_padding=plugin_config.get('padding') == 'tf_same',
+        license=args.license or config['pretrained_cfg'].get('license') or 'other',
+    )
+
+
+def upload_export(
+        folder: Union[str, Path],
+        repo_id: str,
+        private: bool = False,
+        revision: Optional[str] = None,
+        commit_message: str = 'Add timm-advnorm model',
+        overwrite: bool = False,
+) -> str:
+    """Upload an export folder to ``repo_id`` with the token in ``HF_TOKEN``; returns the commit URL.
+
+    With `overwrite`, remote files absent from the folder are deleted so the repository matches it exactly.
+
+    Raises:
+        ValueError: ``HF_TOKEN`` is not set.
+        FileExistsError: The repository already holds files and `overwrite` is not set.
+    """
+    token = os.environ.get('HF_TOKEN')
+    if not token:
+        raise ValueError('Set HF_TOKEN (a write token from https://huggingface.co/settings/tokens) to upload.')
+    api = HfApi(token=token)
+    if api.repo_exists(repo_id):
+        try:
+            existing = [f for f in api.list_repo_files(repo_id, revision=revision) if f != '.gitattributes']
+        except RevisionNotFoundError:
+            existing = []
+        if existing and not overwrite:
+            raise FileExistsError(f'hf-hub:{repo_id} already holds {len(existing)} files: pass --overwrite.')
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    if revision:
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    commit = api.upload_folder(
+        repo_id=repo_id, folder_path=str(folder), revision=revision, commit_message=commit_message,
+        delete_patterns='*' if overwrite else None)
+    return str(getattr(commit, 'commit_url', commit))
+
+
+def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
+    """Export, write the card, and write and/or upload the folder, as the parsed `args` say.
+
+    Returns:
+        The Hub commit URL, or None when nothing was uploaded.
+    """
+    _check_args(args)
+    results = read_eval_results(args.results) if args.results else None
+    checkpoint = read_checkpoint(args.checkpoint)
+    model, source_arch = build_export_model(checkpoint, args.model, ema=args.ema, branch=args.branch)
+    _check_inference_branch(args, model)
+    if results is not None:
+        _check_results_model(results, source_arch, model.pretrained_cfg['architecture'])
+    plugin_config = checkpoint.config.get(PLUGIN_CONFIG_KEY)
+
+    def fill(folder: Path) -> None:
+        config = write_export(model, folder, export_data_args(checkpoint.args), plugin_config)
+        facts = _card_facts(args, checkpoint, model, source_arch, config, results)
+        (folder / 'README.md').write_text(render_model_card(card_template, facts))
+
+    upload = bool(args.repo_id) and not args.dry_run
+    if args.local_dir:
+        with staged_folder(args.local_dir, overwrite=args.overwrite) as stage:
+            fill(stage)
+        _logger.info(f'Wrote {args.local_dir}.')
+        if not upload:
+            return None
+        return upload_export(args.local_dir, args.repo_id, args.private, args.revision, args.commit_message,
+                             args.overwrite)
+    with tempfile.TemporaryDirectory() as tmp:
+        fill(Path(tmp))
+        return upload_export(tmp, args.repo_id, args.private, args.revision, args.commit_message, args.overwrite)
+
+
+def one_line(error: BaseException, limit: int = 600) -> str:
+    """An exception as one line of at most `limit` characters, for command-line error messages."""
+    text = ' '.join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def main(argv: Optional[List[str]] = None, default_card_template: Optional[Union[str, Path]] = None) -> int:
+    """Command-line entry: parse `argv`, publish, and turn any bad input into a one-line error and exit code 1."""
+    logging.basicConfig(level=logging.INFO, format='%(message)s')
+    args = get_args_parser().parse_args(argv)
+    try:
+        template_path = args.card_template or default_card_template
+        if not template_path:
+            raise ValueError('No model card template: pass --card-template (see hub/model_card_template.md).')
+        template = Path(template_path).read_text()
+        url = publish(args, template)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f'publish: error: {one_line(e)}', file=sys.stderr)
+        return 1
+    if url:
+        _logger.info(f'Uploaded: {url}')
+    return 0

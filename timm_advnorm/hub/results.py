@@ -1,0 +1,214 @@
+"""Read the robust-accuracy results of ``validate_adv.py`` for a model card, tolerating layout variations.
+
+Two layouts are read; fields not listed are ignored.
+
+``validate_adv.py``'s own (accuracies in percent):
+
+* top level: ``model`` (str), ``protocol`` (an object with ``name`` and optionally ``headline``), ``variants``
+  (list), optionally ``dataset``, ``num_samples``, ``checkpoint``, ``primary_variant``;
+* per variant: ``name`` (``model``, ``clean``, ``adv``, ``mix@0.5``, ...), ``clean`` (clean accuracy),
+  ``attacks`` (list of per-attack objects, below), optionally ``worst_case`` and ``robust`` (the protocol's
+  headline robust accuracy).
+
+A flat one, for results from elsewhere:
+
+* top level: ``model`` (str); ``protocol`` (str, or an object with ``name``); a list of per-attack objects under
+  ``results`` or ``attacks``; optionally ``dataset`` or ``data``, ``num_samples``, ``n_samples`` or ``samples``,
+  ``checkpoint``, ``clean_accuracy``, ``clean_acc`` or ``clean_top1``, and ``accuracy_unit`` (``percent`` or
+  ``fraction``; without it, accuracies that are all at most 1 are read as fractions);
+* per entry: ``variant`` (optional), and entries named ``clean`` or ``none`` are clean accuracies.
+
+Per-attack objects (both layouts) need a name (``label``, ``name``, ``attack`` or ``stage``) and an accuracy
+(``accuracy``, ``robust_accuracy``, ``acc``, ``top1`` or ``acc1``); optional: ``attack_success_rate``,
+``success_rate`` or ``asr``, and the scalar settings ``eps``, ``epsilon``, ``steps``, ``iterations``,
+``restarts``, ``queries``, ``targeted``. Accuracies are kept in percent.
+"""
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+__all__ = ['AttackResult', 'EvalResults', 'parse_eval_results', 'read_eval_results', 'WORST_CASE']
+
+_LIST_KEYS = ('results', 'attacks')
+_NAME_KEYS = ('label', 'name', 'attack', 'stage')
+_ACCURACY_KEYS = ('accuracy', 'robust_accuracy', 'acc', 'top1', 'acc1')
+_SUCCESS_KEYS = ('attack_success_rate', 'success_rate', 'asr')
+_CLEAN_KEYS = ('clean_accuracy', 'clean_acc', 'clean_top1')
+_SAMPLES_KEYS = ('num_samples', 'n_samples', 'samples')
+_DATASET_KEYS = ('dataset', 'data')
+_SETTING_KEYS = ('eps', 'epsilon', 'steps', 'iterations', 'restarts', 'queries', 'targeted')
+_CLEAN_NAMES = ('clean', 'none')
+WORST_CASE = 'worst case'
+
+
+@dataclass(frozen=True)
+class AttackResult:
+    """Accuracy (percent) under one attack, or on clean images when `is_clean`."""
+
+    name: str
+    accuracy: float
+    variant: Optional[str] = None
+    success_rate: Optional[float] = None
+    settings: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_clean(self) -> bool:
+        """Whether this is a clean-image accuracy rather than an attack."""
+        return self.name.lower() in _CLEAN_NAMES
+
+
+@dataclass(frozen=True)
+class EvalResults:
+    """A ``validate_adv.py`` results file; `entries` are in file order, the top-level clean accuracy first."""
+
+    model: str
+    protocol: str
+    entries: Tuple[AttackResult, ...]
+    dataset: Optional[str] = None
+    num_samples: Optional[int] = None
+    checkpoint: Optional[str] = None
+    headlines: Dict[Optional[str], float] = field(default_factory=dict)
+
+    @property
+    def variants(self) -> List[Optional[str]]:
+        """Evaluated variants in first-seen order (``[None]`` when the file names none)."""
+        return list(dict.fromkeys(e.variant for e in self.entries))
+
+    def clean_accuracy(self, variant: Optional[str] = None) -> Optional[float]:
+        """Clean accuracy of `variant`, falling back to a variant-less clean accuracy."""
+        clean = {e.variant: e.accuracy for e in self.entries if e.is_clean}
+        return clean.get(variant, clean.get(None))
+
+    def strongest(self, variant: Optional[str] = None) -> Optional[AttackResult]:
+        """The attack (or per-sample worst case) leaving the lowest accuracy on `variant`."""
+        attacks = [e for e in self.entries if not e.is_clean and e.variant == variant]
+        return min(attacks, key=lambda e: e.accuracy) if attacks else None
+
+    def robust_accuracy(self, variant: Optional[str] = None) -> Optional[float]:
+        """The protocol's headline robust accuracy of `variant` when recorded, else the strongest attack's."""
+        if variant in self.headlines:
+            return self.headlines[variant]
+        strongest = self.strongest(variant)
+        return None if strongest is None else strongest.accuracy
+
+
+def _first(entry: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    return next((entry[k] for k in keys if entry.get(k) is not None), None)
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f'{what} must be a number, got {value!r}.')
+    return float(value)
+
+
+def _percent_scale(unit: Any, values: List[float]) -> float:
+    if unit is None:
+        return 100.0 if values and max(values) <= 1.0 else 1.0
+    if unit in ('percent', '%'):
+        return 1.0
+    if unit == 'fraction':
+        return 100.0
+    raise ValueError(f'accuracy_unit must be "percent" or "fraction", got {unit!r}.')
+
+
+def _entry(entry: Mapping[str, Any], index: int, variant: Any = None) -> AttackResult:
+    name, accuracy = _first(entry, _NAME_KEYS), _first(entry, _ACCURACY_KEYS)
+    if not isinstance(name, str) or accuracy is None:
+        raise ValueError(f'Result {index} needs a name ({"/".join(_NAME_KEYS)}) and an accuracy '
+                         f'({"/".join(_ACCURACY_KEYS)}).')
+    success, variant = _first(entry, _SUCCESS_KEYS), entry.get('variant', variant)
+    return AttackResult(
+        name=name,
+        accuracy=_number(accuracy, f'Accuracy of {name}'),
+        variant=None if variant is None else str(variant),
+        success_rate=None if success is None else _number(success, f'Success rate of {name}'),
+        settings={k: entry[k] for k in _SETTING_KEYS if isinstance(entry.get(k), (int, float, str, bool))},
+    )
+
+
+def _scaled(result: AttackResult, scale: float) -> AttackResult:
+    success = None if result.success_rate is None else result.success_rate * scale
+    return AttackResult(result.name, result.accuracy * scale, result.variant, success, result.settings)
+
+
+def _is_variant_list(variants: Any) -> bool:
+    return isinstance(variants, list) and bool(variants) and all(
+        isinstance(v, Mapping) and isinstance(v.get('attacks'), list) for v in variants)
+
+
+def _variant_entries(variants: List[Mapping[str, Any]]) -> Tuple[List[AttackResult], Dict[Optional[str], float]]:
+    entries, headlines = [], {}
+    for variant in variants:
+        name = variant.get('name')
+        name = None if name is None else str(name)
+        if variant.get('clean') is not None:
+            entries.append(AttackResult('clean', _number(variant['clean'], f'Clean accuracy of {name}'), name))
+        entries += [_entry(attack, i, name) for i, attack in enumerate(variant['attacks'])]
+        if variant.get('worst_case') is not None:
+            entries.append(AttackResult(WORST_CASE, _number(variant['worst_case'], 'Worst case'), name))
+        if variant.get('robust') is not None:
+            headlines[name] = _number(variant['robust'], f'Robust accuracy of {name}')
+    return entries, headlines
+
+
+def _flat_entries(data: Mapping[str, Any]) -> List[AttackResult]:
+    raw = _first(data, _LIST_KEYS)
+    if not isinstance(raw, list) or not all(isinstance(e, Mapping) for e in raw):
+        raise ValueError('Results need a "variants" list (validate_adv.py) or a list of per-attack objects under '
+                         f'"{_LIST_KEYS[0]}" or "{_LIST_KEYS[1]}".')
+    entries = [_entry(e, i) for i, e in enumerate(raw)]
+    clean = _first(data, _CLEAN_KEYS)
+    if clean is not None:
+        entries.insert(0, AttackResult('clean', _number(clean, 'Clean accuracy')))
+    return entries
+
+
+def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
+    """Read a results mapping (fields in the module docstring).
+
+    Raises:
+        ValueError: A required field is missing or malformed.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError('Results must be a JSON object.')
+    model, protocol = data.get('model'), data.get('protocol')
+    if isinstance(protocol, Mapping):
+        protocol = protocol.get('name')
+    if not isinstance(model, str) or not isinstance(protocol, str):
+        raise ValueError('Results need a "model" string and a "protocol" (a string or an object with a "name").')
+    if _is_variant_list(data.get('variants')):
+        entries, headlines = _variant_entries(data['variants'])
+        scale = _percent_scale(data.get('accuracy_unit', 'percent'), [])
+    else:
+        entries, headlines = _flat_entries(data), {}
+        scale = _percent_scale(data.get('accuracy_unit'), [e.accuracy for e in entries])
+    samples, dataset, checkpoint = _first(data, _SAMPLES_KEYS), _first(data, _DATASET_KEYS), data.get('checkpoint')
+    return EvalResults(
+        model=model,
+        protocol=protocol,
+        entries=tuple(_scaled(e, scale) for e in entries),
+        dataset=dataset if isinstance(dataset, str) else None,
+        num_samples=samples if isinstance(samples, int) and not isinstance(samples, bool) else None,
+        checkpoint=checkpoint if isinstance(checkpoint, str) else None,
+        headlines={variant: value * scale for variant, value in headlines.items()},
+    )
+
+
+def read_eval_results(path: Union[str, Path]) -> EvalResults:
+    """Read a ``validate_adv.py`` results JSON file.
+
+    Raises:
+        FileNotFoundError: No such file.
+        ValueError: Not JSON, or a required field is missing.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f'Results file not found: {path}')
+    try:
+        return parse_eval_results(json.loads(path.read_text()))
+    except json.JSONDecodeError as e:
+        raise ValueError(f'{path} is not JSON: {e}') from None
+    except ValueError as e:
+        raise ValueError(f'{path}: {e}') from None
