@@ -59,7 +59,7 @@ def _train_attack(args, space: InputSpace, amp_dtype):
         'pgd', space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
         norm=args.attack_norm, targeted=args.attack_targeted, random_start=True,
         clean_start_prob=args.attack_clean_start_prob, step_rule=args.attack_step_rule, best_iterate=False,
-        bn_stats=args.attack_bn_stats, autocast_dtype=amp_dtype, seed=args.seed)
+        bn_stats=args.attack_bn_stats, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
 
 
 def _val_attack(args, space: InputSpace, amp_dtype):
@@ -67,7 +67,7 @@ def _val_attack(args, space: InputSpace, amp_dtype):
     return create_attack(
         'pgd', space=space, eps=args.val_attack_eps or args.attack_eps,
         step=args.val_attack_step or args.attack_step, steps=args.val_attack_steps, norm=args.attack_norm,
-        targeted=targeted, random_start=True, best_iterate=True, autocast_dtype=amp_dtype, seed=args.seed)
+        targeted=targeted, random_start=True, best_iterate=True, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
 
 
 def _check_args(args) -> None:

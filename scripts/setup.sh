@@ -7,11 +7,13 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 stamp="$VENV/.timm-advnorm-installed"
-want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -c constraints.txt -e ".[dev]"
+# The PGD reference of the cross-check tests and benchmarks; --no-deps because it pins requests~=2.25.
+"$VENV/bin/python" -m pip install --quiet --no-deps torchattacks==3.5.1
 echo "$want" > "$stamp"

@@ -14,7 +14,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..layers.routing import preserve_route
 
-__all__ = ['BN_STATS', 'LossFn', 'attack_context', 'input_gradient', 'cross_entropy_per_sample', 'random_targets', 'is_fooled']
+__all__ = ['BN_STATS', 'LossFn', 'attack_context', 'input_gradient', 'cross_entropy_per_sample', 'random_targets',
+           'is_fooled']
 
 BN_STATS = ('running', 'batch')
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

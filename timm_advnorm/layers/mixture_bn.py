@@ -117,6 +117,12 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
         if self.route == 'adv':
             return self._adv(x)
         if self.route == 'split':
+            if self.n_clean > x.shape[0]:
+                raise ValueError('split route: n_clean is larger than the batch.')
+            if self.n_clean == 0:  # an empty half must not count a batch in its statistics
+                return self._adv(x)
+            if self.n_clean == x.shape[0]:
+                return self._clean(x)
             x_clean, x_adv = torch.split(x, [self.n_clean, x.shape[0] - self.n_clean])
             return torch.cat([self._clean(x_clean), self._adv(x_adv)])
         if self.route == 'mix':

@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""Print the demo's comparison: clean and PGD accuracy of each evaluated run and branch, from validate_adv.py JSON."""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('results', nargs='+', metavar='LABEL=RESULTS.json', help='Labelled validate_adv.py results.')
+    args = parser.parse_args()
+    print('| training | branch | clean top-1 | robust top-1 (attack) |')
+    print('| --- | --- | --- | --- |')
+    for item in args.results:
+        label, _, path = item.partition('=')
+        results = json.loads(Path(path).read_text())
+        for variant in results['variants']:
+            attacks = ', '.join(f'{a["accuracy"]:.1f}% ({a["label"]}-{a["steps"]}, eps {a["eps"]:g})'
+                                for a in variant['attacks'])
+            print(f'| {label} | {variant["name"]} | {variant["clean"]:.1f}% | {attacks} |')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""PGD and FGSM properties on a small BN network trained on synthetic, separable data."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from timm_advnorm.attacks import FGSM, PGD, InputSpace, attack_context, create_attack, pgd
+from timm_advnorm.attacks.base import pixel_l2_norm
+from timm_advnorm.attacks.core import cross_entropy_per_sample, is_fooled
+from timm_advnorm.layers import convert_to_mixture_bn, get_route, route
+
+NUM_CLASSES = 5
+SPACE = InputSpace()  # ImageNet mean/std: per-channel budgets differ
+
+
+def _data(n: int, seed: int):
+    """Images (normalized): a fixed ±3% pattern per class plus 10% pixel noise; ε=16 can flip any of them."""
+    patterns = torch.randn(NUM_CLASSES, 3, 8, 8, generator=torch.Generator().manual_seed(1234)).sign()
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, NUM_CLASSES, (n,), generator=g)
+    pixels = (0.5 + 0.03 * patterns[y] + 0.1 * torch.randn(n, 3, 8, 8, generator=g)).clamp(0, 1)
+    return SPACE.from_pixels(pixels), y
+
+
+@pytest.fixture(scope='module')
+def trained() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Flatten(), nn.Linear(8 * 8 * 8, NUM_CLASSES))
+    x, y = _data(512, seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for i in range(40):
+        rows = slice(64 * (i % 8), 64 * (i % 8 + 1))
+        optimizer.zero_grad()
+        F.cross_entropy(model(x[rows]), y[rows]).backward()
+        optimizer.step()
+    model.eval()
+    x_test, y_test = _data(64, seed=1)
+    with torch.no_grad():
+        assert (model(x_test).argmax(1) == y_test).float().mean() > 0.9, 'the fixture model must have learned'
+    return model
+
+
+@pytest.fixture
+def model(trained) -> nn.Module:
+    return copy.deepcopy(trained)
+
+
+@pytest.fixture
+def batch():
+    return _data(32, seed=2)
+
+
+def _loss(model, x, y):
+    with torch.no_grad():
+        return cross_entropy_per_sample(model(x), y)
+
+
+def _fooled(model, x, y, targets=None):
+    with torch.no_grad():
+        return is_fooled(model(x), y, targets)
+
+
+@pytest.mark.parametrize('norm,eps', [('linf', 16), ('l2', 128)])
+@pytest.mark.parametrize('targeted', [False, True])
+def test_perturbation_stays_in_the_ball_and_pixels_valid(model, batch, norm, eps, targeted):
+    x, y = batch
+    x_adv = PGD(SPACE, eps=eps, steps=5, norm=norm, targeted=targeted, seed=0)(model, x, y)
+    assert x_adv.shape == x.shape and not x_adv.requires_grad
+    delta_pixels = SPACE.to_pixels(x_adv) - SPACE.to_pixels(x)
+    pixels = SPACE.to_pixels(x_adv)
+    assert pixels.min() >= -1e-6 and pixels.max() <= 1 + 1e-6
+    if norm == 'linf':
+        assert delta_pixels.abs().max() <= eps / 255 + 1e-6
+    else:
+        assert pixel_l2_norm(x_adv - x, SPACE.std_like(x)).max() <= eps / 255 + 1e-5
+        assert delta_pixels.flatten(1).norm(dim=1).max() <= eps / 255 + 1e-5
+
+
+@pytest.mark.parametrize('norm,eps', [('linf', 8), ('l2', 128)])
+def test_untargeted_attack_raises_the_loss(model, batch, norm, eps):
+    x, y = batch
+    x_adv = PGD(SPACE, eps=eps, steps=10, norm=norm, seed=0)(model, x, y)
+    clean, adv = _loss(model, x, y), _loss(model, x_adv, y)
+    assert adv.mean() > clean.mean()
+    assert (adv > clean).float().mean() > 0.9
+
+
+def test_targeted_success_rises_with_iterations(model, batch):
+    x, y = batch
+    targets = (y + 1) % NUM_CLASSES
+    success = []
+    for steps in (1, 5, 20):
+        attack = PGD(SPACE, eps=8, step=1, steps=steps, step_rule='fixed', targeted=True, seed=0)
+        success.append(_fooled(model, attack(model, x, y, targets), y, targets).float().mean().item())
+    assert success == sorted(success) and success[-1] > success[0]
+
+
+def test_seeded_runs_are_identical_and_streams_advance(model, batch):
+    x, y = batch
+    kwargs = dict(steps=2, targeted=True, clean_start_prob=0.3)
+    first, second = PGD(SPACE, seed=7, **kwargs), PGD(SPACE, seed=7, **kwargs)
+    a1, a2 = first(model, x, y), first(model, x, y)
+    assert torch.equal(a1, second(model, x, y)) and torch.equal(a2, second(model, x, y))
+    assert not torch.equal(a1, a2), 'successive calls draw fresh noise'
+    assert not torch.equal(a1, PGD(SPACE, seed=8, **kwargs)(model, x, y))
+
+
+@pytest.mark.parametrize('bn_stats', ['running', 'batch'])
+def test_model_state_is_restored_and_parameters_get_no_grad(model, batch, bn_stats):
+    x, y = batch
+    model = convert_to_mixture_bn(model).train()
+    model[0].eval()  # a mixed mode must come back as it was
+    model[4].weight.requires_grad_(False)
+    flags = [(m.training) for m in model.modules()]
+    grads = [p.requires_grad for p in model.parameters()]
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    with route(model, 'adv'):
+        routes = [(name, n, g) for _, name, n, g in get_route(model)]
+        PGD(SPACE, steps=2, bn_stats=bn_stats, seed=0)(model, x, y)
+        assert [(name, n, g) for _, name, n, g in get_route(model)] == routes
+    assert [m.training for m in model.modules()] == flags
+    assert [p.requires_grad for p in model.parameters()] == grads
+    assert all(p.grad is None for p in model.parameters())
+    for k, v in model.named_buffers():
+        assert torch.equal(v, buffers[k]), f'{k} changed'
+
+
+def test_random_targets_never_equal_labels(model):
+    x, y = _data(256, seed=3)
+    seen = []
+
+    def recording_loss(logits, target):
+        seen.append(target.clone())
+        return cross_entropy_per_sample(logits, target)
+
+    PGD(SPACE, steps=1, targeted=True, best_iterate=False, loss_fn=recording_loss, seed=0)(model, x, y)
+    targets = seen[0]
+    assert targets.shape == y.shape and (targets != y).all()
+    assert set(targets.tolist()) == set(range(NUM_CLASSES)), 'every other class can be drawn'
+
+
+def test_best_iterate_is_never_worse_than_last_iterate(model, batch):
+    x, y = batch
+    kwargs = dict(eps=4, steps=10, seed=0)
+    best = PGD(SPACE, best_iterate=True, **kwargs)(model, x, y)
+    last = PGD(SPACE, best_iterate=False, **kwargs)(model, x, y)
+    fooled_best, fooled_last = _fooled(model, best, y), _fooled(model, last, y)
+    assert (fooled_best >= fooled_last).all()
+    assert fooled_last.any() and not fooled_last.all(), 'the budget must make the comparison informative'
+
+
+def test_pruning_fooled_samples_gives_the_per_sample_result(model, batch):
+    """Evaluation drops fooled rows from the batch; for an eval-mode model this must not change any sample."""
+    model, (x, y) = model.double(), batch
+    x = x.double()
+    targets = (y + 2) % NUM_CLASSES
+    kwargs = dict(space=SPACE, eps=8, step=2, steps=8, targeted=True, random_start=False, best_iterate=True)
+    with attack_context(model):
+        batched = pgd(model, x, y, targets=targets, **kwargs)
+        alone = torch.cat([pgd(model, x[i:i + 1], y[i:i + 1], targets=targets[i:i + 1], **kwargs)
+                           for i in range(len(x))])
+    fooled = _fooled(model, batched, y, targets)
+    assert fooled.any() and not fooled.all(), 'some rows must be pruned while others go on'
+    torch.testing.assert_close(batched, alone, rtol=0, atol=1e-12)
+
+
+def test_bf16_autocast_runs_and_stays_close_to_fp32(model, batch):
+    x, y = batch
+    kwargs = dict(steps=1, random_start=False, best_iterate=False, fold_bn=False)
+    fp32 = PGD(SPACE, **kwargs)(model, x, y)
+    bf16 = PGD(SPACE, autocast_dtype=torch.bfloat16, **kwargs)(model, x, y)
+    assert bf16.dtype == torch.float32 and torch.isfinite(bf16).all()
+    moved = (fp32 - x).abs() > 0
+    agree = ((bf16 - x).sign() == (fp32 - x).sign())[moved].float().mean()
+    assert agree > 0.9, f'bf16 step direction agrees with fp32 on only {agree:.2%} of pixels'
+    ten_fp32 = PGD(SPACE, steps=10, seed=0)(model, x, y)
+    ten_bf16 = PGD(SPACE, steps=10, seed=0, autocast_dtype=torch.bfloat16)(model, x, y)
+    assert abs(_loss(model, ten_bf16, y).mean() - _loss(model, ten_fp32, y).mean()) < \
+        0.2 * (_loss(model, ten_fp32, y).mean() - _loss(model, x, y).mean())
+
+
+def test_soft_targets_are_attacked_as_given(model, batch):
+    x, y = batch
+    soft = 0.7 * F.one_hot(y, NUM_CLASSES).float() + 0.3 * F.one_hot((y + 1) % NUM_CLASSES, NUM_CLASSES).float()
+    x_adv = PGD(SPACE, steps=5, seed=0)(model, x, soft)
+    assert _loss(model, x_adv, soft).mean() > _loss(model, x, soft).mean()
+
+
+@pytest.mark.parametrize('p', [0.0, 0.5, 1.0])
+def test_clean_start_probability(model, p):
+    x, y = _data(64, seed=4)
+    start = PGD(SPACE, steps=0, clean_start_prob=p, seed=0)(model, x, y)
+    clean_rows = (start == x).flatten(1).all(dim=1)
+    if p == 1.0:
+        assert clean_rows.all()
+    elif p == 0.0:
+        assert not clean_rows.any()
+    else:
+        assert clean_rows.any() and not clean_rows.all()
+
+
+def test_step_rule(model, batch):
+    assert PGD(SPACE, eps=16, step=1, steps=10).step_size == pytest.approx(1.6)
+    assert PGD(SPACE, eps=16, step=1, steps=30).step_size == 1.0
+    assert PGD(SPACE, eps=16, step=1, steps=10, step_rule='fixed').step_size == 1.0
+    x, y = batch
+    x_adv = PGD(SPACE, eps=16, step=1, steps=10, random_start=False, best_iterate=False)(model, x, y)
+    one = PGD(SPACE, eps=16, step=1, steps=1, random_start=False, best_iterate=False, step_rule='fixed')
+    delta = (SPACE.to_pixels(one(model, x, y)) - SPACE.to_pixels(x)).abs()
+    assert delta.max() == pytest.approx(1 / 255, abs=1e-6)
+    assert (SPACE.to_pixels(x_adv) - SPACE.to_pixels(x)).abs().max() == pytest.approx(16 / 255, abs=1e-6)
+
+
+def test_fgsm_is_one_random_start_step_of_one_and_a_quarter_eps(model, batch):
+    x, y = batch
+    attack = create_attack('fgsm', space=SPACE, eps=8, seed=0)
+    assert isinstance(attack, FGSM) and attack.steps == 1 and attack.step_size == 10.0
+    x_adv = attack(model, x, y)
+    assert (SPACE.to_pixels(x_adv) - SPACE.to_pixels(x)).abs().max() <= 8 / 255 + 1e-6
+    assert _loss(model, x_adv, y).mean() > _loss(model, x, y).mean()
+
+
+def test_registry_and_bad_arguments(model, batch):
+    x, y = batch
+    assert isinstance(create_attack('pgd', space=SPACE, steps=3), PGD)
+    with pytest.raises(ValueError, match='norm'):
+        PGD(SPACE, norm='l3')
+    with pytest.raises(ValueError, match='step_rule'):
+        PGD(SPACE, step_rule='linear')
+    with pytest.raises(ValueError, match='targets'):
+        pgd(model, x, y, space=SPACE, eps=16, step=1, steps=1, targeted=True)
+    with pytest.raises(ValueError, match='labels'):
+        PGD(SPACE)(model, x, y[:3])

@@ -1,0 +1,185 @@
+"""AutoAttack, L∞: a cascade of complementary parameter-free attacks, each run on the samples still robust.
+
+Croce & Hein, *Reliable evaluation of adversarial robustness with an ensemble of diverse parameter-free attacks*
+(ICML 2020), "standard" version, with the reference defaults: APGD-CE (100 iterations, no restarts), APGD-T (9 target
+classes, 100 iterations each), FAB-T (9 target classes, 100 iterations each) and Square (5000 queries, p_init 0.8);
+RobustBench evaluates ImageNet at ε = 4/255. A sample is robust only if every attack fails on it, so the result is
+the per-sample worst case, and it can only be lower than (or equal to) any single component's robust accuracy.
+
+Not to be confused with torchattacks' ``AutoAttack`` (10 steps per APGD attack, and 999 target classes for
+ImageNet) or `pyautoattack` (a fork with a different API): this module implements the reference protocol.
+"""
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from .apgd import apgd, apgd_targeted
+from .base import hard_labels
+from .core import attack_context, is_fooled
+from .eval_attack import EvalAttack, forward_logits
+from .fab import fab_targeted
+from .fold_bn import fold_batchnorm
+from .registry import register_attack
+from .space import InputSpace
+from .square import square
+
+__all__ = ['autoattack', 'AutoAttack', 'AutoAttackResult', 'AUTOATTACK_STANDARD', 'AUTOATTACK_COMPONENTS']
+
+AUTOATTACK_STANDARD = ('apgd-ce', 'apgd-t', 'fab-t', 'square')
+AUTOATTACK_COMPONENTS = ('apgd-ce', 'apgd-dlr', 'apgd-t', 'fab-t', 'square')
+
+
+class AutoAttackResult(NamedTuple):
+    """Output of `autoattack`.
+
+    Attributes:
+        x_adv: Adversarial inputs (normalized): for each fooled sample the first successful attack's output, for
+            each robust one the first attack's output (APGD-CE: its highest-loss point).
+        fooled_by: (B,) long: index into `stages` of what fooled each sample (0: the clean input is misclassified),
+            -1 for robust samples.
+        stages: ``('clean', *attacks)``.
+    """
+
+    x_adv: torch.Tensor
+    fooled_by: torch.Tensor
+    stages: Tuple[str, ...]
+
+    def robust_accuracy_after(self, stage: str) -> float:
+        """Fraction of samples not fooled by `stage` or any stage before it (the cascade's running accuracy)."""
+        index = self.stages.index(stage)
+        fooled = (self.fooled_by >= 0) & (self.fooled_by <= index)
+        return 1.0 - fooled.float().mean().item()
+
+
+_APGD_LOSS = {'apgd-ce': 'ce', 'apgd-dlr': 'dlr'}
+
+
+def _run_component(name, model, x, labels, space, eps, steps, n_target_classes, n_queries, generator, autocast_dtype):
+    common = dict(space=space, eps=eps, generator=generator, autocast_dtype=autocast_dtype)
+    if name in _APGD_LOSS:
+        return apgd(model, x, labels, steps=steps, loss=_APGD_LOSS[name], **common)
+    if name == 'apgd-t':
+        return apgd_targeted(model, x, labels, steps=steps, n_target_classes=n_target_classes, **common)
+    if name == 'fab-t':
+        return fab_targeted(model, x, labels, steps=steps, n_target_classes=n_target_classes, **common)
+    return square(model, x, labels, n_queries=n_queries, **common)
+
+
+def _check_attacks(attacks: Sequence[str]) -> Tuple[str, ...]:
+    attacks = tuple(attacks)
+    unknown = [a for a in attacks if a not in AUTOATTACK_COMPONENTS]
+    if unknown or not attacks or len(set(attacks)) != len(attacks):
+        raise ValueError(f'attacks must be distinct names among {AUTOATTACK_COMPONENTS}, got {attacks}.')
+    return attacks
+
+
+def autoattack(
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        space: InputSpace,
+        eps: float = 4.0,
+        attacks: Sequence[str] = AUTOATTACK_STANDARD,
+        steps: int = 100,
+        n_target_classes: int = 9,
+        n_queries: int = 5000,
+        generator: Optional[torch.Generator] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+) -> AutoAttackResult:
+    """AutoAttack, L∞: run `attacks` in order, each on the samples no earlier attack fooled.
+
+    Args:
+        model: Model in eval mode.
+        x: Normalized inputs (B, C, H, W).
+        y: Labels (B,) or soft targets (B, C).
+        space: The model's input normalization.
+        eps: L∞ budget on the 0-255 scale (RobustBench ImageNet: 4).
+        attacks: Component names, in order (standard: APGD-CE, APGD-T, FAB-T, Square; NoFrost's "fast" version:
+            ``('apgd-ce', 'apgd-dlr')``).
+        steps: Iterations of APGD and FAB, per target class for the targeted ones (100).
+        n_target_classes: Target classes of APGD-T and FAB-T (9).
+        n_queries: Square's queries per sample (5000).
+        generator: Source of every random start and random search draw.
+        autocast_dtype: Forward under autocast at this dtype.
+
+    Returns:
+        `AutoAttackResult`: adversarial inputs and which stage fooled each sample.
+
+    Example:
+        >>> with attack_context(model):
+        ...     result = autoattack(model, x, y, space=InputSpace.from_model(model), eps=4)
+        >>> robust_accuracy = result.robust_accuracy_after('square')
+    """
+    attacks = _check_attacks(attacks)
+    x_in, labels = x.detach(), hard_labels(y)
+    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
+    fooled_by = torch.where(is_fooled(forward_logits(model, x, autocast_dtype), labels), 0, -1)
+    x_adv = x.clone()
+    for stage, name in enumerate(attacks, start=1):
+        rows = (fooled_by < 0).nonzero().squeeze(1)
+        if not rows.numel():
+            break
+        out = _run_component(name, model, x[rows], labels[rows], space, eps, steps, n_target_classes, n_queries,
+                             generator, autocast_dtype)
+        fooled = is_fooled(forward_logits(model, out, autocast_dtype), labels[rows])
+        if stage == 1:
+            x_adv[rows] = out
+        x_adv[rows[fooled]] = out[fooled]
+        fooled_by[rows[fooled]] = stage
+    return AutoAttackResult(x_adv.to(x_in.dtype), fooled_by, ('clean',) + attacks)
+
+
+@register_attack('autoattack')
+class AutoAttack(EvalAttack):
+    """AutoAttack (see `autoattack`); defaults: the standard version at RobustBench's ImageNet ε=4/255.
+
+    Args:
+        space: The model's input normalization.
+        eps: L∞ budget on the 0-255 scale (4).
+        attacks: Components in order (APGD-CE, APGD-T, FAB-T, Square).
+        steps: APGD / FAB iterations (100).
+        n_target_classes: APGD-T / FAB-T target classes (9).
+        n_queries: Square queries (5000).
+        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+    """
+
+    def __init__(
+            self,
+            space: InputSpace,
+            eps: float = 4.0,
+            attacks: Sequence[str] = AUTOATTACK_STANDARD,
+            steps: int = 100,
+            n_target_classes: int = 9,
+            n_queries: int = 5000,
+            autocast_dtype: Optional[torch.dtype] = None,
+            seed: Optional[int] = None,
+            bn_stats: str = 'running',
+            fold_bn: bool = True,
+    ):
+        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
+        if steps < 1 or n_target_classes < 1 or n_queries < 2:
+            raise ValueError(f'AutoAttack needs steps >= 1, n_target_classes >= 1 and n_queries >= 2, got {steps}, '
+                             f'{n_target_classes}, {n_queries}.')
+        self.attacks = _check_attacks(attacks)
+        self.steps = int(steps)
+        self.n_target_classes = int(n_target_classes)
+        self.n_queries = int(n_queries)
+
+    def run(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> AutoAttackResult:
+        """Like calling the attack, but return the full `AutoAttackResult` (which stage fooled which sample)."""
+        with attack_context(model, self.bn_stats):
+            return self._autoattack(fold_batchnorm(model) if self.fold_bn else model, x, y)
+
+    def _autoattack(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> AutoAttackResult:
+        return autoattack(model, x, y, space=self.space, eps=self.eps, attacks=self.attacks, steps=self.steps,
+                          n_target_classes=self.n_target_classes, n_queries=self.n_queries, generator=self.generator,
+                          autocast_dtype=self.autocast_dtype)
+
+    def perturb(self, model, x, y, targets):
+        return self._autoattack(model, x, y).x_adv
+
+    def extra_repr(self) -> str:
+        return (f'attacks={self.attacks}, steps={self.steps}, n_target_classes={self.n_target_classes}, '
+                f'n_queries={self.n_queries}, ' + super().extra_repr())

@@ -1,0 +1,249 @@
+"""What configured attacks share: the `Attack` base class and the geometry of L∞ and L2 threat models.
+
+Attacks perturb timm's normalized inputs ``(pixel - mean) / std``. The helpers below take budgets already converted
+to the units they act in, so an attack converts once per call, not once per iteration:
+
+* L∞: a per-channel radius in normalized units, ``space.linf_budget(eps, like=x)`` shaped (1, C, 1, 1);
+* L2: a radius on the [0, 1] pixel scale, ``eps / PIXEL_SCALE`` (`space.py`), with norms taken on the pixel perturbation
+  ``delta * std`` (so the budget means the same thing whatever the model's normalization).
+
+Random draws come from an optional `torch.Generator` (on any device; the draw is moved to the input's device), so a
+seeded attack is reproducible on CPU and GPU alike.
+"""
+import logging
+from typing import Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+
+from .core import BN_STATS, attack_context, random_targets
+from .fold_bn import BatchNormFolder
+from .space import InputSpace
+
+__all__ = [
+    'Attack', 'NORMS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project', 'random_linf_start',
+    'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels', 'num_classes_of',
+]
+
+_logger = logging.getLogger(__name__)
+
+NORMS = ('linf', 'l2')
+
+
+def uniform(shape: Sequence[int], like: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """U[0, 1) samples of `shape` with `like`'s device and dtype, drawn from `generator` (any device) if given."""
+    if generator is None:
+        return torch.rand(shape, device=like.device, dtype=like.dtype)
+    return torch.rand(shape, generator=generator, device=generator.device).to(like.device, like.dtype)
+
+
+def normal(shape: Sequence[int], like: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Standard normal samples of `shape` with `like`'s device and dtype, drawn from `generator` if given."""
+    if generator is None:
+        return torch.randn(shape, device=like.device, dtype=like.dtype)
+    return torch.randn(shape, generator=generator, device=generator.device).to(like.device, like.dtype)
+
+
+def bernoulli(n: int, p: float, like: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Boolean mask of `n` independent draws that are True with probability `p`, on `like`'s device."""
+    return uniform((n,), like, generator) < p
+
+
+def pixel_l2_norm(delta: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Per-sample L2 norm (B,) of a normalized perturbation measured on the [0, 1] pixel scale."""
+    return (delta * std).flatten(1).norm(p=2, dim=1)
+
+
+def project_linf(delta: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
+    """Clip a normalized perturbation into the L∞ box of per-channel `radius` (1, C, 1, 1)."""
+    return torch.maximum(torch.minimum(delta, radius), -radius)
+
+
+def project_l2(delta: torch.Tensor, radius: float, std: torch.Tensor) -> torch.Tensor:
+    """Scale each sample's normalized perturbation back onto the L2 ball of `radius` ([0, 1] pixel scale)."""
+    norm = pixel_l2_norm(delta, std).view(-1, *([1] * (delta.dim() - 1)))
+    return delta * torch.clamp(radius / norm.clamp_min(1e-12), max=1.0)
+
+
+def project(
+        x_adv: torch.Tensor,
+        x: torch.Tensor,
+        space: InputSpace,
+        radius: Union[float, torch.Tensor],
+        norm: str = 'linf',
+) -> torch.Tensor:
+    """Project `x_adv` onto the threat model around `x`, then clip it to valid pixels.
+
+    Clipping to the image box after the ε-projection keeps the perturbation inside the ball: the box contains `x`,
+    so clipping only shrinks each coordinate of the perturbation.
+
+    Args:
+        x_adv: Candidate adversarial inputs (normalized).
+        x: Clean inputs (normalized).
+        space: The models' input normalization.
+        radius: L∞: per-channel normalized radius (1, C, 1, 1); L2: radius on the [0, 1] pixel scale.
+        norm: ``linf`` or ``l2``.
+    """
+    delta = x_adv - x
+    if norm == 'linf':
+        delta = project_linf(delta, radius)
+    else:
+        delta = project_l2(delta, radius, space.std_like(x))
+    return space.clamp(x + delta)
+
+
+def random_linf_start(
+        x: torch.Tensor,
+        radius: torch.Tensor,
+        generator: Optional[torch.Generator] = None,
+) -> torch.Tensor:
+    """A perturbation drawn uniformly from the L∞ box of per-channel `radius`, independently per sample and pixel."""
+    return (2.0 * uniform(x.shape, x, generator) - 1.0) * radius
+
+
+def random_l2_start(
+        x: torch.Tensor,
+        radius: float,
+        std: torch.Tensor,
+        generator: Optional[torch.Generator] = None,
+) -> torch.Tensor:
+    """A normalized perturbation drawn uniformly from the pixel-scale L2 ball of `radius`, per sample.
+
+    Direction: a normalized Gaussian; length: ``radius * u ** (1 / d)`` for uniform volume in d dimensions.
+    """
+    gauss = normal(x.shape, x, generator)
+    dims = gauss[0].numel()
+    direction = gauss / gauss.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (x.dim() - 1)))
+    length = radius * uniform((x.shape[0],), x, generator) ** (1.0 / dims)
+    return direction * length.view(-1, *([1] * (x.dim() - 1))) / std
+
+
+def l2_direction(grad: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Steepest-ascent direction of unit pixel-scale L2 norm, returned in normalized units.
+
+    With ``pixel = x * std + mean``, the gradient with respect to pixels is ``grad / std``; a step of pixel length
+    ``s`` along it is ``s * (grad / std) / ||grad / std||`` in pixels, i.e. that divided by ``std`` in normalized
+    units.
+    """
+    pixel_grad = grad / std
+    norm = pixel_grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (grad.dim() - 1)))
+    return pixel_grad / norm / std
+
+
+def hard_labels(y: torch.Tensor) -> torch.Tensor:
+    """Class indices (B,) from hard labels (B,) or soft targets (B, C) (their argmax)."""
+    return y.argmax(dim=1) if y.dim() == 2 else y
+
+
+def num_classes_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
+    """Number of classes: from soft targets, the model's `num_classes` (timm models), or one forward on a sample."""
+    if y.dim() == 2:
+        return y.shape[1]
+    num_classes = getattr(model, 'num_classes', None)
+    if isinstance(num_classes, int) and num_classes > 0:
+        return num_classes
+    with torch.no_grad():
+        return model(x[:1]).shape[1]
+
+
+class Attack:
+    """Base of configured attacks: holds the configuration, runs `perturb` under `attack_context`.
+
+    Subclasses implement ``perturb(model, x, y, targets)`` with a functional core. `__call__` puts the model in the
+    requested BN mode (and restores mode, route, ``requires_grad`` and BN statistics after), draws targets for a
+    targeted attack when none are given, and with running statistics may hand `perturb` a copy of the model with
+    BN folded into the convolutions (same function, fewer layers; see `fold_bn.py`).
+
+    Args:
+        space: The model's input normalization (`InputSpace.from_model(model)`).
+        eps: Perturbation budget on the 0-255 pixel scale (Xie & Yuille 2020: 16).
+        bn_stats: ``running`` (eval mode; standard adversarial training and every evaluation) or ``batch`` (BN uses
+            the attacked batch's statistics, Fast AdvProp); running statistics are never changed either way.
+        autocast_dtype: Forward under autocast at this dtype (bf16 is safe: loss and perturbation stay fp32).
+        seed: Seeds the attack's own CPU generator once, at construction. Random starts, Bernoulli draws and
+            random targets come from it, so two attacks built with the same seed produce the same sequence of
+            outputs, call after call; the stream advances between calls so successive batches get fresh noise.
+            ``None`` uses torch's global RNGs. Give each distributed rank its own seed.
+        fold_bn: With ``bn_stats='running'``, attack a copy of the model whose BN layers are folded into the
+            preceding convolutions (exact to rounding, cheaper per iteration); layers that cannot be folded safely
+            are left as they are.
+
+    Attributes:
+        targeted: Whether the attack moves toward a target class (random among the other classes if not given).
+    """
+
+    targeted: bool = False
+
+    def __init__(
+            self,
+            space: InputSpace,
+            eps: float = 16.0,
+            bn_stats: str = 'running',
+            autocast_dtype: Optional[torch.dtype] = None,
+            seed: Optional[int] = None,
+            fold_bn: bool = True,
+    ):
+        if not isinstance(space, InputSpace):
+            raise TypeError(f'space must be an InputSpace, got {type(space).__name__}.')
+        if eps < 0:
+            raise ValueError(f'eps must be >= 0 (0-255 scale), got {eps}.')
+        if bn_stats not in BN_STATS:
+            raise ValueError(f'bn_stats must be one of {BN_STATS}, got {bn_stats!r}.')
+        if autocast_dtype == torch.float16:
+            _logger.warning('fp16 autocast: input gradients may underflow to zero and stall the attack; prefer bf16.')
+        self.space = space
+        self.eps = float(eps)
+        self.bn_stats = bn_stats
+        self.autocast_dtype = autocast_dtype
+        self.seed = seed
+        self.fold_bn = fold_bn
+        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        self._fold = BatchNormFolder()
+
+    def perturb(
+            self,
+            model: nn.Module,
+            x: torch.Tensor,
+            y: torch.Tensor,
+            targets: Optional[torch.Tensor],
+    ) -> torch.Tensor:
+        """Adversarial inputs for `x`; `model` is already in the attack's mode. Implemented by subclasses."""
+        raise NotImplementedError
+
+    def __call__(
+            self,
+            model: nn.Module,
+            x: torch.Tensor,
+            y: torch.Tensor,
+            targets: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Attack `model` (unwrapped, not DDP) at normalized inputs `x`.
+
+        Args:
+            model: The model; its state is restored on exit.
+            x: Normalized inputs (B, C, H, W).
+            y: Labels (B,) or soft targets (B, C) (Mixup/CutMix; attacked as given, never re-mixed).
+            targets: Target classes (B,) for a targeted attack; drawn from the attack's generator when omitted.
+
+        Returns:
+            Detached adversarial inputs, normalized, of `x`'s shape.
+        """
+        if x.dim() != 4:
+            raise ValueError(f'Expected inputs of shape (B, C, H, W), got {tuple(x.shape)}.')
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f'Got {x.shape[0]} inputs but {y.shape[0]} labels.')
+        with attack_context(model, self.bn_stats):
+            if self.targeted and targets is None:
+                targets = random_targets(hard_labels(y), num_classes_of(model, x, y), self.generator)
+            if self.fold_bn and self.bn_stats == 'running':
+                model = self._fold(model)
+            return self.perturb(model, x, y, targets).detach()
+
+    def extra_repr(self) -> str:
+        """Configuration summary for logs; subclasses append their own fields."""
+        return (f'eps={self.eps:g}, bn_stats={self.bn_stats}, autocast_dtype={self.autocast_dtype}, '
+                f'seed={self.seed}, fold_bn={self.fold_bn}')
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}({self.extra_repr()})'
+

@@ -1,0 +1,139 @@
+"""Basic iterative method (BIM), L∞ and L2, with the settings of Galloway et al.
+
+Kurakin, Goodfellow & Bengio, *Adversarial examples in the physical world* (ICLR workshop 2017): iterated gradient
+steps from the clean image (no random start), each projected onto the ε-ball and the image box. Galloway et al.,
+*Batch normalization is a cause of adversarial vulnerability* (ICML workshop 2019), §3: 20 iterations of step ε/20
+with ε∞ = 0.03, and BIM-L2 with ε2 = ε∞·√d for input dimension d (`galloway_l2_eps`). The paper standardizes the
+inputs and does not say on which scale ε∞ = 0.03 is measured; we read it on the [0, 1] pixel scale (0.03·255 = 7.65
+on the 0-255 scale used here), the usual CIFAR-10 budget (≈ 8/255).
+
+L2 budgets are norms on the [0, 1] pixel scale, given times 255 (`space.py`). Evaluation semantics (`pgd` with
+``best_iterate``): per sample the first fooling iterate, else the highest-loss one; fooled samples leave the batch;
+misclassified clean samples are returned unchanged.
+"""
+import math
+from typing import Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from .base import NORMS, hard_labels
+from .eval_attack import EvalAttack, attack_correct_only
+from .pgd import pgd
+from .registry import register_attack
+from .space import InputSpace
+
+__all__ = ['bim', 'BIMLinf', 'BIML2', 'galloway_l2_eps', 'GALLOWAY_EPS_LINF']
+
+GALLOWAY_EPS_LINF = 0.03 * 255.0
+
+
+def galloway_l2_eps(eps_linf: float, input_size: Sequence[int]) -> float:
+    """Galloway et al.'s L2 budget ``ε2 = ε∞·√d`` (d = C·H·W of `input_size`), on the same scale as `eps_linf`."""
+    return eps_linf * math.sqrt(math.prod(input_size))
+
+
+def bim(
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        space: InputSpace,
+        eps: float,
+        steps: int = 20,
+        step: Optional[float] = None,
+        norm: str = 'linf',
+        autocast_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Untargeted BIM on the cross-entropy: sign-gradient (L∞) or normalized-gradient (L2) steps from the clean image.
+
+    Args:
+        model: Model in eval mode.
+        x: Normalized inputs (B, C, H, W).
+        y: Labels (B,) or soft targets (B, C).
+        space: The model's input normalization.
+        eps: Budget on the 0-255 scale (L2: pixel-scale norm times 255).
+        steps: Iterations (Galloway: 20).
+        step: Step on the scale of `eps`; default ``eps / steps`` (Galloway).
+        norm: ``linf`` or ``l2``.
+        autocast_dtype: Forward under autocast at this dtype; loss and gradient stay fp32.
+
+    Returns:
+        Adversarial inputs (normalized, `x`'s shape and dtype).
+
+    Example:
+        >>> with attack_context(model):
+        ...     x_adv = bim(model, x, y, space=space, eps=galloway_l2_eps(7.65, x.shape[1:]), norm='l2')
+    """
+    if norm not in NORMS:
+        raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
+    if steps < 1 or (step is not None and step < 0):
+        raise ValueError(f'BIM needs steps >= 1 and step >= 0, got {steps}, {step}.')
+    return attack_correct_only(
+        model, x.detach(), hard_labels(y),
+        lambda x_rows, y_rows: pgd(
+            model, x_rows, y_rows, space=space, eps=eps, step=eps / steps if step is None else step, steps=steps,
+            norm=norm, random_start=False, best_iterate=True, autocast_dtype=autocast_dtype),
+        autocast_dtype)
+
+
+class _BIM(EvalAttack):
+    norm: str = 'linf'
+    default_eps: float = GALLOWAY_EPS_LINF
+
+    def __init__(
+            self,
+            space: InputSpace,
+            eps: Optional[float] = None,
+            steps: int = 20,
+            step: Optional[float] = None,
+            autocast_dtype: Optional[torch.dtype] = None,
+            seed: Optional[int] = None,
+            bn_stats: str = 'running',
+            fold_bn: bool = True,
+    ):
+        eps = self.default_eps if eps is None else eps
+        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
+        if steps < 1 or (step is not None and step < 0):
+            raise ValueError(f'BIM needs steps >= 1 and step >= 0, got {steps}, {step}.')
+        self.steps = int(steps)
+        self.step = None if step is None else float(step)
+
+    def perturb(self, model, x, y, targets):
+        return bim(model, x, y, space=self.space, eps=self.eps, steps=self.steps, step=self.step, norm=self.norm,
+                   autocast_dtype=self.autocast_dtype)
+
+    def extra_repr(self) -> str:
+        return f'norm={self.norm}, steps={self.steps}, step={self.step}, ' + super().extra_repr()
+
+
+@register_attack('bim-linf')
+class BIMLinf(_BIM):
+    """BIM-L∞ (see `bim`); defaults: Galloway et al. (ε∞ = 0.03 on the [0, 1] scale, 20 iterations of step ε/20).
+
+    Args:
+        space: The model's input normalization.
+        eps: L∞ budget on the 0-255 scale (7.65).
+        steps: Iterations (20).
+        step: Step on the 0-255 scale (default ``eps / steps``).
+        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+    """
+
+    norm = 'linf'
+
+
+@register_attack('bim-l2')
+class BIML2(_BIM):
+    """BIM-L2 (see `bim`); Galloway et al.: ε2 = ε∞·√d, 20 iterations of step ε2/20.
+
+    Args:
+        space: The model's input normalization.
+        eps: L2 radius, pixel-scale norm times 255. Default: Galloway's ``galloway_l2_eps(7.65, (3, 224, 224))``
+            (≈ 2968, i.e. 11.6 on the [0, 1] scale) for ImageNet-size inputs; other sizes need their own value.
+        steps: Iterations (20).
+        step: Step on the scale of `eps` (default ``eps / steps``).
+        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+    """
+
+    norm = 'l2'
+    default_eps = galloway_l2_eps(GALLOWAY_EPS_LINF, (3, 224, 224))

@@ -1,0 +1,156 @@
+"""What evaluation attacks share: running BN statistics, per-sample best iterates and dropping fooled samples.
+
+Evaluation (DESIGN §3, §5) keeps per sample any iterate that fools the model and stops attacking that sample, so
+later iterations run on fewer rows. Dropping rows changes nothing for the others only if rows are independent, which
+holds in eval mode (running BN statistics): evaluation attacks therefore refuse ``bn_stats='batch'``. A sample the
+model already misclassifies is returned unchanged: robust accuracy can never exceed clean accuracy.
+"""
+import logging
+from typing import Callable, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .base import Attack
+from .core import is_fooled
+from .space import InputSpace
+
+__all__ = ['EvalAttack', 'BestIterate', 'forward_logits', 'attack_correct_only', 'target_rounds']
+
+_logger = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def forward_logits(model: nn.Module, x: torch.Tensor, autocast_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Logits (fp32 or wider) of one forward pass without gradients, under autocast at `autocast_dtype` if given."""
+    with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        logits = model(x)
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+class BestIterate:
+    """Per-sample record of an evaluation attack's output.
+
+    A sample keeps the first iterate that fools the model; until one does, the iterate with the highest objective.
+
+    Args:
+        x: Starting inputs (B, ...); a sample nothing improves on is returned as given here.
+        fooled: Samples already fooled by `x` itself (B,) bool, e.g. misclassified clean inputs; they are never
+            updated.
+    """
+
+    def __init__(self, x: torch.Tensor, fooled: Optional[torch.Tensor] = None):
+        self.x = x.clone()
+        self.fooled = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device) if fooled is None else fooled.clone()
+        self.objective = torch.full((x.shape[0],), -float('inf'), dtype=torch.float32, device=x.device)
+
+    def update(
+            self,
+            rows: torch.Tensor,
+            x_adv: torch.Tensor,
+            fooled: torch.Tensor,
+            objective: Optional[torch.Tensor] = None,
+    ) -> None:
+        """Offer iterates `x_adv` for samples `rows` (indices into the batch).
+
+        Args:
+            rows: Batch indices (N,) of the offered iterates.
+            x_adv: Iterates (N, ...).
+            fooled: Whether each iterate fools the model (N,).
+            objective: The attack's objective at each iterate (N,), higher is better; ``None`` offers only fooling
+                iterates.
+        """
+        was_fooled = self.fooled[rows]
+        better = fooled & ~was_fooled
+        if objective is not None:
+            objective = objective.float()
+            better |= ~fooled & ~was_fooled & (objective > self.objective[rows])
+            self.objective[rows[better]] = objective[better]
+        self.x[rows[better]] = x_adv[better].to(self.x.dtype)
+        self.fooled[rows] = was_fooled | fooled
+
+    def robust_rows(self) -> torch.Tensor:
+        """Indices of the samples not fooled yet."""
+        return (~self.fooled).nonzero().squeeze(1)
+
+
+def attack_correct_only(
+        model: nn.Module,
+        x: torch.Tensor,
+        labels: torch.Tensor,
+        attack: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        autocast_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Run ``attack(x_rows, labels_rows)`` on the correctly classified samples only; return the others unchanged.
+
+    For attack cores that start away from the clean input (a random start may be classified correctly where the
+    clean input is not): the output then never scores a misclassified sample as robust.
+    """
+    rows = (~is_fooled(forward_logits(model, x, autocast_dtype), labels)).nonzero().squeeze(1)
+    x_adv = x.clone()
+    if rows.numel():
+        x_adv[rows] = attack(x[rows], labels[rows]).to(x.dtype)
+    return x_adv
+
+
+def target_rounds(
+        clean_logits: torch.Tensor,
+        labels: torch.Tensor,
+        targets: Optional[torch.Tensor],
+        n_target_classes: int,
+) -> List[Tuple[torch.Tensor, bool]]:
+    """The rounds of a targeted evaluation attack: per round, a target for every sample and whether it must be hit.
+
+    Given `targets`: one round toward them, and a sample counts as fooled only once classified as its target.
+    Otherwise AutoAttack's scheme (Croce & Hein, ICML 2020): round k attacks the class ranked (k+1)-th by the clean
+    logits, for k = 1..n_target_classes (at most K - 1 rounds for K classes), and misclassification is success.
+    """
+    if targets is not None:
+        if (targets == labels).any():
+            raise ValueError('Targets must differ from the labels.')
+        return [(targets, True)]
+    num_classes = clean_logits.shape[1]
+    if n_target_classes >= num_classes:
+        _logger.warning('%d target classes requested but only %d other classes exist; using %d.',
+                        n_target_classes, num_classes - 1, num_classes - 1)
+    ranked = clean_logits.argsort(dim=1, descending=True)
+    return [(ranked[:, rank], False) for rank in range(1, min(n_target_classes, num_classes - 1) + 1)]
+
+
+class EvalAttack(Attack):
+    """Base of evaluation attacks: always running BN statistics; untargeted unless the subclass says otherwise.
+
+    Args:
+        space: The model's input normalization.
+        eps: Budget on the 0-255 pixel scale.
+        bn_stats: Must be ``running`` (accepted so every registered attack takes the same configuration keys).
+        autocast_dtype, seed, fold_bn: See `Attack`.
+    """
+
+    #: Whether `perturb` accepts explicit `targets`.
+    accepts_targets: bool = False
+
+    def __init__(
+            self,
+            space: InputSpace,
+            eps: float = 16.0,
+            bn_stats: str = 'running',
+            autocast_dtype: Optional[torch.dtype] = None,
+            seed: Optional[int] = None,
+            fold_bn: bool = True,
+    ):
+        if bn_stats != 'running':
+            raise ValueError(f'{type(self).__name__} is an evaluation attack: it needs bn_stats="running" (eval mode), '
+                             f'got {bn_stats!r}.')
+        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
+
+    def __call__(
+            self,
+            model: nn.Module,
+            x: torch.Tensor,
+            y: torch.Tensor,
+            targets: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        if targets is not None and not self.accepts_targets:
+            raise ValueError(f'{type(self).__name__} is untargeted; use apgd-t, fab-t or pgd for targeted attacks.')
+        return super().__call__(model, x, y, targets)

@@ -1,0 +1,99 @@
+"""Additive Gaussian noise, the "Noise" column of Galloway et al.
+
+Galloway et al., *Batch normalization is a cause of adversarial vulnerability* (ICML workshop 2019), §3: test
+accuracy under additive Gaussian noise of zero mean and variance 1/4 on inputs standardized to zero mean and unit
+variance (after Ford et al., 2019). timm's normalized tensors are such standardized inputs, so the default adds
+N(0, 0.5²) in normalized units (σ = 0.5·std_c on the [0, 1] pixel scale, about 29/255 for ImageNet's std). Noise is
+not an adversary: the model is never queried and there is no ε budget.
+"""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from .eval_attack import EvalAttack
+from .registry import register_attack
+from .space import PIXEL_SCALE, InputSpace
+
+__all__ = ['gaussian_noise', 'GaussianNoise', 'NOISE_UNITS']
+
+NOISE_UNITS = ('normalized', 'pixels')
+
+
+def gaussian_noise(
+        x: torch.Tensor,
+        *,
+        space: InputSpace,
+        std: float = 0.5,
+        units: str = 'normalized',
+        clip: bool = True,
+        generator: Optional[torch.Generator] = None,
+) -> torch.Tensor:
+    """Add zero-mean Gaussian noise to normalized inputs.
+
+    Args:
+        x: Normalized inputs (B, C, H, W).
+        space: The model's input normalization.
+        std: Standard deviation; Galloway et al.: 0.5 on standardized inputs.
+        units: ``normalized``: `std` in normalized (standardized) units, as Galloway et al.; ``pixels``: `std` on the
+            0-255 scale, the same in every channel.
+        clip: Clip the result to valid pixels ([0, 1]); the paper does not say, images stay images.
+        generator: Source of the noise (any device).
+
+    Returns:
+        Noisy inputs, normalized, with `x`'s shape and dtype.
+
+    Example:
+        >>> x_noisy = gaussian_noise(x, space=InputSpace.from_model(model), std=0.5)
+    """
+    if std < 0:
+        raise ValueError(f'std must be >= 0, got {std}.')
+    if units not in NOISE_UNITS:
+        raise ValueError(f'units must be one of {NOISE_UNITS}, got {units!r}.')
+    device = x.device if generator is None else generator.device
+    noise = torch.randn(x.shape, generator=generator, device=device).to(x.device, x.dtype)
+    scale = std if units == 'normalized' else std / PIXEL_SCALE / space.std_like(x).to(x.dtype)
+    noisy = x + noise * scale
+    return space.clamp(noisy).to(x.dtype) if clip else noisy
+
+
+@register_attack('gaussian-noise')
+class GaussianNoise(EvalAttack):
+    """Additive Gaussian noise (see `gaussian_noise`); the model is not used. Defaults: Galloway et al.
+
+    Args:
+        space: The model's input normalization.
+        std: Standard deviation (0.5).
+        units: ``normalized`` (Galloway) or ``pixels`` (0-255 scale).
+        clip: Clip to valid pixels (True).
+        eps: Unused (noise has no budget); accepted so every registered attack takes the same keys.
+        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack` (only `seed` matters).
+    """
+
+    def __init__(
+            self,
+            space: InputSpace,
+            std: float = 0.5,
+            units: str = 'normalized',
+            clip: bool = True,
+            eps: float = 0.0,
+            autocast_dtype: Optional[torch.dtype] = None,
+            seed: Optional[int] = None,
+            bn_stats: str = 'running',
+            fold_bn: bool = False,
+    ):
+        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
+        if std < 0:
+            raise ValueError(f'std must be >= 0, got {std}.')
+        if units not in NOISE_UNITS:
+            raise ValueError(f'units must be one of {NOISE_UNITS}, got {units!r}.')
+        self.std = float(std)
+        self.units = units
+        self.clip = clip
+
+    def perturb(self, model: nn.Module, x, y, targets):
+        return gaussian_noise(x, space=self.space, std=self.std, units=self.units, clip=self.clip,
+                              generator=self.generator)
+
+    def extra_repr(self) -> str:
+        return f'std={self.std:g}, units={self.units}, clip={self.clip}, seed={self.seed}'

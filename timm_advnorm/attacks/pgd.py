@@ -1,0 +1,277 @@
+"""Projected gradient descent (PGD), L∞ and L2, for adversarial training and evaluation.
+
+Madry et al., *Towards deep learning models resistant to adversarial attacks* (ICLR 2018). The training and
+evaluation attacker of Xie & Yuille, *Intriguing properties of adversarial training at scale* (ICLR 2020): targeted
+(target uniform among the other classes), L∞ ε=16 and step 1 on the 0-255 scale, 30 iterations to train and 10 to
+2000 to evaluate, random start in the ε-box, 20% of training samples starting from the clean image, and the step
+size rule ``max(step, ε / N)`` of their released code (so few-iteration attacks can still reach the box corners).
+
+Training uses the last iterate. Evaluation keeps, per sample, the first iterate that fools the model (or the one
+with the best objective if none does) and stops attacking samples already fooled: they leave the batch, so later
+iterations run on fewer rows.
+"""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from .base import (
+    NORMS, Attack, bernoulli, hard_labels, l2_direction, project_l2, project_linf, random_l2_start, random_linf_start)
+from .core import LossFn, cross_entropy_per_sample, input_gradient, is_fooled
+from .registry import register_attack
+from .space import PIXEL_SCALE, InputSpace
+
+__all__ = ['pgd', 'PGD', 'STEP_RULES']
+
+STEP_RULES = ('max', 'fixed')
+
+
+def _uses_batch_stats(model: nn.Module) -> bool:
+    """Whether some BN layer normalizes with batch statistics: then rows are not independent and may not be pruned."""
+    return any(isinstance(m, _BatchNorm) and m.training for m in model.modules())
+
+
+@torch.no_grad()
+def _score(
+        model: nn.Module,
+        x: torch.Tensor,
+        target: torch.Tensor,
+        loss_fn: LossFn,
+        autocast_dtype: Optional[torch.dtype],
+):
+    """Logits and per-sample loss without gradients, with `input_gradient`'s precision rules."""
+    with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        logits = model(x)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return logits, loss_fn(logits, target)
+
+
+def pgd(
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        space: InputSpace,
+        eps: float,
+        step: float,
+        steps: int,
+        norm: str = 'linf',
+        targeted: bool = False,
+        targets: Optional[torch.Tensor] = None,
+        random_start: bool = True,
+        clean_start_prob: float = 0.0,
+        loss_fn: Optional[LossFn] = None,
+        best_iterate: bool = False,
+        generator: Optional[torch.Generator] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Projected gradient descent in timm's normalized input space.
+
+    Each iteration takes a step of size `step` along the sign of the input gradient (L∞) or its pixel-scale
+    unit direction (L2), projects onto the ε-ball around `x` and clips to valid pixels. Untargeted, it ascends
+    ``loss_fn(logits, y)``; targeted, it descends ``loss_fn(logits, targets)``. Call it under `attack_context`
+    (the `PGD` class does): parameters get no gradients and the model's state is the caller's business.
+
+    Args:
+        model: Model in the mode to attack (eval for running BN statistics).
+        x: Normalized inputs (B, C, H, W).
+        y: Labels (B,), or soft targets (B, C) (Mixup/CutMix; attacked as given with `loss_fn`, never re-mixed).
+        space: The model's input normalization.
+        eps: Budget on the 0-255 scale; L2 norms are taken on the [0, 1] pixel scale (radius ``eps / 255``).
+        step: Step size on the same scale as `eps` (no step rule applied here; see `PGD`).
+        steps: Number of gradient iterations (0 returns the start point).
+        norm: ``linf`` or ``l2``.
+        targeted: Move toward `targets` instead of away from `y`.
+        targets: Target classes (B,); required when `targeted` (draw them with `random_targets`).
+        random_start: Start uniformly in the ε-ball, independently per sample (else at `x`).
+        clean_start_prob: Probability, per sample, of starting at `x` despite `random_start` (Xie & Yuille: 0.2).
+        loss_fn: Per-sample loss ``(logits, target) -> (B,)``; default cross-entropy (accepts soft targets).
+        best_iterate: Evaluation mode: return per sample the first iterate that fools the model, else the one with
+            the best objective, and stop attacking fooled samples (unless BN uses batch statistics, which couple
+            the rows). Costs one extra forward to score the last iterate. ``False`` returns the last iterate.
+        generator: Source of the random start and clean-start draws.
+        autocast_dtype: Forward under autocast at this dtype; loss, gradient and perturbation stay fp32.
+
+    Returns:
+        Detached adversarial inputs, normalized, with `x`'s shape and dtype.
+
+    Example:
+        >>> space = InputSpace.from_model(model)
+        >>> targets = random_targets(y, num_classes=1000)
+        >>> with attack_context(model, 'running'):
+        ...     x_adv = pgd(model, x, y, space=space, eps=16, step=1, steps=10, targeted=True, targets=targets)
+    """
+    if norm not in NORMS:
+        raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
+    if steps < 0 or eps < 0 or step < 0:
+        raise ValueError(f'eps, step and steps must be >= 0, got eps={eps}, step={step}, steps={steps}.')
+    if not 0.0 <= clean_start_prob <= 1.0:
+        raise ValueError(f'clean_start_prob must be in [0, 1], got {clean_start_prob}.')
+    if targeted and targets is None:
+        raise ValueError('A targeted attack needs targets; draw them with random_targets(y, num_classes).')
+    loss_fn = cross_entropy_per_sample if loss_fn is None else loss_fn
+    goal = targets if targeted else y
+    sign = -1.0 if targeted else 1.0
+
+    x_in = x.detach()
+    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
+    # Budgets and bounds are built once per call: the loop then launches no host-to-device copies.
+    std = space.std_like(x).to(x.dtype)
+    lower, upper = (b.to(x.dtype) for b in space.bounds(x))
+    if norm == 'linf':
+        radius = space.linf_budget(eps, x).to(x.dtype)
+        step_size = space.linf_budget(step, x).to(x.dtype)
+    else:
+        radius, step_size = eps / PIXEL_SCALE, step / PIXEL_SCALE
+
+    def ascend(x_adv: torch.Tensor, x_clean: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        if norm == 'linf':
+            delta = project_linf(x_adv + sign * step_size * grad.sign() - x_clean, radius)
+        else:
+            delta = project_l2(x_adv + sign * step_size * l2_direction(grad, std) - x_clean, radius, std)
+        return torch.clamp(x_clean + delta, lower, upper)  # clipping to the box never leaves the ball
+
+    x_adv = x.clone()
+    if random_start:
+        if norm == 'linf':
+            delta = random_linf_start(x, radius, generator)
+        else:
+            delta = random_l2_start(x, radius, std, generator)
+        if clean_start_prob > 0:
+            delta[bernoulli(x.shape[0], clean_start_prob, x, generator)] = 0.0
+        x_adv = torch.clamp(x + delta, lower, upper)
+
+    if not best_iterate:
+        for _ in range(steps):
+            grad, _, _ = input_gradient(model, x_adv, goal, loss_fn, autocast_dtype)
+            x_adv = ascend(x_adv, x, grad)
+        return x_adv.to(x_in.dtype)
+
+    labels = hard_labels(y)
+    prune = not _uses_batch_stats(model)
+    best = x_adv.clone()
+    best_fooled = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+    best_objective = torch.full((x.shape[0],), -float('inf'), dtype=x.dtype, device=x.device)
+    active = torch.arange(x.shape[0], device=x.device)
+    for i in range(steps + 1):
+        if i < steps:
+            grad, logits, loss = input_gradient(model, x_adv, goal[active], loss_fn, autocast_dtype)
+        else:
+            logits, loss = _score(model, x_adv, goal[active], loss_fn, autocast_dtype)
+        objective = sign * loss
+        fooled = is_fooled(logits, labels[active], targets[active] if targeted else None)
+        was_fooled = best_fooled[active]
+        better = (fooled & ~was_fooled) | ((fooled == was_fooled) & (objective > best_objective[active]))
+        best[active[better]] = x_adv[better]
+        best_fooled[active] = was_fooled | fooled
+        best_objective[active] = torch.where(better, objective, best_objective[active])
+        if i == steps:
+            break
+        if prune and fooled.any():
+            keep = ~fooled
+            active, x_adv, grad = active[keep], x_adv[keep], grad[keep]
+            if active.numel() == 0:
+                break
+        x_adv = ascend(x_adv, x[active], grad)
+    return best.to(x_in.dtype)
+
+
+@register_attack('pgd')
+class PGD(Attack):
+    """Configured PGD attack (see `pgd`); ``PGD(space)(model, x, y)`` returns adversarial inputs.
+
+    Defaults follow the evaluation attacker of Xie & Yuille (2020) with 10 iterations: L∞ ε=16, step 1 with the
+    ``max(step, ε / N)`` rule, random start, best iterate. Their training attacker is
+    ``PGD(space, eps=16, step=1, steps=30, targeted=True, clean_start_prob=0.2, best_iterate=False)``.
+
+    Args:
+        space: The model's input normalization.
+        eps: Budget on the 0-255 scale (L2: pixel-scale norm times 255).
+        step: Step size on the 0-255 scale, before the step rule.
+        steps: Number of iterations N.
+        norm: ``linf`` or ``l2``.
+        targeted: Move toward a target class (drawn uniformly among the other classes when not given).
+        random_start: Start uniformly in the ε-ball.
+        clean_start_prob: Per-sample probability of starting from the clean image instead (Xie & Yuille: 0.2 for
+            training). Their released code draws it once per batch; per sample gives every batch the same mix.
+        step_rule: ``max``: step ``max(step, eps / steps)`` (Xie & Yuille's code); ``fixed``: `step` as given.
+        best_iterate: Keep per sample the first fooling iterate and stop attacking it (evaluation); ``False``
+            returns the last iterate (training).
+        loss_fn: Per-sample loss ``(logits, target) -> (B,)``; default cross-entropy (accepts soft targets).
+        bn_stats, autocast_dtype, seed, fold_bn: See `Attack`.
+    """
+
+    def __init__(
+            self,
+            space: InputSpace,
+            eps: float = 16.0,
+            step: float = 1.0,
+            steps: int = 10,
+            norm: str = 'linf',
+            targeted: bool = False,
+            random_start: bool = True,
+            clean_start_prob: float = 0.0,
+            step_rule: str = 'max',
+            best_iterate: bool = True,
+            loss_fn: Optional[LossFn] = None,
+            bn_stats: str = 'running',
+            autocast_dtype: Optional[torch.dtype] = None,
+            seed: Optional[int] = None,
+            fold_bn: bool = True,
+    ):
+        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
+        if norm not in NORMS:
+            raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
+        if step_rule not in STEP_RULES:
+            raise ValueError(f'step_rule must be one of {STEP_RULES}, got {step_rule!r}.')
+        if steps < 0 or step < 0:
+            raise ValueError(f'step and steps must be >= 0, got step={step}, steps={steps}.')
+        if not 0.0 <= clean_start_prob <= 1.0:
+            raise ValueError(f'clean_start_prob must be in [0, 1], got {clean_start_prob}.')
+        self.step = float(step)
+        self.steps = int(steps)
+        self.norm = norm
+        self.targeted = targeted
+        self.random_start = random_start
+        self.clean_start_prob = float(clean_start_prob)
+        self.step_rule = step_rule
+        self.best_iterate = best_iterate
+        self.loss_fn = loss_fn
+
+    @property
+    def step_size(self) -> float:
+        """The step actually taken, on the 0-255 scale, after the step rule."""
+        if self.step_rule == 'max' and self.steps > 0:
+            return max(self.step, self.eps / self.steps)
+        return self.step
+
+    def perturb(
+            self,
+            model: nn.Module,
+            x: torch.Tensor,
+            y: torch.Tensor,
+            targets: Optional[torch.Tensor],
+    ) -> torch.Tensor:
+        return pgd(
+            model, x, y,
+            space=self.space,
+            eps=self.eps,
+            step=self.step_size,
+            steps=self.steps,
+            norm=self.norm,
+            targeted=self.targeted,
+            targets=targets,
+            random_start=self.random_start,
+            clean_start_prob=self.clean_start_prob,
+            loss_fn=self.loss_fn,
+            best_iterate=self.best_iterate,
+            generator=self.generator,
+            autocast_dtype=self.autocast_dtype,
+        )
+
+    def extra_repr(self) -> str:
+        return (f'norm={self.norm}, steps={self.steps}, step={self.step:g} (taken {self.step_size:g}), '
+                f'targeted={self.targeted}, random_start={self.random_start}, '
+                f'clean_start_prob={self.clean_start_prob:g}, best_iterate={self.best_iterate}, '
+                + super().extra_repr())
