@@ -1,0 +1,203 @@
+"""Robust-evaluation throughput: our PGD evaluation against torchattacks' PGD, same model, batch and budget.
+
+What is compared (images per second for the whole evaluation of a batch: attack + scoring):
+
+* **torchattacks PGD** (baseline; dev dependency, ``pip install torchattacks --no-deps``): last iterate, every
+  sample attacked for every iteration. With ``set_normalization_used`` torchattacks 3.5 takes and returns
+  *normalized* inputs (it un-normalizes internally); the model is passed as is, not wrapped in a fresh
+  ``nn.Sequential`` (whose default ``training=True`` torchattacks would restore onto the model after the call);
+* **ours, last iterate**: our PGD core with input-only gradients and BN folded into the convolutions, otherwise
+  the same work as the baseline (isolates the per-iteration cost);
+* **ours, evaluation**: what ``validate_adv.py`` runs (`RobustEvaluator` + `AttackStage`): clean pass first,
+  only correctly classified samples attacked, best iterate (a sample counts as broken as soon as any iterate fools
+  it) and fooled samples dropped from the batch, BN folded, input-only gradients.
+
+Fairness: same ε, step, iterations and random start; ours is at least as strong (best iterate: its robust accuracy
+can only be lower, and the table prints both accuracies to show it). The evaluation's speed-up grows with how fast
+samples are fooled: a non-robust model loses most samples in the first iterations, a robust one keeps them all and
+only the per-iteration savings remain. The default model is therefore *trained* briefly on the built-in digits so
+that PGD fools it gradually, not a random-init network (which every attack breaks in one step).
+
+Measurements are interleaved round by round, the median per method is reported. Prints a markdown table.
+
+Example:
+    python benchmarks/bench_eval.py                                   # CPU, resnet10t trained on digits
+    python benchmarks/bench_eval.py --device cuda --amp --channels-last --model resnet26 --img-size 64 \\
+        --batch-size 256 --steps 20
+"""
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+from typing import Callable, Dict, List, Tuple
+
+import timm
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import timm_advnorm  # noqa: F401  (registers our models)
+from timm_advnorm.attacks import PGD, InputSpace
+from timm_advnorm.data import prepare_digits
+from timm_advnorm.eval.data import IndexedSubset
+from timm_advnorm.eval.evaluator import RobustEvaluator
+from timm_advnorm.eval.plan import build_plan
+from timm_advnorm.eval.protocols import AttackSpec, Protocol
+from timm_advnorm.eval.records import ResultTable
+from timm_advnorm.eval.stages import EvalContext
+from timm_advnorm.eval.variants import Variant
+
+_logger = logging.getLogger('bench_eval')
+
+BASELINE = 'torchattacks PGD (last iterate)'
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--model', default='resnet10t', help='timm model name')
+    parser.add_argument('--img-size', type=int, default=32)
+    parser.add_argument('--batch-size', type=int, default=128)
+    parser.add_argument('--train-steps', type=int, default=200,
+                        help='SGD steps on the digits before measuring (0: random init)')
+    parser.add_argument('--eps', type=float, nargs='+', default=[4.0, 8.0, 16.0],
+                        help='Linf budgets on the 0-255 scale (one table block each: the model is fooled more often '
+                             'at larger budgets)')
+    parser.add_argument('--step', type=float, default=1.0, help='step on the 0-255 scale (Xie & Yuille: 1)')
+    parser.add_argument('--steps', type=int, default=20, help='PGD iterations (NoFrost evaluates 20)')
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--amp', action='store_true', help='bf16 autocast (ours and the baseline)')
+    parser.add_argument('--channels-last', action='store_true')
+    parser.add_argument('--rounds', type=int, default=3, help='timed rounds (each times every method once)')
+    parser.add_argument('--warmup', type=int, default=1, help='untimed rounds first')
+    parser.add_argument('--threads', type=int, default=0, help='torch CPU threads (0: torch default)')
+    parser.add_argument('--seed', type=int, default=0)
+    return parser
+
+
+def _digits(img_size: int, model: nn.Module) -> Tuple[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, ...]]:
+    """Train and validation digits as normalized tensors (the model's own eval transform)."""
+    from timm.data import create_dataset, create_transform, resolve_data_config
+
+    config = resolve_data_config(dict(input_size=(3, img_size, img_size), crop_pct=1.0), model=model)
+    root = prepare_digits(tempfile.gettempdir() + f'/timm_advnorm_bench_digits_{img_size}px', img_size=img_size)
+    splits = []
+    for split in ('train', 'validation'):
+        dataset = create_dataset('', root=str(root), split=split, transform=create_transform(**config))
+        x = torch.stack([dataset[i][0] for i in range(len(dataset))])
+        y = torch.tensor([dataset[i][1] for i in range(len(dataset))])
+        splits.append((x, y))
+    return splits[0], splits[1], config
+
+
+def _train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, batch_size: int, device) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(steps):
+        index = torch.randint(0, len(x), (batch_size,), generator=generator)
+        loss = F.cross_entropy(model(x[index].to(device)), y[index].to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def _timer(device: torch.device) -> Callable[[Callable[[], float]], Tuple[float, float]]:
+    def run(fn: Callable[[], float]) -> Tuple[float, float]:
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        accuracy = fn()
+        if device.type == 'cuda':
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start, accuracy
+    return run
+
+
+def main(argv=None) -> None:
+    args = get_args_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format='%(message)s')
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    amp_dtype = torch.bfloat16 if args.amp else None
+
+    model = timm.create_model(args.model, num_classes=10).to(device)
+    (x_train, y_train), (x_val, y_val), config = _digits(args.img_size, model)
+    _train(model, x_train, y_train, args.train_steps, 64, device)
+    model.to(memory_format=memory_format)
+    space = InputSpace.from_data_config(config)
+    x = x_val[:args.batch_size].to(device).contiguous(memory_format=memory_format)
+    y = y_val[:args.batch_size].to(device)
+
+    def score(x_adv: torch.Tensor) -> float:
+        with torch.no_grad(), torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            return (model(x_adv).argmax(dim=1) == y).float().mean().item()
+
+    print(f'\n{args.model} trained {args.train_steps} steps on digits, {args.img_size}px, batch {len(x)}, '
+          f'{device.type}, threads {torch.get_num_threads()}, amp {args.amp}, channels_last {args.channels_last}; '
+          f'PGD-{args.steps}, step {args.step:g}/255, random start; clean accuracy {100 * score(x):.1f}%; '
+          f'median of {args.rounds} rounds\n')
+    print('| eps | method | images/s | × torchattacks | robust accuracy (%) |')
+    print('|---:|---|---:|---:|---:|')
+    for eps in args.eps:
+        methods = _methods(model, space, x, y, eps, args, amp_dtype, device, score)
+        times, accuracy = _measure(methods, device, args.warmup, args.rounds)
+        base = statistics.median(times[BASELINE])
+        for name, values in times.items():
+            seconds = statistics.median(values)
+            print(f'| {eps:g} | {name} | {len(x) / seconds:.1f} | {base / seconds:.2f} | '
+                  f'{100 * accuracy[name]:.1f} |')
+
+
+def _methods(model, space, x, y, eps, args, amp_dtype, device, score) -> Dict[str, Callable[[], float]]:
+    """Each method attacks and scores the batch, returning its robust accuracy."""
+    import torchattacks  # dev-only baseline
+
+    baseline = torchattacks.PGD(model, eps=eps / 255, alpha=args.step / 255, steps=args.steps, random_start=True)
+    baseline.set_normalization_used(mean=list(space.mean), std=list(space.std))
+
+    def torchattacks_pgd() -> float:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            x_adv = baseline(x, y)  # normalized in, normalized out
+        return score(x_adv)
+
+    ours_last = PGD(space, eps=eps, step=args.step, steps=args.steps, step_rule='fixed', best_iterate=False,
+                    autocast_dtype=amp_dtype, seed=args.seed)
+
+    def ours_last_iterate() -> float:
+        return score(ours_last(model, x, y))
+
+    spec = AttackSpec('pgd', 'pgd', eps, dict(steps=args.steps, step=args.step, step_rule='fixed'))
+    plan = build_plan(Protocol('bench', 'bench', 'bench', (spec,)), sanity_samples=0)
+    ctx = EvalContext(space, (3, args.img_size, args.img_size), autocast_dtype=amp_dtype)
+    loader = DataLoader(IndexedSubset(TensorDataset(x, y), range(len(x)), range(len(x))), batch_size=len(x))
+
+    def ours_evaluation() -> float:
+        evaluator = RobustEvaluator(model, [Variant('model')], plan.stages, ctx, 10, len(x), args.seed, device,
+                                    channels_last=args.channels_last)
+        return float(ResultTable(evaluator.run(loader)).column('model', 'pgd', 'correct').mean())
+
+    return {BASELINE: torchattacks_pgd, 'ours, last iterate (BN folded, input grads)': ours_last_iterate,
+            'ours, evaluation (best iterate + pruning + BN folded)': ours_evaluation}
+
+
+def _measure(methods, device, warmup: int, rounds: int):
+    """Median-ready times per method, interleaved round by round, and each method's last robust accuracy."""
+    timer = _timer(device)
+    times: Dict[str, List[float]] = {name: [] for name in methods}
+    accuracy: Dict[str, float] = {}
+    for i in range(warmup + rounds):
+        for name, fn in methods.items():
+            elapsed, accuracy[name] = timer(fn)
+            if i >= warmup:
+                times[name].append(elapsed)
+    return times, accuracy
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,154 @@
+"""The robust-evaluation loop: resumption, sharding, cascades, targets and per-unit seeding."""
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from timm_advnorm.attacks import InputSpace
+from timm_advnorm.eval.data import IndexedSubset, seeded_subset, shard_range, target_offsets
+from timm_advnorm.eval.evaluator import RobustEvaluator, derive_seed
+from timm_advnorm.eval.plan import build_plan
+from timm_advnorm.eval.protocols import AttackSpec, Protocol, get_protocol, reduce_protocol
+from timm_advnorm.eval.records import ResultTable
+from timm_advnorm.eval.stages import EvalContext
+from timm_advnorm.eval.state import EvalState
+from timm_advnorm.eval.variants import model_variants
+
+NUM_SAMPLES, NUM_CLASSES = 24, 10
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest (and unaffected by a busy machine) on one intra-op thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope='module')
+def data():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(40, 3, 16, 16, generator=generator)
+    y = torch.randint(0, NUM_CLASSES, (40,), generator=generator)
+    return InputSpace().from_pixels(x), y
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, stride=2), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(8, NUM_CLASSES))
+
+
+def _protocol(aggregation='independent') -> Protocol:
+    specs = (
+        AttackSpec('pgd-t', 'pgd', 8.0, dict(steps=3, targeted=True), success_rate=True),
+        AttackSpec('pgd', 'pgd', 8.0, dict(steps=3)),
+        AttackSpec('fgsm', 'fgsm', 8.0, {}),
+    )
+    return Protocol('test', 'test', 'test', specs, aggregation=aggregation, worst_case=True, headline='worst-case')
+
+
+def _run(model, data, protocol, positions=range(NUM_SAMPLES), batch_size=8, state=None, sanity_samples=0):
+    x, y = data
+    indices = seeded_subset(len(x), NUM_SAMPLES, seed=0)
+    loader = DataLoader(IndexedSubset(TensorDataset(x, y), indices, positions), batch_size=batch_size)
+    plan = build_plan(protocol, sanity_samples=sanity_samples, sanity_steps=2, sanity_queries=5)
+    ctx = EvalContext(InputSpace(), (3, 16, 16))
+    evaluator = RobustEvaluator(model, model_variants(model), plan.stages, ctx, NUM_CLASSES, NUM_SAMPLES, seed=0,
+                                device=torch.device('cpu'), state=state)
+    return evaluator, evaluator.run(loader)
+
+
+def _assert_same_tables(a, b):
+    assert sorted(a._parts) == sorted(b._parts)
+    for variant, stage in a._parts:
+        left, right = a.get(variant, stage), b.get(variant, stage)
+        assert left.keys() == right.keys()
+        for name in left:
+            np.testing.assert_array_equal(left[name], right[name], err_msg=f'{stage}/{name}')
+
+
+def test_an_interrupted_evaluation_resumes_where_it_stopped(model, data, tmp_path):
+    protocol = _protocol()
+    path = tmp_path / 'state.jsonl'
+    _, full = _run(model, data, protocol, state=EvalState(path, dict(test=1)))
+    total = len(full)
+    lines = path.read_bytes().split(b'\n')
+    kept = 5
+    path.write_bytes(b'\n'.join(lines[:1 + kept]) + b'\n' + lines[1 + kept][:10])  # killed while appending
+    evaluator, resumed = _run(model, data, protocol, state=EvalState(path, dict(test=1)))
+    assert evaluator.computed == total - kept
+    _assert_same_tables(ResultTable(full), ResultTable(resumed))
+    evaluator, again = _run(model, data, protocol, state=EvalState(path, dict(test=1)))
+    assert evaluator.computed == 0
+    _assert_same_tables(ResultTable(full), ResultTable(again))
+
+
+def test_disjoint_shards_reproduce_the_single_process_run(model, data):
+    protocol = _protocol()
+    _, single = _run(model, data, protocol, batch_size=4)
+    shards = []
+    for rank in range(2):
+        start, stop = shard_range(NUM_SAMPLES, rank, 2)
+        shards += _run(model, data, protocol, positions=range(start, stop), batch_size=4)[1]
+    _assert_same_tables(ResultTable(single), ResultTable(shards))
+
+
+def test_shard_ranges_are_disjoint_and_cover_the_subset():
+    for n, world in ((10, 3), (2, 4), (24, 2)):
+        ranges = [shard_range(n, r, world) for r in range(world)]
+        covered = [p for start, stop in ranges for p in range(start, stop)]
+        assert covered == list(range(n))
+
+
+def test_cascade_attacks_only_the_survivors(model, data):
+    protocol = _protocol('cascade')
+    _, records = _run(model, data, protocol)
+    table = ResultTable(records)
+    previous = table.column('model', 'clean', 'correct')
+    for spec in protocol.attacks:
+        columns = table.get('model', spec.label)
+        assert np.array_equal(columns['attacked'], previous)  # survivors exactly, targeted or not
+        assert not np.any(columns['correct'] & ~previous)
+        previous = columns['correct']
+
+
+def test_targeted_attacks_hit_every_sample_with_a_fixed_other_class(model, data):
+    _, records = _run(model, data, _protocol())
+    table = ResultTable(records)
+    columns = table.get('model', 'pgd-t')
+    assert columns['attacked'].all()
+    offsets = target_offsets(NUM_SAMPLES, NUM_CLASSES, seed=0)
+    assert ((offsets >= 1) & (offsets < NUM_CLASSES)).all()  # the target is never the label
+    untargeted = table.get('model', 'pgd')
+    clean = table.column('model', 'clean', 'correct')
+    assert np.array_equal(untargeted['attacked'], clean)
+
+
+def test_budgets_are_respected(model, data):
+    _, records = _run(model, data, _protocol())
+    table = ResultTable(records)
+    for label in ('pgd-t', 'pgd', 'fgsm'):
+        assert table.column('model', label, 'linf').max() <= 8.0 + 1e-3
+
+
+def test_unit_seeds_are_stable_and_distinct():
+    assert derive_seed(0, 'adv', 'pgd', 8) == derive_seed(0, 'adv', 'pgd', 8)
+    assert len({derive_seed(0, 'adv', 'pgd', s) for s in range(100)}) == 100
+    assert 0 <= derive_seed('x') < 2 ** 63
+
+
+def test_seeded_subset_is_reproducible_sorted_and_complete_when_asked():
+    subset = seeded_subset(1000, 50, seed=3)
+    assert subset == seeded_subset(1000, 50, seed=3) and subset == sorted(subset) and len(set(subset)) == 50
+    assert subset != seeded_subset(1000, 50, seed=4)
+    assert seeded_subset(10, 0, seed=0) == list(range(10))
+
+
+def test_model_mode_is_restored(model, data):
+    model.train()
+    _run(model, data, reduce_protocol(get_protocol('xie2020'), max_steps=1), sanity_samples=4)
+    assert model.training and all(m.training for m in model.modules())

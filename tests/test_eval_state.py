@@ -1,0 +1,101 @@
+"""Resumable state file, per-sample records and atomic result files."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from timm_advnorm.eval.records import ResultTable, make_record
+from timm_advnorm.eval.results import atomic_write, check_writable
+from timm_advnorm.eval.state import EvalState
+
+FINGERPRINT = dict(model='m', protocol=dict(name='p', attacks=[1, 2]), seed=0)
+
+
+def _record(stage: str, start: int, n: int = 3):
+    positions = torch.arange(start, start + n)
+    return make_record('model', stage, start, dict(position=positions, correct=positions % 2 == 0))
+
+
+def test_records_survive_a_reload(tmp_path):
+    path = tmp_path / 'state.jsonl'
+    state = EvalState(path, FINGERPRINT)
+    for start in (0, 3):
+        state.append(_record('clean', start))
+    reloaded = EvalState(path, FINGERPRINT)
+    assert len(reloaded) == 2
+    assert reloaded.get('model', 'clean', 3) == _record('clean', 3)
+    assert reloaded.get('model', 'clean', 6) is None
+
+
+def test_a_cut_short_write_is_dropped_and_cut_off_the_file(tmp_path):
+    path = tmp_path / 'state.jsonl'
+    state = EvalState(path, FINGERPRINT)
+    state.append(_record('clean', 0))
+    state.append(_record('clean', 3))
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # kill -9 in the middle of the last append
+    reloaded = EvalState(path, FINGERPRINT)
+    assert len(reloaded) == 1 and reloaded.get('model', 'clean', 3) is None
+    assert path.read_bytes().endswith(b'\n')
+    reloaded.append(_record('clean', 3))
+    assert len(EvalState(path, FINGERPRINT)) == 2
+
+
+def test_another_evaluation_cannot_resume_the_file(tmp_path):
+    path = tmp_path / 'state.jsonl'
+    EvalState(path, FINGERPRINT)
+    with pytest.raises(ValueError, match='seed'):
+        EvalState(path, dict(FINGERPRINT, seed=1))
+
+
+def test_corruption_before_the_last_line_is_an_error(tmp_path):
+    path = tmp_path / 'state.jsonl'
+    state = EvalState(path, FINGERPRINT)
+    state.append(_record('clean', 0))
+    state.append(_record('clean', 3))
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + '{"broken\n' + lines[2])
+    with pytest.raises(ValueError, match='corrupted'):
+        EvalState(path, FINGERPRINT)
+
+
+def test_a_foreign_file_is_rejected(tmp_path):
+    path = tmp_path / 'other.jsonl'
+    path.write_text(json.dumps({'hello': 1}) + '\n')
+    with pytest.raises(ValueError, match='not an evaluation state'):
+        EvalState(path, FINGERPRINT)
+
+
+def test_result_table_sorts_by_position_and_refuses_duplicates():
+    table = ResultTable([_record('clean', 3), _record('clean', 0)])
+    assert table.column('model', 'clean', 'position').tolist() == [0, 1, 2, 3, 4, 5]
+    np.testing.assert_array_equal(table.column('model', 'clean', 'correct'), np.arange(6) % 2 == 0)
+    assert table.get('model', 'pgd') is None
+    table.add(_record('clean', 0))
+    with pytest.raises(ValueError, match='Duplicate'):
+        table.get('model', 'clean')
+
+
+def test_make_record_checks_its_columns():
+    with pytest.raises(ValueError, match='position'):
+        make_record('m', 's', 0, dict(correct=torch.ones(2)))
+    with pytest.raises(ValueError, match='length'):
+        make_record('m', 's', 0, dict(position=torch.arange(2), correct=torch.ones(3)))
+
+
+def test_results_are_never_clobbered_nor_half_written(tmp_path):
+    path = tmp_path / 'results.json'
+    atomic_write(path, lambda tmp: tmp.write_text('first'))
+    with pytest.raises(FileExistsError, match='--overwrite'):
+        check_writable(path, overwrite=False)
+    check_writable(path, overwrite=True)
+
+    def crash(tmp):
+        tmp.write_text('half')
+        raise RuntimeError('killed')
+
+    with pytest.raises(RuntimeError):
+        atomic_write(path, crash)
+    assert path.read_text() == 'first'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['results.json']

@@ -1,0 +1,242 @@
+"""End to end: validate_adv.py on the built-in digits data, every protocol at reduced size, resumable, sharded."""
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import yaml
+
+import timm_advnorm  # noqa: F401  (registers test_mbn_resnet)
+from timm_advnorm.eval.protocols import get_protocol
+from timm_advnorm.layers import mixture_bn_modules
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+import validate_adv  # noqa: E402
+
+TIMING_KEYS = ('eval_seconds', 'total_seconds', 'images_per_second', 'units_computed')
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope='module')
+def checkpoint(digits_dir, tmp_path_factory) -> Path:
+    """test_mbn_resnet trained for a few seconds on the digits (~95% accurate), saved as a training checkpoint.
+
+    Attacks only run on correctly classified samples: a random-init model would leave them nothing to attack.
+    The adversarial branch gets the clean statistics with a larger variance, so the two branches differ.
+    """
+    from timm.data import create_dataset, create_transform, resolve_data_config
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = timm.create_model('test_mbn_resnet', num_classes=10)
+    transform = create_transform(**resolve_data_config({}, model=model))
+    dataset = create_dataset('', root=str(digits_dir / 'digits-32px'), split='train', transform=transform)
+    x = torch.stack([dataset[i][0] for i in range(len(dataset))])
+    y = torch.tensor([dataset[i][1] for i in range(len(dataset))])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        index = torch.randint(0, len(x), (64,), generator=generator)
+        loss = torch.nn.functional.cross_entropy(model(x[index]), y[index])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():  # exact population statistics, then an adversarial branch that differs
+        for module in mixture_bn_modules(model):
+            module.reset_running_stats()
+            module.momentum = None
+        for start in range(0, len(x), 256):
+            model(x[start:start + 256])
+        for module in mixture_bn_modules(model):
+            module.copy_clean_to_adv()
+            module.adv_bn.running_var.mul_(1.3)
+    path = tmp_path_factory.mktemp('checkpoint') / 'model.pth.tar'
+    torch.save({'state_dict': model.state_dict(), 'arch': 'test_mbn_resnet'}, path)
+    torch.set_num_threads(threads)
+    return path
+
+
+def _argv(digits_dir, out: Path, *extra):
+    argv = ['--dataset', 'digits', '--data-dir', digits_dir, '--num-samples', 8, '-b', 8, '-j', 0,
+            '--sanity-samples', 8, '--sanity-steps', 2, '--sanity-queries', 5, '--no-progress',
+            '--results-file', out / 'results.json', *extra]
+    return [str(a) for a in argv]
+
+
+def _run(argv):
+    return validate_adv.main(argv)
+
+
+def _results(out: Path):
+    return json.loads((out / 'results.json').read_text())
+
+
+@pytest.mark.parametrize('protocol, gammas', [
+    ('xie2020', ['0', '0.5', '1']), ('robustbench', ['1']), ('nofrost', ['1']), ('galloway', ['1']),
+    ('corruptions', ['1'])])
+def test_every_protocol_runs_end_to_end(digits_dir, checkpoint, tmp_path, protocol, gammas):
+    plots = tmp_path / 'plots'
+    assert _run(_argv(digits_dir, tmp_path, '--checkpoint', checkpoint, '--protocol', protocol, '--reduced',
+                      '--metric-samples', '4', '--plot-dir', plots, '--gammas', *gammas)) == 0
+    results = _results(tmp_path)
+    assert all(v['clean'] >= 50 and v['sanity']['passed'] for v in results['variants']), results['variants']
+    assert any(a['attacked'] > 0 for v in results['variants'] for a in v['attacks'])  # the attacks had work
+    labels = [spec.label for spec in get_protocol(protocol).attacks]
+    assert results['protocol']['name'] == protocol and results['protocol']['reduced']
+    for variant in results['variants']:
+        assert [a['label'] for a in variant['attacks']] == labels
+        assert variant['samples'] == 8 and 0 <= variant['clean'] <= 100
+        assert {c['name'] for c in variant['sanity']['checks']} >= {'outputs_not_random', 'accuracy_falls_to_zero'}
+        for attack in variant['attacks']:
+            if attack['threat'] != 'noise':
+                assert attack['max_perturbation'] <= attack['eps'] + 1e-2
+    rows = list(csv.DictReader((tmp_path / 'results.csv').open()))
+    assert len(rows) == sum(len(v['attacks']) + 1 + (v['worst_case'] is not None) for v in results['variants'])
+    expected = {'accuracy_vs_eps.png', 'bn_stats.png'}
+    if protocol == 'xie2020':
+        expected |= {'accuracy_vs_iterations.png', 'gamma_tradeoff.png'}
+        assert all(a['success_rate'] is not None for v in results['variants'] for a in v['attacks'])
+        assert [v['name'] for v in results['variants']] == ['clean', 'mix@0.5', 'logits@0.5', 'adv']
+    if protocol == 'nofrost':
+        assert set(results['variants'][0]['metrics']) == {'margin', 'thickness', 'smoothness'}
+        assert results['variants'][0]['metrics']['thickness']['samples'] == 4
+    assert expected <= set(results['plots']) and expected <= {p.name for p in plots.iterdir()}
+    assert (tmp_path / 'results.bn_stats.json').exists()
+
+
+def test_results_are_not_overwritten_without_the_flag(digits_dir, tmp_path, capsys):
+    argv = _argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--attacks', 'fgsm', '--gammas', '1')
+    assert _run(argv) == 0
+    before = (tmp_path / 'results.json').read_text()
+    capsys.readouterr()
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith('validate_adv.py: error:') and '--overwrite' in err and '\n' not in err
+    assert (tmp_path / 'results.json').read_text() == before
+    assert _run(argv + ['--overwrite']) == 0
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--model', 'test_mbn_resnet', '--checkpoint', 'missing.pth'], 'not found'),
+    (['--model', 'no_such_model_xyz'], 'no_such_model_xyz'),
+    (['--model', 'test_mbn_resnet', '--attacks', 'nope'], 'Unknown attack'),
+    (['--model', 'test_mbn_resnet', '--attacks', 'pgd', '--attack-kwargs', 'bogus=1'], 'rejected'),
+    (['--model', 'test_mbn_resnet', '--gammas', '2'], 'gamma'),
+    (['--model', 'test_mbn_resnet', '--data-dir', '/no/such/folder', '--dataset', ''], 'not found'),
+])
+def test_bad_input_is_a_one_line_error(digits_dir, tmp_path, capsys, extra, message):
+    assert _run(_argv(digits_dir, tmp_path, *extra)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith('validate_adv.py: error:') and message in err[0]
+
+
+@pytest.mark.parametrize('extra', [
+    ['--protocol', 'madry'], ['--protocol', 'xie2020', '--attacks', 'pgd'], ['--verify-amp', '4'],
+    ['--targeted'], ['--num-samples', '-1'], ['--model', '']])
+def test_bad_arguments_are_a_one_line_usage_error(capsys, extra):
+    with pytest.raises(SystemExit) as exit_info:
+        validate_adv.parse_args(['--model', 'test_mbn_resnet', *extra])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith('validate_adv.py: error:')
+
+
+def test_a_checkpoint_names_its_architecture_and_must_fit(digits_dir, tmp_path, capsys):
+    torch.manual_seed(1)
+    model = timm.create_model('test_mbn_resnet', num_classes=10)
+    path = tmp_path / 'checkpoint.pth.tar'
+    torch.save({'state_dict': model.state_dict(), 'arch': 'test_mbn_resnet', 'epoch': 3}, path)
+    argv = _argv(digits_dir, tmp_path, '--checkpoint', path, '--attacks', 'fgsm', '--gammas', '0')
+    assert _run(argv) == 0
+    results = _results(tmp_path)
+    assert results['model'] == 'test_mbn_resnet' and results['checkpoint'] == str(path)
+    with torch.no_grad():
+        expected = validate_adv.create_eval_model(validate_adv.parse_args(argv))[0].state_dict()
+    torch.testing.assert_close(expected, model.state_dict())
+    capsys.readouterr()
+    assert _run(argv + ['--num-classes', '5', '--overwrite']) == 2
+    assert 'num_classes=5' in capsys.readouterr().err
+
+
+def test_a_local_dir_export_is_evaluated_like_a_hub_model(digits_dir, tmp_path):
+    from timm.models import save_for_hf
+
+    torch.manual_seed(2)
+    model = timm.create_model('test_mbn_resnet', num_classes=10)
+    save_for_hf(model, tmp_path / 'export')
+    argv = _argv(digits_dir, tmp_path, '--model', f'local-dir:{tmp_path / "export"}', '--attacks', 'fgsm',
+                 '--gammas', '0')
+    assert _run(argv) == 0
+    assert _results(tmp_path)['model'] == 'test_mbn_resnet'
+    loaded = validate_adv.create_eval_model(validate_adv.parse_args(argv))[0]
+    torch.testing.assert_close(loaded.state_dict(), model.state_dict())  # its weights, not a fresh initialization
+
+
+def test_yaml_config_supplies_defaults_and_rejects_unknown_keys(digits_dir, tmp_path, capsys):
+    config = tmp_path / 'eval.yaml'
+    config.write_text(yaml.safe_dump(dict(protocol='galloway', reduced=True, gammas=[1.0], model='test_mbn_resnet')))
+    assert _run(['-c', str(config)] + _argv(digits_dir, tmp_path)) == 0
+    assert _results(tmp_path)['protocol']['name'] == 'galloway'
+    config.write_text(yaml.safe_dump(dict(protokol='galloway')))
+    with pytest.raises(SystemExit):
+        validate_adv.parse_args(['-c', str(config)])
+    assert 'protokol' in capsys.readouterr().err
+
+
+def test_an_interrupted_run_resumes_from_its_state_file(digits_dir, tmp_path):
+    state = tmp_path / 'state.jsonl'
+    argv = _argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--protocol', 'xie2020', '--reduced',
+                 '--gammas', '0', '1', '--num-samples', '16', '--resume-state', state, '--overwrite')
+    assert _run(argv) == 0
+    full = _results(tmp_path)
+    lines = state.read_bytes().split(b'\n')
+    state.write_bytes(b'\n'.join(lines[:12]) + b'\n' + lines[12][:20])  # killed mid-append
+    assert _run(argv) == 0
+    resumed = _results(tmp_path)
+    assert 0 < resumed['units_computed'] < full['units_computed']
+    for key in TIMING_KEYS:
+        full.pop(key), resumed.pop(key)
+    assert resumed == full
+    with pytest.raises(ValueError, match='different evaluation'):
+        validate_adv.validate(validate_adv.parse_args(argv + ['--seed', '1']))
+
+
+def test_bf16_evaluation_is_checked_against_fp32(digits_dir, tmp_path):
+    assert _run(_argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--protocol', 'xie2020', '--reduced',
+                      '--gammas', '1', '--amp', '--verify-amp', '8')) == 0
+    check = _results(tmp_path)['amp_check']
+    assert check['samples'] == 8
+    assert [c['stage'] for c in check['comparisons']] == ['clean', 'pgd-t-10']
+    assert all(0 <= c['prediction_agreement'] <= 100 for c in check['comparisons'])
+
+
+def test_torchrun_shards_match_a_single_process(digits_dir, tmp_path):
+    """Two gloo ranks on CPU evaluate disjoint halves; gathered results equal the single-process run."""
+    single, sharded = tmp_path / 'single', tmp_path / 'sharded'
+    common = ['--model', 'test_mbn_resnet', '--attacks', 'pgd', '--targeted', '--steps', '2',
+              '--gammas', '0', '1', '--num-samples', '16', '-b', '4', '--device', 'cpu']
+    assert _run(_argv(digits_dir, single, *common)) == 0
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO))
+    command = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
+               str(REPO / 'validate_adv.py')] + _argv(digits_dir, sharded, *common)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, two = _results(single), _results(sharded)
+    assert two['world_size'] == 2 and one['world_size'] == 1
+    for key in TIMING_KEYS + ('world_size',):
+        one.pop(key), two.pop(key)
+    assert one == two

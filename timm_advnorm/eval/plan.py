@@ -1,0 +1,163 @@
+"""From a protocol and options to the ordered list of stages an evaluation runs, and what each one is for.
+
+Besides the protocol's attacks, every evaluation runs sanity probes on a small prefix of the subset (DESIGN §5):
+an untargeted PGD ε-sweep from the clean image (no random start, so zero gradients cannot hide behind noise) up to
+a budget no honest classifier survives, the same PGD with 4x the iterations, a black-box Square probe when the
+protocol has no black-box attack, the input-gradient norm and a determinism probe. Optionally it also runs the
+NoFrost §4.3 robustness metrics and an fp32 reference of the clean pass and first white-box attack, to check a bf16
+evaluation against full precision.
+"""
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+from ..attacks import list_attacks
+from .metrics import METRICS, smoothness_attack, thickness_attack
+from .protocols import AttackSpec, Protocol
+from .stages import (
+    AttackStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage, ThicknessStage,
+    attack_norm, build_attack)
+
+__all__ = ['SanityPlan', 'EvalPlan', 'build_plan', 'SANITY_EPS_FACTORS', 'SANITY_LARGE_EPS']
+
+#: Multiples of the protocol's ε in the sanity sweep.
+SANITY_EPS_FACTORS = (0.5, 1.0, 2.0, 4.0)
+#: Always in the sweep: an L∞ budget (0-255 scale) that leaves no classifier with honest gradients any accuracy.
+SANITY_LARGE_EPS = 128.0
+#: Default ε of the sweep when the protocol has no L∞ white-box attack.
+SANITY_DEFAULT_EPS = 8.0
+
+
+@dataclass(frozen=True)
+class SanityPlan:
+    """Names of the sanity stages, for `sanity.run_sanity_checks`.
+
+    Attributes:
+        samples: Size of the sanity prefix of the subset.
+        eps: The L∞ budget the probes center on (0-255 scale).
+        sweep: ``(eps, stage name)`` of the ε-sweep, by increasing ε.
+        more_iterations: ``(fewer, more)`` stage names of the iteration check at `eps`.
+        blackbox: Stage name of the Square probe, if one runs.
+    """
+
+    samples: int
+    eps: float
+    sweep: Tuple[Tuple[float, str], ...] = ()
+    more_iterations: Optional[Tuple[str, str]] = None
+    blackbox: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """The stages of an evaluation and the role of the non-protocol ones."""
+
+    protocol: Protocol
+    stages: Tuple[Stage, ...]
+    sanity: Optional[SanityPlan] = None
+    metrics: Tuple[str, ...] = ()
+    amp_pairs: Tuple[Tuple[str, str], ...] = field(default_factory=tuple)
+    amp_samples: int = 0
+
+    def check_attacks(self, ctx: EvalContext) -> None:
+        """Build every attack once, so an unknown name or argument fails now, not hours into the evaluation."""
+        for stage in self.stages:
+            spec = getattr(stage, 'spec', None)
+            if spec is not None:
+                build_attack(spec, ctx, seed=0)
+
+    def stage(self, name: str) -> Stage:
+        """The stage called `name`."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+
+def _probe_eps(protocol: Protocol) -> float:
+    """The first L∞ white-box budget of the protocol (the one the sweep centers on)."""
+    for spec in protocol.attacks:
+        if spec.threat == 'white-box' and attack_norm(spec) == 'linf' and spec.eps > 0 and spec.eps_rule == 'fixed':
+            return spec.eps
+    return SANITY_DEFAULT_EPS
+
+
+def _probe_pgd(label: str, eps: float, steps: int) -> AttackSpec:
+    """Untargeted PGD from the clean input with Madry et al.'s step 2.5 ε / N."""
+    return AttackSpec(label, 'pgd', eps, dict(steps=steps, step=2.5 * eps / steps, step_rule='fixed',
+                                              random_start=False))
+
+
+def _sanity_stages(protocol: Protocol, samples: int, steps: int, queries: int) -> Tuple[List[Stage], SanityPlan]:
+    eps = _probe_eps(protocol)
+    sweep_eps = sorted({min(f * eps, 255.0) for f in SANITY_EPS_FACTORS} | {SANITY_LARGE_EPS})
+    stages: List[Stage] = [GradientProbe(limit=samples), DeterminismProbe(limit=samples)]
+    sweep = []
+    for value in sweep_eps:
+        name = f'sanity/pgd-{steps}-eps{value:g}'
+        stages.append(AttackStage(_probe_pgd(name, value, steps), limit=samples))
+        sweep.append((value, name))
+    fewer = f'sanity/pgd-{steps}-eps{eps:g}'
+    more = f'sanity/pgd-{4 * steps}-eps{eps:g}'
+    stages.append(AttackStage(_probe_pgd(more, eps, 4 * steps), limit=samples))
+    blackbox = None
+    has_blackbox = any(spec.threat == 'black-box' for spec in protocol.attacks)
+    if not has_blackbox and 'square' in list_attacks() and queries > 0:
+        blackbox = f'sanity/square-{queries}-eps{eps:g}'
+        spec = AttackSpec(blackbox, 'square', eps, dict(n_queries=queries), threat='black-box')
+        stages.append(AttackStage(spec, limit=samples))
+    return stages, SanityPlan(samples, eps, tuple(sweep), (fewer, more), blackbox)
+
+
+def build_plan(
+        protocol: Protocol,
+        sanity_samples: int = 64,
+        sanity_steps: int = 10,
+        sanity_queries: int = 400,
+        metrics: Optional[Sequence[str]] = None,
+        metric_samples: Optional[int] = None,
+        amp_samples: int = 0,
+) -> EvalPlan:
+    """The stages of an evaluation.
+
+    Args:
+        protocol: The attack suite.
+        sanity_samples: Size of the prefix the sanity probes run on (0 disables them: not recommended).
+        sanity_steps: PGD iterations of the sanity sweep.
+        sanity_queries: Queries of the Square sanity probe (400: NoFrost's black-box budget; 100 is too few
+            for Square to beat even a masked model reliably).
+        metrics: Robustness metrics to compute (default: the protocol's); ``margin`` comes with the clean stage.
+        metric_samples: Compute thickness and smoothness on this prefix only (``None``: every sample).
+        amp_samples: With autocast, check bf16 against fp32 on this prefix (0: no check).
+    """
+    metrics = tuple(protocol.metrics if metrics is None else metrics)
+    for name in metrics:
+        if name not in METRICS:
+            raise ValueError(f'Unknown metric {name!r}, expected one of {METRICS}.')
+    stages: List[Stage] = [CleanStage()]
+    previous = 'clean'
+    for spec in protocol.attacks:
+        if protocol.aggregation == 'cascade':
+            stages.append(AttackStage(spec, after=previous))
+            previous = spec.label
+        else:
+            # targeted: every sample, for the success rate; noise and corruptions: accuracy on every corrupted
+            # image, as ImageNet-C and Galloway et al. report it (a corruption can also fix a clean mistake)
+            stages.append(AttackStage(spec, attack_all=spec.targeted or spec.threat == 'noise'))
+    sanity = None
+    if sanity_samples > 0:
+        sanity_stages, sanity = _sanity_stages(protocol, sanity_samples, sanity_steps, sanity_queries)
+        stages.extend(sanity_stages)
+    if 'thickness' in metrics:
+        stages.append(ThicknessStage(thickness_attack(), limit=metric_samples))
+    if 'smoothness' in metrics:
+        stages.append(SmoothnessStage(smoothness_attack(eps=_probe_eps(protocol)), limit=metric_samples))
+    amp_pairs = []
+    if amp_samples > 0:
+        stages.append(CleanStage('amp-fp32/clean', limit=amp_samples, full_precision=True))
+        amp_pairs.append(('clean', 'amp-fp32/clean'))
+        reference = next((spec for spec in protocol.attacks if spec.threat == 'white-box'), None)
+        if reference is not None:
+            name = f'amp-fp32/{reference.label}'
+            stages.append(AttackStage(reference, after='amp-fp32/clean', attack_all=reference.targeted, name=name,
+                                      limit=amp_samples, full_precision=True))
+            amp_pairs.append((reference.label, name))
+    return EvalPlan(protocol, tuple(stages), sanity, metrics, tuple(amp_pairs), amp_samples)

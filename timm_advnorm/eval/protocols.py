@@ -1,0 +1,344 @@
+"""Named, fixed evaluation protocols: which attacks, at which budgets, reported how.
+
+A protocol is data, not code: a tuple of `AttackSpec` (a registered attack name plus its configuration) and how
+the suite is reported. The budgets are the papers'; tests shrink them with `reduce_protocol`, users override them
+with `override_protocol`, and both record what actually ran.
+
+* ``xie2020``: Xie & Yuille, *Intriguing properties of adversarial training at scale* (ICLR 2020), §3: targeted PGD,
+  L∞ ε=16, step 1 with their code's ``max(step, ε/N)`` rule, random start, N = 10, 20, 100, 500, 2000 (Table 7);
+  accuracy and targeted attack-success rate.
+* ``robustbench``: AutoAttack "standard" (Croce & Hein, ICML 2020) at L∞ ε=4/255, RobustBench's ImageNet budget:
+  APGD-CE (100 iterations, 1 restart), APGD-T (100 iterations, 9 target classes), FAB-T (9 target classes), Square
+  (5000 queries), run as a cascade on the points still robust; the last stage is the AutoAttack accuracy.
+* ``nofrost``: Wang et al., *Removing batch normalization boosts adversarial training* (ICML 2022), §4.1: L∞ ε=8,
+  20 iterations for every white-box attack with their code's step ``min(1.25ε, ε+4)/N``, 400 queries for Square;
+  PGD, APGD-CE, APGD-DLR, MI-FGSM, CW-L∞ (confidence 50), Square; reported per attack and as the per-sample worst
+  case, plus the §4.3 robustness metrics.
+* ``galloway``: Galloway et al., *Batch normalization is a cause of adversarial vulnerability* (2019), §3: additive
+  Gaussian noise of variance 1/4 on the standardized input, BIM-L∞ with ε∞=0.03 (on the [0, 1] pixel scale) and
+  BIM-L2 with ε2 = ε∞·√d, 20 iterations of step ε/20.
+* ``corruptions``: the 15 ImageNet-C corruptions (Hendrycks & Dietterich, ICLR 2019) at severities 1-5, applied on
+  the fly; reported per corruption and as the mean corruption accuracy.
+
+Budgets are on the 0-255 pixel scale (`timm_advnorm.attacks.space`); L2 budgets are pixel-scale norms times 255.
+"""
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from ..attacks.bim import galloway_l2_eps
+from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
+
+__all__ = [
+    'AttackSpec', 'Protocol', 'PROTOCOLS', 'AGGREGATIONS', 'THREATS', 'get_protocol', 'list_protocols',
+    'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES',
+]
+
+AGGREGATIONS = ('independent', 'cascade')
+THREATS = ('white-box', 'black-box', 'noise')
+STEP_KEYS = ('steps',)
+QUERY_KEYS = ('n_queries',)
+EPS_RULES = ('fixed', 'sqrt_dim')
+
+HEADLINES = ('worst-case', 'last', 'mean')
+
+
+@dataclass(frozen=True)
+class AttackSpec:
+    """One attack of a protocol: a registered attack and its configuration.
+
+    Args:
+        label: Unique name of the attack in the results (``pgd-t-2000``).
+        attack: Name registered with `timm_advnorm.attacks.create_attack`.
+        eps: Budget on the 0-255 scale (L2: pixel-scale norm times 255); with ``eps_rule='sqrt_dim'`` the L∞-like
+            budget that `resolve_eps` scales by √d.
+        kwargs: Further constructor arguments of the attack (``steps``, ``step``, ``targeted``, ...).
+        threat: ``white-box`` (gradient-based), ``black-box`` (queries only) or ``noise`` (no adversary); sanity
+            checks compare them.
+        eps_rule: ``fixed`` or ``sqrt_dim`` (Galloway et al.: ε2 = ε∞·√d, d the input dimension).
+        step_rule: Optional rule recomputing ``kwargs['step']`` from ε and ``kwargs['steps']`` whenever they change
+            (see `STEP_RULES`); ``None`` keeps the given step.
+        success_rate: Report the targeted attack-success rate (fraction classified as the target).
+    """
+
+    label: str
+    attack: str
+    eps: float
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    threat: str = 'white-box'
+    eps_rule: str = 'fixed'
+    step_rule: Optional[str] = None
+    success_rate: bool = False
+
+    def __post_init__(self):
+        if self.threat not in THREATS:
+            raise ValueError(f'threat must be one of {THREATS}, got {self.threat!r}.')
+        if self.eps_rule not in EPS_RULES:
+            raise ValueError(f'eps_rule must be one of {EPS_RULES}, got {self.eps_rule!r}.')
+        if self.step_rule is not None and self.step_rule not in STEP_RULES:
+            raise ValueError(f'step_rule must be one of {tuple(STEP_RULES)}, got {self.step_rule!r}.')
+        if self.eps < 0:
+            raise ValueError(f'{self.label}: eps must be >= 0, got {self.eps}.')
+
+    @property
+    def targeted(self) -> bool:
+        """Whether the attack aims at a target class."""
+        return bool(self.kwargs.get('targeted', False))
+
+    @property
+    def steps(self) -> Optional[int]:
+        """Iterations (or queries for query-based attacks), when the attack has such a knob."""
+        for key in STEP_KEYS + QUERY_KEYS:
+            if key in self.kwargs:
+                return int(self.kwargs[key])
+        return None
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-serialisable description, as recorded in results and state files."""
+        return dict(label=self.label, attack=self.attack, eps=self.eps, eps_rule=self.eps_rule, threat=self.threat,
+                    step_rule=self.step_rule, success_rate=self.success_rate, kwargs=dict(self.kwargs))
+
+
+def _nofrost_step(eps: float, steps: int) -> float:
+    """Step of the NoFrost evaluation code: ``min(1.25 ε, ε + 4) / N`` (0-255 scale)."""
+    return min(1.25 * eps, eps + 4.0) / max(steps, 1)
+
+
+def _fraction_step(eps: float, steps: int) -> float:
+    """Galloway et al.'s BIM step ``ε / N``: the last iteration can reach the ball's surface."""
+    return eps / max(steps, 1)
+
+
+STEP_RULES = {'nofrost': _nofrost_step, 'fraction': _fraction_step}
+
+
+def _with_step(spec: AttackSpec) -> AttackSpec:
+    """Recompute ``kwargs['step']`` from the spec's step rule (no-op without one)."""
+    if spec.step_rule is None:
+        return spec
+    kwargs = dict(spec.kwargs, step=STEP_RULES[spec.step_rule](spec.eps, int(spec.kwargs['steps'])))
+    return replace(spec, kwargs=kwargs)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A fixed attack suite and how it is reported.
+
+    Args:
+        name: Registry name (``xie2020``).
+        description: One line for logs and results.
+        reference: The paper (and section) the budgets come from.
+        attacks: The suite.
+        aggregation: ``independent``: every attack sees every correctly classified sample (targeted attacks, noise
+            and corruptions: every sample, for the success rate and the corrupted-image accuracy). ``cascade``: each
+            attack only sees the samples the previous ones did not break, as AutoAttack does; an attack's accuracy
+            is then the cumulative robust accuracy.
+        worst_case: Also report the per-sample worst case over the suite (robust only if no attack succeeds).
+        headline: The protocol's single robust number: ``worst-case``, ``last`` (the last attack, e.g. PGD-2000),
+            ``mean`` (mean accuracy over the suite, e.g. the mean corruption accuracy) or an attack label.
+        metrics: Robustness metrics computed by default (see `timm_advnorm.eval.metrics`).
+        reduced: Whether budgets were shrunk by `reduce_protocol` (results are then not the paper's protocol).
+    """
+
+    name: str
+    description: str
+    reference: str
+    attacks: Tuple[AttackSpec, ...]
+    aggregation: str = 'independent'
+    worst_case: bool = False
+    headline: str = 'last'
+    metrics: Tuple[str, ...] = ()
+    reduced: bool = False
+
+    def __post_init__(self):
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f'aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}.')
+        labels = [spec.label for spec in self.attacks]
+        if self.headline not in HEADLINES + tuple(labels):
+            raise ValueError(f'headline must be one of {HEADLINES} or an attack label, got {self.headline!r}.')
+        if self.headline == 'worst-case' and not self.worst_case:
+            raise ValueError('A worst-case headline needs worst_case=True.')
+        if len(set(labels)) != len(labels):
+            raise ValueError(f'Protocol {self.name!r} has duplicate attack labels: {labels}.')
+        if not self.attacks:
+            raise ValueError(f'Protocol {self.name!r} has no attacks.')
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-serialisable description."""
+        return dict(name=self.name, description=self.description, reference=self.reference,
+                    aggregation=self.aggregation, worst_case=self.worst_case, headline=self.headline,
+                    metrics=list(self.metrics),
+                    reduced=self.reduced, attacks=[spec.to_dict() for spec in self.attacks])
+
+
+def _xie2020() -> Protocol:
+    attacks = tuple(
+        AttackSpec(f'pgd-t-{n}', 'pgd', eps=16.0, success_rate=True,
+                   kwargs=dict(steps=n, step=1.0, step_rule='max', targeted=True, random_start=True))
+        for n in (10, 20, 100, 500, 2000))
+    return Protocol(
+        'xie2020', 'Targeted PGD, Linf eps=16, step 1, 10 to 2000 iterations; accuracy and attack-success rate.',
+        'Xie & Yuille, ICLR 2020, Sec. 3 and Table 7', attacks, headline='pgd-t-2000')
+
+
+def _robustbench() -> Protocol:
+    eps = 4.0
+    attacks = (
+        AttackSpec('apgd-ce', 'apgd-ce', eps, dict(steps=100, n_restarts=1)),
+        AttackSpec('apgd-t', 'apgd-t', eps, dict(steps=100, n_restarts=1, n_target_classes=9)),
+        AttackSpec('fab-t', 'fab-t', eps, dict(steps=100, n_restarts=1, n_target_classes=9)),
+        AttackSpec('square', 'square', eps, dict(n_queries=5000, n_restarts=1), threat='black-box'),
+    )
+    return Protocol(
+        'robustbench', 'AutoAttack standard (APGD-CE, APGD-T, FAB-T, Square) at Linf eps=4/255, as a cascade.',
+        'Croce & Hein, ICML 2020; RobustBench ImageNet Linf', attacks, aggregation='cascade', worst_case=True,
+        headline='worst-case')
+
+
+def _nofrost() -> Protocol:
+    eps, steps = 8.0, 20
+    attacks = tuple(_with_step(spec) for spec in (
+        AttackSpec('pgd', 'pgd', eps, dict(steps=steps, step_rule='fixed', random_start=True), step_rule='nofrost'),
+        AttackSpec('apgd-ce', 'apgd-ce', eps, dict(steps=steps)),
+        AttackSpec('apgd-dlr', 'apgd-dlr', eps, dict(steps=steps)),
+        AttackSpec('mifgsm', 'mifgsm', eps, dict(steps=steps, decay=1.0), step_rule='nofrost'),
+        AttackSpec('cw-linf', 'cw-linf', eps, dict(steps=steps, confidence=50.0), step_rule='nofrost'),
+        AttackSpec('square', 'square', eps, dict(n_queries=400), threat='black-box'),
+    ))
+    return Protocol(
+        'nofrost', 'Linf eps=8 suite: PGD, APGD-CE, APGD-DLR, MI-FGSM, CW-Linf (20 iterations), Square (400 queries).',
+        'Wang et al., ICML 2022, Sec. 4.1 and 4.3', attacks, worst_case=True, headline='worst-case',
+        metrics=('margin', 'thickness', 'smoothness'))
+
+
+def _galloway() -> Protocol:
+    eps_inf = 0.03 * 255.0  # ε∞ = 0.03 on the [0, 1] pixel scale
+    attacks = tuple(_with_step(spec) for spec in (
+        AttackSpec('gaussian-noise', 'gaussian-noise', 0.0, dict(std=0.5), threat='noise'),
+        AttackSpec('bim-linf', 'bim-linf', eps_inf, dict(steps=20), step_rule='fraction'),
+        # No step rule: it would take ε/20 of the L∞-sized ε before √d scaling; BIM-L2 steps its resolved ε/20.
+        AttackSpec('bim-l2', 'bim-l2', eps_inf, dict(steps=20), eps_rule='sqrt_dim'),
+    ))
+    return Protocol(
+        'galloway', 'Gaussian noise (variance 1/4), BIM-Linf eps=0.03 and BIM-L2 eps=0.03*sqrt(d), 20 iterations.',
+        'Galloway et al., 2019, Sec. 3', attacks, headline='bim-linf')
+
+
+def _corruptions() -> Protocol:
+    attacks = tuple(
+        AttackSpec(f'{name}-{severity}', 'corruption', 0.0, dict(corruption=name, severity=severity), threat='noise')
+        for name in IMAGENET_C_CORRUPTIONS for severity in SEVERITIES)
+    return Protocol(
+        'corruptions', 'The 15 ImageNet-C corruptions at severities 1-5, applied on the fly.',
+        'Hendrycks & Dietterich, ICLR 2019', attacks, headline='mean')
+
+
+PROTOCOLS = {p.name: p for p in (_xie2020(), _robustbench(), _nofrost(), _galloway(), _corruptions())}
+
+
+def list_protocols() -> Tuple[str, ...]:
+    """Names of the built-in protocols."""
+    return tuple(PROTOCOLS)
+
+
+def get_protocol(name: str) -> Protocol:
+    """The built-in protocol `name`.
+
+    Raises:
+        ValueError: Unknown name.
+    """
+    if name not in PROTOCOLS:
+        raise ValueError(f'Unknown protocol {name!r}; available: {", ".join(PROTOCOLS)}.')
+    return PROTOCOLS[name]
+
+
+def protocol_from_attacks(
+        attacks: Sequence[str],
+        eps: float = 16.0,
+        attack_kwargs: Optional[Mapping[str, Any]] = None,
+        aggregation: str = 'independent',
+) -> Protocol:
+    """An ad-hoc protocol from registered attack names, all at budget `eps` with the same extra arguments.
+
+    Args:
+        attacks: Registered attack names; repeating a name is an error (give one spec per configuration).
+        eps: Budget on the 0-255 scale.
+        attack_kwargs: Constructor arguments given to every attack (``steps``, ``step``, ``norm``, ``targeted``).
+        aggregation: See `Protocol`.
+    """
+    kwargs = dict(attack_kwargs or {})
+    targeted = bool(kwargs.get('targeted', False))
+    specs = tuple(
+        AttackSpec(name, name, eps, kwargs, threat='black-box' if name == 'square' else 'white-box',
+                   success_rate=targeted)
+        for name in attacks)
+    several = len(specs) > 1
+    return Protocol('custom', f'Attacks {", ".join(attacks)} at eps={eps:g}.', 'command line', specs,
+                    aggregation=aggregation, worst_case=several, headline='worst-case' if several else 'last')
+
+
+def override_protocol(
+        protocol: Protocol,
+        eps: Optional[float] = None,
+        step: Optional[float] = None,
+        steps: Optional[int] = None,
+        norm: Optional[str] = None,
+) -> Protocol:
+    """Change budgets of every attack that has the knob; the protocol keeps its name but no longer its paper's budget.
+
+    ε applies to every attack with a budget; `step`, `steps` and `norm` only where the attack's configuration has
+    them (an explicit `step` also disables the spec's step rule, otherwise the rule recomputes the step).
+    """
+    specs = []
+    for spec in protocol.attacks:
+        kwargs = dict(spec.kwargs)
+        new_eps = spec.eps if eps is None or spec.threat == 'noise' else float(eps)
+        step_rule = spec.step_rule
+        if steps is not None and 'steps' in kwargs:
+            kwargs['steps'] = int(steps)
+        if norm is not None and 'norm' in kwargs:
+            kwargs['norm'] = norm
+        if step is not None and 'step' in kwargs:
+            kwargs['step'] = float(step)
+            step_rule = None
+        specs.append(_with_step(replace(spec, eps=new_eps, kwargs=kwargs, step_rule=step_rule)))
+    return replace(protocol, attacks=tuple(specs))
+
+
+def reduce_protocol(
+        protocol: Protocol,
+        max_steps: Optional[int] = None,
+        max_queries: Optional[int] = None,
+        root: Optional[int] = None,
+) -> Protocol:
+    """Shrink a protocol for smoke tests: take a root of every budget, then cap iterations and queries.
+
+    A root keeps the order of a sweep (cube roots of 10, 20, 100, 500, 2000 iterations are 2, 3, 5, 8, 13), so
+    plots and checks that compare budgets still see distinct points. Attack labels are kept, the budgets that
+    actually run are recorded in each spec, and the protocol is marked ``reduced``.
+
+    Args:
+        protocol: The protocol.
+        max_steps: Cap on iterations.
+        max_queries: Cap on queries.
+        root: Replace every budget n by ``max(1, round(n ** (1 / root)))``.
+    """
+    specs = []
+    for spec in protocol.attacks:
+        kwargs = dict(spec.kwargs)
+        for keys, cap in ((STEP_KEYS, max_steps), (QUERY_KEYS, max_queries)):
+            for key in keys:
+                if key not in kwargs:
+                    continue
+                budget = int(kwargs[key])
+                if root is not None:
+                    budget = max(1, round(budget ** (1.0 / root)))
+                kwargs[key] = budget if cap is None else min(budget, cap)
+        specs.append(_with_step(replace(spec, kwargs=kwargs)))
+    return replace(protocol, attacks=tuple(specs), reduced=True)
+
+
+def resolve_eps(spec: AttackSpec, input_size: Sequence[int]) -> float:
+    """The budget an attack is built with: `spec.eps`, times √d for ``eps_rule='sqrt_dim'`` (d = C·H·W)."""
+    if spec.eps_rule == 'sqrt_dim':
+        return galloway_l2_eps(spec.eps, input_size)
+    return spec.eps

@@ -1,0 +1,247 @@
+"""Units of evaluation work: clean accuracy, one attack, a sanity probe or a robustness metric, on one batch.
+
+A stage maps a batch (and the results earlier stages produced for it) to per-sample columns. The evaluator runs
+every stage of every variant on every batch and records the columns; nothing else in a stage depends on how the
+data were split, so the same stage serves single-process, sharded and resumed evaluations.
+"""
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from ..attacks import InputSpace, attack_context, create_attack, cross_entropy_per_sample, input_gradient
+from ..attacks.space import PIXEL_SCALE
+from .metrics import boundary_thickness, decision_margin, smoothness_kl
+from .protocols import AttackSpec, resolve_eps
+
+__all__ = ['Batch', 'EvalContext', 'Stage', 'CleanStage', 'AttackStage', 'GradientProbe', 'DeterminismProbe',
+           'ThicknessStage', 'SmoothnessStage', 'Columns', 'predict', 'attack_norm', 'build_attack']
+
+Columns = Dict[str, torch.Tensor]
+
+
+@dataclass
+class Batch:
+    """Normalized inputs with their labels, subset positions and per-sample random target classes."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    positions: torch.Tensor
+    targets: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> 'Batch':
+        """The rows where the (CPU, boolean) mask `rows` is set."""
+        device_rows = rows.to(self.x.device)
+        return Batch(self.x[device_rows], self.y[device_rows], self.positions[rows], self.targets[device_rows])
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What every stage needs to know about the evaluation.
+
+    Args:
+        space: The model's input normalization.
+        input_size: (C, H, W) of the model's inputs (for budgets scaled by the input dimension).
+        autocast_dtype: Autocast dtype of forwards and attacks (``None``: full precision).
+        fold_bn: Let attacks fold BN into convolutions (exact; faster).
+    """
+
+    space: InputSpace
+    input_size: Tuple[int, int, int]
+    autocast_dtype: Optional[torch.dtype] = None
+    fold_bn: bool = True
+
+
+@torch.no_grad()
+def predict(model: nn.Module, x: torch.Tensor, autocast_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """fp32 logits of `model` at `x`, the forward under autocast when `autocast_dtype` is given."""
+    with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        logits = model(x)
+    return logits.float()
+
+
+def _aligned(columns: Columns, name: str, positions: torch.Tensor) -> torch.Tensor:
+    """`columns[name]` reordered to match `positions` (every position must be present)."""
+    index = {int(p): i for i, p in enumerate(columns['position'].tolist())}
+    return columns[name][torch.tensor([index[int(p)] for p in positions.tolist()], dtype=torch.long)]
+
+
+def attack_norm(spec: AttackSpec) -> str:
+    """Threat-model norm of an attack spec: its ``norm`` argument, else ``l2`` for ``*-l2`` attacks, else ``linf``."""
+    return spec.kwargs.get('norm') or ('l2' if spec.attack.endswith('l2') else 'linf')
+
+
+class Stage:
+    """One unit of work per batch.
+
+    Attributes:
+        name: Results key (``clean``, ``pgd-t-2000``, ``sanity/gradient``).
+        limit: Run only on samples at subset positions below this (sanity and verification subsets).
+    """
+
+    name: str = ''
+    limit: Optional[int] = None
+
+    def rows(self, positions: torch.Tensor) -> torch.Tensor:
+        """Boolean mask of the batch rows this stage covers."""
+        if self.limit is None:
+            return torch.ones_like(positions, dtype=torch.bool)
+        return positions < self.limit
+
+    def run(self, model: nn.Module, batch: Batch, previous: Mapping[str, Columns], ctx: EvalContext,
+            seed: int) -> Columns:
+        """Per-sample columns for `batch` (a ``position`` column included)."""
+        raise NotImplementedError
+
+
+class CleanStage(Stage):
+    """Clean predictions: correctness, predicted class and decision margin (NoFrost §4.3).
+
+    Args:
+        name: Results key.
+        limit: See `Stage`.
+        full_precision: Ignore the context's autocast (the fp32 reference of an AMP check).
+    """
+
+    def __init__(self, name: str = 'clean', limit: Optional[int] = None, full_precision: bool = False):
+        self.name, self.limit, self.full_precision = name, limit, full_precision
+
+    def run(self, model, batch, previous, ctx, seed):
+        logits = predict(model, batch.x, None if self.full_precision else ctx.autocast_dtype)
+        pred = logits.argmax(dim=1)
+        return dict(position=batch.positions, correct=(pred == batch.y).cpu(), pred=pred.cpu(),
+                    margin=decision_margin(logits, batch.y).cpu())
+
+
+def build_attack(spec: AttackSpec, ctx: EvalContext, seed: int, autocast_dtype: Optional[torch.dtype] = None):
+    """The configured attack of `spec` (a clear error if the registry does not know it or rejects its arguments)."""
+    try:
+        return create_attack(spec.attack, space=ctx.space, eps=resolve_eps(spec, ctx.input_size),
+                             autocast_dtype=autocast_dtype, seed=seed, fold_bn=ctx.fold_bn, **spec.kwargs)
+    except TypeError as e:
+        raise ValueError(
+            f'Attack {spec.label!r} ({spec.attack}) rejected its configuration {dict(spec.kwargs)}: {e}') from e
+
+
+class AttackStage(Stage):
+    """Accuracy under one attack.
+
+    Untargeted attacks only run on the samples still correct after stage `after` (the clean stage, or the previous
+    attack of a cascade): the others count as broken already. With `attack_all` every sample is attacked: targeted
+    attacks, so the attack-success rate (prediction == target) covers the whole subset as in Xie & Yuille, and
+    noise or corruptions, whose accuracy is measured on every corrupted image.
+
+    Columns: ``attacked``, ``correct`` (after the attack), ``pred``, ``success`` (target reached, or fooled when
+    untargeted), ``linf`` and ``l2`` (perturbation size on the 0-255 scale; L2 of pixel values times 255).
+
+    Args:
+        spec: The attack.
+        after: Stage whose ``correct`` column selects the samples to attack.
+        attack_all: Attack every sample (targeted attacks, noise and corruptions in an independent protocol).
+        name: Results key (default: the spec's label).
+        limit: See `Stage`.
+        full_precision: Ignore the context's autocast.
+    """
+
+    def __init__(self, spec: AttackSpec, after: str = 'clean', attack_all: bool = False, name: Optional[str] = None,
+                 limit: Optional[int] = None, full_precision: bool = False):
+        self.spec, self.after, self.attack_all = spec, after, attack_all
+        self.name, self.limit, self.full_precision = name or spec.label, limit, full_precision
+
+    def run(self, model, batch, previous, ctx, seed):
+        autocast_dtype = None if self.full_precision else ctx.autocast_dtype
+        n = len(batch)
+        if self.attack_all:
+            todo = torch.ones(n, dtype=torch.bool)
+        else:
+            todo = _aligned(previous[self.after], 'correct', batch.positions).bool()
+        correct = torch.zeros(n, dtype=torch.bool)
+        success = torch.zeros(n, dtype=torch.bool)
+        pred = torch.full((n,), -1, dtype=torch.long)
+        linf = torch.zeros(n)
+        l2 = torch.zeros(n)
+        if todo.any():
+            sub = batch.select(todo)
+            attack = build_attack(self.spec, ctx, seed, autocast_dtype)
+            x_adv = attack(model, sub.x, sub.y, targets=sub.targets if self.spec.targeted else None)
+            logits = predict(model, x_adv, autocast_dtype)
+            sub_pred = logits.argmax(dim=1)
+            sub_correct = sub_pred == sub.y
+            sub_success = sub_pred == sub.targets if self.spec.targeted else ~sub_correct
+            pixels = ((x_adv.float() - sub.x.float()) * ctx.space.std_like(sub.x)).flatten(1) * PIXEL_SCALE
+            correct[todo], success[todo], pred[todo] = sub_correct.cpu(), sub_success.cpu(), sub_pred.cpu()
+            linf[todo], l2[todo] = pixels.abs().amax(dim=1).cpu(), pixels.norm(dim=1).cpu()
+        return dict(position=batch.positions, attacked=todo, correct=correct, pred=pred, success=success,
+                    linf=linf, l2=l2)
+
+
+class GradientProbe(Stage):
+    """Norm of the input gradient of the cross-entropy at clean inputs (zero or non-finite: masked gradients).
+
+    Columns: ``grad_norm`` (pixel-scale gradient norm; NaN where non-finite).
+    """
+
+    def __init__(self, name: str = 'sanity/gradient', limit: Optional[int] = None):
+        self.name, self.limit = name, limit
+
+    def run(self, model, batch, previous, ctx, seed):
+        with attack_context(model):
+            grad, _, _ = input_gradient(model, batch.x, batch.y, cross_entropy_per_sample, ctx.autocast_dtype)
+        # d loss / d pixel = (d loss / d x) / std: a norm that does not depend on the normalization
+        norm = (grad / ctx.space.std_like(grad)).flatten(1).norm(dim=1)
+        return dict(position=batch.positions, grad_norm=norm.cpu())
+
+
+class DeterminismProbe(Stage):
+    """Largest logit change between two identical forwards, relative to the logits' scale (randomized defenses).
+
+    Columns: ``change``.
+    """
+
+    def __init__(self, name: str = 'sanity/determinism', limit: Optional[int] = None):
+        self.name, self.limit = name, limit
+
+    def run(self, model, batch, previous, ctx, seed):
+        first = predict(model, batch.x, ctx.autocast_dtype)
+        second = predict(model, batch.x, ctx.autocast_dtype)
+        scale = first.abs().amax(dim=1).clamp_min(1.0)
+        return dict(position=batch.positions, change=((first - second).abs().amax(dim=1) / scale).cpu())
+
+
+class ThicknessStage(Stage):
+    """Boundary thickness (Yang et al. 2020, NoFrost §4.3) toward each sample's random target class.
+
+    Columns: ``thickness``.
+    """
+
+    def __init__(self, spec: AttackSpec, name: str = 'metric/thickness', limit: Optional[int] = None):
+        self.spec, self.name, self.limit = spec, name, limit
+
+    def run(self, model, batch, previous, ctx, seed):
+        source = _aligned(previous['clean'], 'pred', batch.positions).to(batch.x.device)
+        attack = build_attack(self.spec, ctx, seed, ctx.autocast_dtype)
+        x_adv = attack(model, batch.x, batch.y, targets=batch.targets)
+        thickness = boundary_thickness(model, batch.x, x_adv, source, batch.targets, ctx.space,
+                                       autocast_dtype=ctx.autocast_dtype)
+        return dict(position=batch.positions, thickness=thickness.cpu())
+
+
+class SmoothnessStage(Stage):
+    """Local smoothness ``KL(p(x) || p(x*))`` (TRADES; NoFrost §4.3).
+
+    Columns: ``kl``.
+    """
+
+    def __init__(self, spec: AttackSpec, name: str = 'metric/smoothness', limit: Optional[int] = None):
+        self.spec, self.name, self.limit = spec, name, limit
+
+    def run(self, model, batch, previous, ctx, seed):
+        attack = build_attack(self.spec, ctx, seed, ctx.autocast_dtype)
+        x_adv = attack(model, batch.x, batch.y)
+        logits = predict(model, batch.x, ctx.autocast_dtype)
+        logits_adv = predict(model, x_adv, ctx.autocast_dtype)
+        return dict(position=batch.positions, kl=smoothness_kl(logits, logits_adv).cpu())

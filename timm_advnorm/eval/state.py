@@ -1,0 +1,111 @@
+"""A resumable evaluation: finished work appended, record by record, to a JSON-lines state file.
+
+PGD-2000 over 50 000 ImageNet images takes days; a preempted job must resume where it stopped, not restart. Each
+finished (variant, stage, batch) record is appended as one line with a single ``write`` on a file opened with
+``O_APPEND`` and then ``fsync``-ed, so a crash leaves at most one partial last line. Loading drops that line (and cuts
+it off the file), so the work it described simply runs again.
+
+The first line holds a fingerprint of the evaluation (model, checkpoint, protocol, subset, batch size, ...): a state
+file is only ever resumed by the evaluation that wrote it.
+"""
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from .records import Record
+
+__all__ = ['EvalState']
+
+_logger = logging.getLogger(__name__)
+
+_FORMAT = 'timm_advnorm.eval.state/1'
+
+
+def _canonical(value: Any) -> Any:
+    """JSON round trip, so tuples and lists (and int/float keys) compare as they will be stored."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+class EvalState:
+    """Append-only record store backing one evaluation.
+
+    Args:
+        path: The state file; created when missing.
+        fingerprint: JSON-serialisable description of the evaluation; must match the file's.
+
+    Raises:
+        ValueError: The file belongs to another evaluation or is not a state file.
+    """
+
+    def __init__(self, path: Union[str, Path], fingerprint: Mapping[str, Any]):
+        self.path = Path(path)
+        self.fingerprint = _canonical(dict(fingerprint))
+        self._records: Dict[Tuple[str, str, int], Record] = {}
+        if self.path.exists() and self.path.stat().st_size > 0:
+            self._load()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._append_line({'format': _FORMAT, 'fingerprint': self.fingerprint}, create=True)
+
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        good_end = 0
+        lines = data.split(b'\n')
+        complete, tail = lines[:-1], lines[-1]  # `tail` is non-empty only if the last write was cut short
+        for number, line in enumerate(complete):
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                if number == len(complete) - 1 and not tail:
+                    break  # a damaged last line: treat like a cut-short write
+                raise ValueError(f'{self.path}: line {number + 1} is not valid JSON; the state file is corrupted.')
+            if number == 0:
+                self._check_header(entry)
+            else:
+                self._records[(entry['variant'], entry['stage'], entry['start'])] = entry
+            good_end += len(line) + 1
+        if good_end == 0:
+            raise ValueError(f'{self.path} holds no evaluation state header.')
+        if good_end < len(data):
+            _logger.warning('%s: dropping %d bytes of an interrupted write.', self.path, len(data) - good_end)
+            with open(self.path, 'r+b') as f:
+                f.truncate(good_end)
+                os.fsync(f.fileno())
+        _logger.info('Resuming from %s: %d finished records.', self.path, len(self._records))
+
+    def _check_header(self, header: Mapping[str, Any]) -> None:
+        if header.get('format') != _FORMAT:
+            raise ValueError(f'{self.path} is not an evaluation state file (format {header.get("format")!r}).')
+        stored = header.get('fingerprint', {})
+        if stored != self.fingerprint:
+            keys = sorted(k for k in set(stored) | set(self.fingerprint) if stored.get(k) != self.fingerprint.get(k))
+            raise ValueError(f'{self.path} was written by a different evaluation (differs in: {", ".join(keys)}); '
+                             'use another --resume-state path or delete it.')
+
+    def _append_line(self, entry: Mapping[str, Any], create: bool = False) -> None:
+        line = (json.dumps(entry, separators=(',', ':')) + '\n').encode()
+        flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def get(self, variant: str, stage: str, start: int) -> Optional[Record]:
+        """The stored record of (variant, stage, batch start), or None when that work has not finished."""
+        return self._records.get((variant, stage, int(start)))
+
+    def append(self, record: Record) -> None:
+        """Persist a finished record (durably, before returning)."""
+        self._append_line(record)
+        self._records[(record['variant'], record['stage'], record['start'])] = record
+
+    def records(self) -> List[Record]:
+        """Every stored record."""
+        return list(self._records.values())
+
+    def __len__(self) -> int:
+        return len(self._records)
