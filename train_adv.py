@@ -196,7 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             epoch, task, loader_train, optimizer, device, lr_scheduler=scheduler, amp_dtype=amp_dtype,
             clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
             before_forward=(lambda: use_running_statistics(model)) if running else None,
-            log_interval=args.log_interval, distributed=args.distributed)
+            log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed)
         train_metrics['running_stats'] = float(running)
         eval_metrics = validate(model, loader_val, device, val_attack, robust_loader=loader_robust,
                                 branches=branches, amp_dtype=amp_dtype,

@@ -1,5 +1,6 @@
 """train_adv.py end to end on the built-in digits data: single process, resume, torchrun, configs and bad input."""
 import csv
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,10 +32,11 @@ def _repo_on_path(monkeypatch):
 
 
 def test_mbn_run_writes_summary_checkpoint_and_args(tmp_path, digits_dir):
-    run = _train(tmp_path, digits_dir, '--method', 'mbn', '--attack-bn-stats', 'batch')
+    run = _train(tmp_path, digits_dir, '--method', 'mbn', '--attack-bn-stats', 'batch', '--model-ema')
     rows = _summary(run)
     assert len(rows) == 1
     for column in ('eval_top1', 'eval_robust_top1', 'eval_adv_branch_top1', 'eval_adv_branch_robust_top1',
+                   'eval_ema_top1', 'eval_ema_adv_branch_robust_top1',
                    'train_passes_per_image', 'train_loss_clean', 'train_loss_adv'):
         assert column in rows[0], column
     assert float(rows[0]['train_passes_per_image']) == 4.0  # PGD-2 + clean + adversarial pass
@@ -42,6 +44,7 @@ def test_mbn_run_writes_summary_checkpoint_and_args(tmp_path, digits_dir):
     assert args['attack_bn_stats'] == 'batch' and args['method'] == 'mbn'
     checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=False)
     assert any('.adv_bn.' in k for k in checkpoint['state_dict'])
+    assert checkpoint['state_dict_ema'].keys() == checkpoint['state_dict'].keys()
     assert not list(run.glob('tmp*')), 'a temporary checkpoint was left behind'
 
 
@@ -62,7 +65,7 @@ def test_yaml_config_and_fast_advprop_same_budget(tmp_path, digits_dir):
 
 
 def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600, **kwargs)
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, **kwargs)
 
 
 @pytest.mark.parametrize('bad, message', [
@@ -81,8 +84,11 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir, bad, message):
 
 
 def test_torchrun_two_processes_with_sync_mixture_bn(tmp_path, digits_dir):
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = str(s.getsockname()[1])
     result = _run_script(
-        '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', '0', 'train_adv.py',
+        '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', port, 'train_adv.py',
         '--device', 'cpu', '--sync-bn', '--method', 'mbn', '--data-dir', str(digits_dir), '--output',
         str(tmp_path), '--experiment', 'ddp', *FAST, '-b', '32')
     assert result.returncode == 0, result.stderr[-3000:]

@@ -76,6 +76,14 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
                 if src is not None and dst is not None:
                     dst.copy_(src)
 
+    def _step_momentum(self, num_batches_tracked: Optional[torch.Tensor]) -> float:
+        """This forward's running-statistics momentum, counting the batch in training (`nn.BatchNorm2d`'s rules)."""
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and num_batches_tracked is not None:
+            num_batches_tracked.add_(1)
+            momentum = 1.0 / float(num_batches_tracked) if self.momentum is None else self.momentum
+        return momentum
+
     def _branch_norm(
             self,
             x: torch.Tensor,
@@ -86,10 +94,7 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
             num_batches_tracked: Optional[torch.Tensor],
     ) -> torch.Tensor:
         """Batch norm with one branch's tensors and `nn.BatchNorm2d`'s momentum and statistics rules."""
-        momentum = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and num_batches_tracked is not None:
-            num_batches_tracked.add_(1)
-            momentum = 1.0 / float(num_batches_tracked) if self.momentum is None else self.momentum
+        momentum = self._step_momentum(num_batches_tracked)
         use_batch_stats = self.training or (running_mean is None and running_var is None)
         keep_stats = not self.training or self.track_running_stats
         return F.batch_norm(

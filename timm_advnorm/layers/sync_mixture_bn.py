@@ -62,23 +62,14 @@ class SyncMixtureBatchNorm2d(MixtureBatchNorm2d):
         super().__init__(*args, **kwargs)
         self.process_group = process_group
 
-    @torch.jit.unused
-    def _synced(
-            self,
-            x: torch.Tensor,
-            weight: Optional[torch.Tensor],
-            bias: Optional[torch.Tensor],
-            running_mean: Optional[torch.Tensor],
-            running_var: Optional[torch.Tensor],
-            momentum: float,
-            group,
-            world_size: int,
-    ) -> torch.Tensor:
-        if x.is_cuda:
-            return _NativeSyncBatchNorm.apply(
-                x, weight, bias, running_mean, running_var, self.eps, momentum, group, world_size)
-        return _portable_sync_batch_norm(x, weight, bias, running_mean, running_var, momentum, self.eps, group)
+    def _world(self):
+        """(process group, its size) when training under an initialized process group, else (None, 1)."""
+        if not (self.training and dist.is_available() and dist.is_initialized()):
+            return None, 1
+        group = self.process_group if self.process_group is not None else dist.group.WORLD
+        return group, dist.get_world_size(group)
 
+    @torch.jit.unused
     def _branch_norm(
             self,
             x: torch.Tensor,
@@ -88,20 +79,16 @@ class SyncMixtureBatchNorm2d(MixtureBatchNorm2d):
             running_var: Optional[torch.Tensor],
             num_batches_tracked: Optional[torch.Tensor],
     ) -> torch.Tensor:
-        if not (self.training and dist.is_available() and dist.is_initialized()):
-            return super()._branch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked)
-        group = self.process_group if self.process_group is not None else dist.group.WORLD
-        world_size = dist.get_world_size(group)
+        group, world_size = self._world()
         if world_size == 1:
             return super()._branch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked)
-        momentum = 0.0 if self.momentum is None else self.momentum
-        if self.track_running_stats and num_batches_tracked is not None:
-            num_batches_tracked.add_(1)
-            momentum = 1.0 / float(num_batches_tracked) if self.momentum is None else self.momentum
-        keep = self.track_running_stats
-        return self._synced(
-            x, weight, bias, running_mean if keep else None, running_var if keep else None, momentum, group,
-            world_size)
+        momentum = self._step_momentum(num_batches_tracked)
+        if not self.track_running_stats:
+            running_mean = running_var = None
+        if x.is_cuda:
+            return _NativeSyncBatchNorm.apply(
+                x, weight, bias, running_mean, running_var, self.eps, momentum, group, world_size)
+        return _portable_sync_batch_norm(x, weight, bias, running_mean, running_var, momentum, self.eps, group)
 
 
 class SyncMixtureBatchNormAct2d(SyncMixtureBatchNorm2d, MixtureBatchNormAct2d):
