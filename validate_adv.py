@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
-import yaml
 from torch.utils.data import DataLoader, IterableDataset
 
 from timm.data import create_dataset, create_transform, resolve_data_config
@@ -31,6 +30,7 @@ from timm.utils import ParseKwargs, setup_default_logging
 
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import InputSpace
+from timm_advnorm.cli import set_yaml_defaults
 from timm_advnorm.data import DIGITS_NUM_CLASSES, resolve_dataset
 from timm_advnorm.eval.bn_stats import collect_bn_stats, summarize_bn_stats
 from timm_advnorm.eval.data import IndexedSubset, seeded_subset, shard_range
@@ -170,15 +170,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = get_args_parser()
     config_args, _ = parser.parse_known_args(argv)
     if config_args.config:
-        path = Path(config_args.config)
-        if not path.is_file():
-            parser.error(f'config file {path} not found')
-        config = yaml.safe_load(path.read_text()) or {}
-        known = {action.dest for action in parser._actions}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            parser.error(f'unknown keys in {path}: {", ".join(unknown)}')
-        parser.set_defaults(**config)
+        set_yaml_defaults(parser, config_args.config)
     args = parser.parse_args(argv)
     if not args.model and not args.checkpoint:
         parser.error('give --model, --checkpoint, or both')

@@ -6,8 +6,8 @@ Yuille's PGD-30 costs 31 "passes" only if an iteration costs as much as a traini
 * our PGD with BN folded into the convolutions (running statistics; the fold is redone every call and its cost is
   included, amortized over the iterations of one call);
 * our PGD without folding (input-only gradients alone);
-* torchattacks' PGD as an external reference, when installed (a dev dependency; model wrapped with its
-  normalization, as torchattacks expects [0, 1] inputs).
+* torchattacks' PGD as an external reference, when installed (a dev dependency), on the same normalized batch:
+  ``set_normalization_used`` makes it un-normalize internally and leaves the model's train/eval mode as it was.
 
 Measurements are interleaved round by round and the median per method is reported, so background load hits every
 method alike. Prints a markdown table of ratios against the training step (forward + backward + SGD step).
@@ -18,16 +18,16 @@ Example:
 import argparse
 import logging
 import statistics
-import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 import timm
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from timm_advnorm.attacks import PGD, InputSpace
 from timm_advnorm.attacks.fold_bn import BatchNormFolder
+
+from _common import add_device_args, apply_run_args, add_timing_args, measure, torchattacks_pgd
 
 _logger = logging.getLogger('bench_attack')
 
@@ -37,49 +37,17 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--model', default='resnet26', help='timm model name')
     parser.add_argument('--img-size', type=int, default=64)
     parser.add_argument('--batch-size', type=int, default=32)
-    parser.add_argument('--device', default='cpu')
-    parser.add_argument('--amp', action='store_true', help='bf16 autocast for training and attacks')
-    parser.add_argument('--channels-last', action='store_true')
+    add_device_args(parser, amp_help='bf16 autocast for training and attacks')
     parser.add_argument('--steps', type=int, default=10, help='attack iterations per timed attack call')
-    parser.add_argument('--rounds', type=int, default=3, help='timed rounds (each times every method once)')
-    parser.add_argument('--warmup', type=int, default=1, help='untimed rounds first')
-    parser.add_argument('--threads', type=int, default=0, help='torch CPU threads (0: torch default)')
+    add_timing_args(parser)
     parser.add_argument('--seed', type=int, default=0)
     return parser
-
-
-def _timer(device: torch.device) -> Callable[[Callable[[], None]], float]:
-    def run(fn: Callable[[], None]) -> float:
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - start
-    return run
-
-
-def _torchattacks_pgd(model: nn.Module, space: InputSpace, steps: int):
-    try:
-        import torchattacks
-    except ImportError:
-        _logger.warning('torchattacks is not installed: no external reference row.')
-        return None
-    attack = torchattacks.PGD(model, eps=16 / 255, alpha=1 / 255, steps=steps, random_start=True)
-    attack.set_normalization_used(mean=list(space.mean), std=list(space.std))
-    return attack
 
 
 def main(argv=None) -> None:
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device)
-    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-    amp_dtype = torch.bfloat16 if args.amp else None
+    device, memory_format, amp_dtype = apply_run_args(args)
 
     model = timm.create_model(args.model, num_classes=1000).to(device, memory_format=memory_format)
     space = InputSpace.from_model(model)
@@ -112,22 +80,19 @@ def main(argv=None) -> None:
         f'PGD-{args.steps}, input grads only (ours)': lambda: pgd_plain(model, x, y),
         'BN fold alone (per attack call)': fold_only,
     }
-    reference = _torchattacks_pgd(nn.Sequential(model), space, args.steps)
-    if reference is not None:
+    try:
+        reference = torchattacks_pgd(model, space, eps=16, step=1, steps=args.steps)
+    except ImportError:
+        _logger.warning('torchattacks is not installed: no external reference row.')
+    else:
         def reference_attack():
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                reference(pixels, y)
+                reference(x, y)  # normalized in, normalized out
         methods[f'PGD-{args.steps}, torchattacks'] = reference_attack
-    iterations = {name: args.steps if name.startswith('PGD') else 1 for name in methods}
 
-    timer = _timer(device)
-    times: Dict[str, List[float]] = {name: [] for name in methods}
-    for i in range(args.warmup + args.rounds):
-        for name, fn in methods.items():
-            elapsed = timer(fn)
-            if i >= args.warmup:
-                times[name].append(elapsed / iterations[name])
-
+    seconds, _ = measure(methods, device, args.warmup, args.rounds)
+    times = {name: [t / (args.steps if name.startswith('PGD') else 1) for t in values]
+             for name, values in seconds.items()}
     base = statistics.median(times['training step (fwd + bwd + SGD)'])
     print(f'\n{args.model}, {args.img_size}px, batch {args.batch_size}, {device.type}, '
           f'threads {torch.get_num_threads()}, amp {args.amp}, channels_last {args.channels_last}, '

@@ -29,8 +29,7 @@ import argparse
 import logging
 import statistics
 import tempfile
-import time
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, Tuple
 
 import timm
 import torch
@@ -49,6 +48,8 @@ from timm_advnorm.eval.records import ResultTable
 from timm_advnorm.eval.stages import EvalContext
 from timm_advnorm.eval.variants import Variant
 
+from _common import add_device_args, add_timing_args, apply_run_args, measure, torchattacks_pgd
+
 _logger = logging.getLogger('bench_eval')
 
 BASELINE = 'torchattacks PGD (last iterate)'
@@ -66,12 +67,8 @@ def get_args_parser() -> argparse.ArgumentParser:
                              'at larger budgets)')
     parser.add_argument('--step', type=float, default=1.0, help='step on the 0-255 scale (Xie & Yuille: 1)')
     parser.add_argument('--steps', type=int, default=20, help='PGD iterations (NoFrost evaluates 20)')
-    parser.add_argument('--device', default='cpu')
-    parser.add_argument('--amp', action='store_true', help='bf16 autocast (ours and the baseline)')
-    parser.add_argument('--channels-last', action='store_true')
-    parser.add_argument('--rounds', type=int, default=3, help='timed rounds (each times every method once)')
-    parser.add_argument('--warmup', type=int, default=1, help='untimed rounds first')
-    parser.add_argument('--threads', type=int, default=0, help='torch CPU threads (0: torch default)')
+    add_device_args(parser, amp_help='bf16 autocast (ours and the baseline)')
+    add_timing_args(parser)
     parser.add_argument('--seed', type=int, default=0)
     return parser
 
@@ -104,27 +101,10 @@ def _train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, batch
     model.eval()
 
 
-def _timer(device: torch.device) -> Callable[[Callable[[], float]], Tuple[float, float]]:
-    def run(fn: Callable[[], float]) -> Tuple[float, float]:
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        accuracy = fn()
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - start, accuracy
-    return run
-
-
 def main(argv=None) -> None:
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device)
-    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-    amp_dtype = torch.bfloat16 if args.amp else None
+    device, memory_format, amp_dtype = apply_run_args(args)
 
     model = timm.create_model(args.model, num_classes=10).to(device)
     (x_train, y_train), (x_val, y_val), config = _digits(args.img_size, model)
@@ -146,7 +126,7 @@ def main(argv=None) -> None:
     print('|---:|---|---:|---:|---:|')
     for eps in args.eps:
         methods = _methods(model, space, x, y, eps, args, amp_dtype, device, score)
-        times, accuracy = _measure(methods, device, args.warmup, args.rounds)
+        times, accuracy = measure(methods, device, args.warmup, args.rounds)
         base = statistics.median(times[BASELINE])
         for name, values in times.items():
             seconds = statistics.median(values)
@@ -156,12 +136,9 @@ def main(argv=None) -> None:
 
 def _methods(model, space, x, y, eps, args, amp_dtype, device, score) -> Dict[str, Callable[[], float]]:
     """Each method attacks and scores the batch, returning its robust accuracy."""
-    import torchattacks  # dev-only baseline
+    baseline = torchattacks_pgd(model, space, eps, args.step, args.steps)
 
-    baseline = torchattacks.PGD(model, eps=eps / 255, alpha=args.step / 255, steps=args.steps, random_start=True)
-    baseline.set_normalization_used(mean=list(space.mean), std=list(space.std))
-
-    def torchattacks_pgd() -> float:
+    def torchattacks_baseline() -> float:
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             x_adv = baseline(x, y)  # normalized in, normalized out
         return score(x_adv)
@@ -182,21 +159,8 @@ def _methods(model, space, x, y, eps, args, amp_dtype, device, score) -> Dict[st
                                     channels_last=args.channels_last)
         return float(ResultTable(evaluator.run(loader)).column('model', 'pgd', 'correct').mean())
 
-    return {BASELINE: torchattacks_pgd, 'ours, last iterate (BN folded, input grads)': ours_last_iterate,
+    return {BASELINE: torchattacks_baseline, 'ours, last iterate (BN folded, input grads)': ours_last_iterate,
             'ours, evaluation (best iterate + pruning + BN folded)': ours_evaluation}
-
-
-def _measure(methods, device, warmup: int, rounds: int):
-    """Median-ready times per method, interleaved round by round, and each method's last robust accuracy."""
-    timer = _timer(device)
-    times: Dict[str, List[float]] = {name: [] for name in methods}
-    accuracy: Dict[str, float] = {}
-    for i in range(warmup + rounds):
-        for name, fn in methods.items():
-            elapsed, accuracy[name] = timer(fn)
-            if i >= warmup:
-                times[name].append(elapsed)
-    return times, accuracy
 
 
 if __name__ == '__main__':

@@ -15,8 +15,7 @@ Example:
 """
 import argparse
 import statistics
-import time
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Tuple
 
 import timm
 import torch
@@ -25,6 +24,8 @@ import torch.nn as nn
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.task import AdversarialClassificationTask, create_task
+
+from _common import add_timing_args, measure
 
 NUM_CLASSES = 100
 
@@ -36,10 +37,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--img-size', type=int, default=64)
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--steps', type=int, default=2, help='K, attack iterations of the adversarial methods')
-    parser.add_argument('--rounds', type=int, default=3, help='timed rounds (each runs every method once)')
-    parser.add_argument('--warmup', type=int, default=1, help='untimed rounds first')
     parser.add_argument('--device', default='cpu')
-    parser.add_argument('--threads', type=int, default=0, help='torch CPU threads (0: torch default)')
+    add_timing_args(parser)
     return parser
 
 
@@ -89,17 +88,9 @@ def main(argv=None) -> None:
     device = torch.device(args.device)
     entries = _tasks(args, device)
     steps = {(family, method): _step_fn(task, model, *batch) for family, method, task, model, batch in entries}
-    per_image: Dict[Tuple[str, str], List[float]] = {key: [] for key in steps}
-    for i in range(args.warmup + args.rounds):
-        for (family, method, task, model, batch), key in zip(entries, steps):
-            if device.type == 'cuda':
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            steps[key]()
-            if device.type == 'cuda':
-                torch.cuda.synchronize(device)
-            if i >= args.warmup:
-                per_image[key].append((time.perf_counter() - start) / batch[0].shape[0])
+    seconds, _ = measure(steps, device, args.warmup, args.rounds)
+    per_image = {(family, method): [t / batch[0].shape[0] for t in seconds[(family, method)]]
+                 for family, method, _, _, batch in entries}
 
     print(f'\n{args.model} / {args.nf_model}, {args.img_size}px, batch {args.batch_size}, K = {args.steps}, '
           f'{device.type}, threads {torch.get_num_threads()}, median of {args.rounds} rounds\n')

@@ -19,6 +19,7 @@ Example:
 import argparse
 import contextlib
 import copy
+import functools
 import statistics
 import time
 from typing import Callable, ContextManager, Dict, List, Tuple
@@ -31,18 +32,16 @@ from timm.layers import convert_splitbn_model
 
 from timm_advnorm.layers import convert_to_mixture_bn, route
 
+from _common import add_device_args, add_timing_args, apply_run_args, measure
+
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--model', default='resnet26', help='timm model name (with batch norm)')
     parser.add_argument('--img-size', type=int, default=64)
     parser.add_argument('--batch-size', type=int, default=32, help='concatenated batch: half clean, half adversarial')
-    parser.add_argument('--device', default='cpu')
-    parser.add_argument('--amp', action='store_true', help='bf16 autocast for the forward pass')
-    parser.add_argument('--channels-last', action='store_true')
-    parser.add_argument('--rounds', type=int, default=10, help='timed rounds (each times every variant once)')
-    parser.add_argument('--warmup', type=int, default=3, help='untimed rounds first')
-    parser.add_argument('--threads', type=int, default=0, help='torch CPU threads (0: torch default)')
+    add_device_args(parser, amp_help='bf16 autocast for the forward pass')
+    add_timing_args(parser, rounds=10, warmup=3, unit='variant')
     parser.add_argument('--clock', default='wall', choices=('wall', 'process'),
                         help='process: CPU time of this process, steadier than wall time on a shared CPU machine')
     parser.add_argument('--seed', type=int, default=0)
@@ -52,7 +51,8 @@ def get_args_parser() -> argparse.ArgumentParser:
 Variant = Tuple[nn.Module, Callable[[], ContextManager]]
 
 
-def build_variants(args: argparse.Namespace, device: torch.device) -> Dict[str, Variant]:
+def build_variants(args: argparse.Namespace, device: torch.device, memory_format: torch.memory_format
+                   ) -> Dict[str, Variant]:
     """The three models, sharing the same initial weights, each with the context its training step runs in."""
     plain = timm.create_model(args.model, num_classes=1000)
     mixture = convert_to_mixture_bn(copy.deepcopy(plain))
@@ -63,33 +63,18 @@ def build_variants(args: argparse.Namespace, device: torch.device) -> Dict[str, 
         'mixture BN, split route': (mixture, lambda: route(mixture, 'split', n_clean=n_clean)),
         "timm SplitBatchNorm2d (2 splits)": (split_bn, contextlib.nullcontext),
     }
-    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
     for model, _ in variants.values():
         model.to(device=device, memory_format=memory_format).train()
     return variants
 
 
-def _timed(device: torch.device, fn: Callable[[], None], clock: Callable[[], float]) -> float:
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    start = clock()
-    fn()
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    return clock() - start
-
-
 def run(args: argparse.Namespace) -> Dict[str, List[float]]:
     """Seconds per training step of every variant, one list per variant."""
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device, memory_format, amp_dtype = apply_run_args(args)
     if args.clock == 'process' and device.type != 'cpu':
         raise ValueError('--clock process measures CPU work; use the wall clock on an accelerator.')
     clock = time.process_time if args.clock == 'process' else time.perf_counter
-    variants = build_variants(args, device)
-    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    variants = build_variants(args, device, memory_format)
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device).to(memory_format=memory_format)
     target = torch.randint(0, 1000, (args.batch_size,), device=device)
     optimizers = {name: torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9) for name, (model, _) in
@@ -97,19 +82,14 @@ def run(args: argparse.Namespace) -> Dict[str, List[float]]:
 
     def step(name: str) -> None:
         model, context = variants[name]
-        with context(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp):
+        with context(), torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             loss = F.cross_entropy(model(x), target)
         optimizers[name].zero_grad(set_to_none=True)
         loss.backward()
         optimizers[name].step()
 
-    times: Dict[str, List[float]] = {name: [] for name in variants}
-    for round_idx in range(args.warmup + args.rounds):
-        for name in variants:
-            elapsed = _timed(device, lambda: step(name), clock)
-            if round_idx >= args.warmup:
-                times[name].append(elapsed)
-    return times
+    steps = {name: functools.partial(step, name) for name in variants}
+    return measure(steps, device, args.warmup, args.rounds, clock)[0]
 
 
 def markdown_table(times: Dict[str, List[float]], baseline: str = 'plain BN') -> str:

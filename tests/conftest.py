@@ -1,4 +1,4 @@
-"""Shared fixtures: a session-wide rendered digits dataset and offline defaults."""
+"""Shared fixtures: the rendered digits dataset, offline defaults, one-thread set-up, tiny training loops."""
 import os
 from pathlib import Path
 
@@ -14,3 +14,83 @@ def digits_dir(tmp_path_factory) -> Path:
     data_dir = tmp_path_factory.mktemp('digits')
     resolve_dataset('digits', str(data_dir), img_size=32)
     return data_dir
+
+
+@pytest.fixture(scope='session')
+def pattern_images():
+    """Factory of a synthetic, separable image task: ``pattern_images(n, seed, num_classes=, size=, space=)``.
+
+    Returns normalized images (n, 3, size, size) and labels (n,): a fixed ±3% sign pattern per class plus 10% pixel
+    noise, so that small L∞ budgets flip many of them. The same `seed` always gives the same samples.
+    """
+    import torch
+
+    def make(n: int, seed: int, *, num_classes: int, size: int, space):
+        patterns = torch.randn(num_classes, 3, size, size, generator=torch.Generator().manual_seed(1234)).sign()
+        g = torch.Generator().manual_seed(seed)
+        y = torch.randint(0, num_classes, (n,), generator=g)
+        pixels = (0.5 + 0.03 * patterns[y] + 0.1 * torch.randn(n, 3, size, size, generator=g)).clamp(0, 1)
+        return space.from_pixels(pixels), y
+    return make
+
+
+@pytest.fixture(scope='session')
+def fit_classifier():
+    """``fit_classifier(model, data, iterations)``: SGD on 512 samples of ``data(n, seed)``, then eval mode.
+
+    Checks the model learned (> 90% accuracy on 64 held-out samples), so attack tests never run on a random model.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def fit(model, data, iterations: int):
+        x, y = data(512, seed=0)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        for i in range(iterations):
+            rows = slice(64 * (i % 8), 64 * (i % 8 + 1))
+            optimizer.zero_grad()
+            F.cross_entropy(model(x[rows]), y[rows]).backward()
+            optimizer.step()
+        model.eval()
+        x_test, y_test = data(64, seed=1)
+        with torch.no_grad():
+            assert (model(x_test).argmax(1) == y_test).float().mean() > 0.9, 'the fixture model must have learned'
+        return model
+    return fit
+
+
+@pytest.fixture(scope='module')
+def one_thread():
+    """Run a test module (its module-scoped set-up included) on one intra-op thread.
+
+    Tiny models run fastest that way, and unaffected by a busy machine. Use it with
+    ``pytestmark = pytest.mark.usefixtures('one_thread')`` and request it from module-scoped fixtures that train.
+    """
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope='session')
+def train_briefly():
+    """``train_briefly(model, x, y, steps)``: SGD (lr 0.1, momentum 0.9) on seeded random batches of 64 samples.
+
+    A few seconds of it make a small model accurate enough, with honest gradients, for attacks to have something
+    to attack: a random-init model leaves no correctly classified sample.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def train(model, x, y, steps: int) -> None:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(steps):
+            index = torch.randint(0, len(x), (64,), generator=generator)
+            loss = F.cross_entropy(model(x[index]), y[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    return train

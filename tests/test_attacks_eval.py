@@ -4,6 +4,7 @@ A small BN network is trained on synthetic, separable 16x16 images; budgets and 
 the protocols' so the file runs in seconds, and the protocols' defaults are checked separately.
 """
 import copy
+import functools
 import math
 
 import pytest
@@ -42,33 +43,19 @@ CONFIGS = {
 LINF = [name for name in CONFIGS if name != 'bim-l2']
 
 
-def _data(n: int, seed: int):
-    """Normalized images: a fixed ±3% pattern per class plus 10% pixel noise; ε=8 flips many of them."""
-    patterns = torch.randn(NUM_CLASSES, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1234)).sign()
-    g = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, NUM_CLASSES, (n,), generator=g)
-    pixels = (0.5 + 0.03 * patterns[y] + 0.1 * torch.randn(n, 3, SIZE, SIZE, generator=g)).clamp(0, 1)
-    return SPACE.from_pixels(pixels), y
+@pytest.fixture(scope='module')
+def data(pattern_images):
+    """``data(n, seed)``: normalized SIZExSIZE images of NUM_CLASSES classes (see `pattern_images`); ε=8 flips many."""
+    return functools.partial(pattern_images, num_classes=NUM_CLASSES, size=SIZE, space=SPACE)
 
 
 @pytest.fixture(scope='module')
-def trained() -> nn.Module:
+def trained(data, fit_classifier) -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.AvgPool2d(2),
         nn.Flatten(), nn.Linear(8 * (SIZE // 2) ** 2, NUM_CLASSES))
-    x, y = _data(512, seed=0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for i in range(60):
-        rows = slice(64 * (i % 8), 64 * (i % 8 + 1))
-        optimizer.zero_grad()
-        F.cross_entropy(model(x[rows]), y[rows]).backward()
-        optimizer.step()
-    model.eval()
-    x_test, y_test = _data(64, seed=1)
-    with torch.no_grad():
-        assert (model(x_test).argmax(1) == y_test).float().mean() > 0.9, 'the fixture model must have learned'
-    return model
+    return fit_classifier(model, data, iterations=60)
 
 
 @pytest.fixture
@@ -77,9 +64,9 @@ def model(trained) -> nn.Module:
 
 
 @pytest.fixture
-def batch(trained):
+def batch(trained, data):
     """16 correctly classified samples."""
-    x, y = _data(64, seed=2)
+    x, y = data(64, seed=2)
     with torch.no_grad():
         correct = trained(x).argmax(1) == y
     return x[correct][:16], y[correct][:16]

@@ -1,5 +1,6 @@
 """PGD and FGSM properties on a small BN network trained on synthetic, separable data."""
 import copy
+import functools
 
 import pytest
 import torch
@@ -15,33 +16,19 @@ NUM_CLASSES = 5
 SPACE = InputSpace()  # ImageNet mean/std: per-channel budgets differ
 
 
-def _data(n: int, seed: int):
-    """Images (normalized): a fixed ±3% pattern per class plus 10% pixel noise; ε=16 can flip any of them."""
-    patterns = torch.randn(NUM_CLASSES, 3, 8, 8, generator=torch.Generator().manual_seed(1234)).sign()
-    g = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, NUM_CLASSES, (n,), generator=g)
-    pixels = (0.5 + 0.03 * patterns[y] + 0.1 * torch.randn(n, 3, 8, 8, generator=g)).clamp(0, 1)
-    return SPACE.from_pixels(pixels), y
+@pytest.fixture(scope='module')
+def data(pattern_images):
+    """``data(n, seed)``: normalized 8x8 images of NUM_CLASSES classes (see `pattern_images`); ε=16 can flip any."""
+    return functools.partial(pattern_images, num_classes=NUM_CLASSES, size=8, space=SPACE)
 
 
 @pytest.fixture(scope='module')
-def trained() -> nn.Module:
+def trained(data, fit_classifier) -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
         nn.Flatten(), nn.Linear(8 * 8 * 8, NUM_CLASSES))
-    x, y = _data(512, seed=0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for i in range(40):
-        rows = slice(64 * (i % 8), 64 * (i % 8 + 1))
-        optimizer.zero_grad()
-        F.cross_entropy(model(x[rows]), y[rows]).backward()
-        optimizer.step()
-    model.eval()
-    x_test, y_test = _data(64, seed=1)
-    with torch.no_grad():
-        assert (model(x_test).argmax(1) == y_test).float().mean() > 0.9, 'the fixture model must have learned'
-    return model
+    return fit_classifier(model, data, iterations=40)
 
 
 @pytest.fixture
@@ -50,8 +37,8 @@ def model(trained) -> nn.Module:
 
 
 @pytest.fixture
-def batch():
-    return _data(32, seed=2)
+def batch(data):
+    return data(32, seed=2)
 
 
 def _loss(model, x, y):
@@ -129,8 +116,8 @@ def test_model_state_is_restored_and_parameters_get_no_grad(model, batch, bn_sta
         assert torch.equal(v, buffers[k]), f'{k} changed'
 
 
-def test_random_targets_never_equal_labels(model):
-    x, y = _data(256, seed=3)
+def test_random_targets_never_equal_labels(model, data):
+    x, y = data(256, seed=3)
     seen = []
 
     def recording_loss(logits, target):
@@ -191,8 +178,8 @@ def test_soft_targets_are_attacked_as_given(model, batch):
 
 
 @pytest.mark.parametrize('p', [0.0, 0.5, 1.0])
-def test_clean_start_probability(model, p):
-    x, y = _data(64, seed=4)
+def test_clean_start_probability(model, data, p):
+    x, y = data(64, seed=4)
     start = PGD(SPACE, steps=0, clean_start_prob=p, seed=0)(model, x, y)
     clean_rows = (start == x).flatten(1).all(dim=1)
     if p == 1.0:

@@ -18,13 +18,7 @@ from timm_advnorm.eval.variants import model_variants
 NUM_SAMPLES, NUM_CLASSES = 24, 10
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest (and unaffected by a busy machine) on one intra-op thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture(scope='module')

@@ -19,12 +19,7 @@ NUM_SAMPLES = 48
 SPACE = InputSpace()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture(scope='module')
@@ -41,24 +36,14 @@ def digits():
 
 
 @pytest.fixture(scope='module')
-def trained(digits):
+def trained(digits, one_thread, train_briefly):
     """A small CNN trained for a few seconds: ~90% accurate, with honest gradients."""
     torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
                           nn.Flatten(), nn.Linear(32, 10))
     (x, y), _ = digits
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    generator = torch.Generator().manual_seed(0)
-    for _ in range(300):
-        index = torch.randint(0, len(x), (64,), generator=generator)
-        loss = F.cross_entropy(model(x[index]), y[index])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    torch.set_num_threads(threads)
+    train_briefly(model, x, y, steps=300)
     return model.eval()
 
 

@@ -11,12 +11,7 @@ from timm_advnorm.eval.variants import Variant, model_variants
 from timm_advnorm.layers import get_route, route
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture

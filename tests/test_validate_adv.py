@@ -22,16 +22,11 @@ import validate_adv  # noqa: E402
 TIMING_KEYS = ('eval_seconds', 'total_seconds', 'images_per_second', 'units_computed')
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture(scope='module')
-def checkpoint(digits_dir, tmp_path_factory) -> Path:
+def checkpoint(digits_dir, tmp_path_factory, one_thread, train_briefly) -> Path:
     """test_mbn_resnet trained for a few seconds on the digits (~95% accurate), saved as a training checkpoint.
 
     Attacks only run on correctly classified samples: a random-init model would leave them nothing to attack.
@@ -39,22 +34,13 @@ def checkpoint(digits_dir, tmp_path_factory) -> Path:
     """
     from timm.data import create_dataset, create_transform, resolve_data_config
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     model = timm.create_model('test_mbn_resnet', num_classes=10)
     transform = create_transform(**resolve_data_config({}, model=model))
     dataset = create_dataset('', root=str(digits_dir / 'digits-32px'), split='train', transform=transform)
     x = torch.stack([dataset[i][0] for i in range(len(dataset))])
     y = torch.tensor([dataset[i][1] for i in range(len(dataset))])
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    generator = torch.Generator().manual_seed(0)
-    for _ in range(60):
-        index = torch.randint(0, len(x), (64,), generator=generator)
-        loss = torch.nn.functional.cross_entropy(model(x[index]), y[index])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    train_briefly(model, x, y, steps=60)
     with torch.no_grad():  # exact population statistics, then an adversarial branch that differs
         for module in mixture_bn_modules(model):
             module.reset_running_stats()
@@ -66,7 +52,6 @@ def checkpoint(digits_dir, tmp_path_factory) -> Path:
             module.adv_bn.running_var.mul_(1.3)
     path = tmp_path_factory.mktemp('checkpoint') / 'model.pth.tar'
     torch.save({'state_dict': model.state_dict(), 'arch': 'test_mbn_resnet'}, path)
-    torch.set_num_threads(threads)
     return path
 
 

@@ -1,11 +1,13 @@
-"""Shared command-line behaviour: bad input ends in one clear line and a non-zero exit, never a traceback."""
+"""Shared command-line behaviour: YAML config defaults, and bad input ending in one clear line, never a traceback."""
+import argparse
 import logging
 import sys
-from typing import Callable, List, Optional
+from pathlib import Path
+from typing import Callable, List, Optional, Union
 
 import yaml
 
-__all__ = ['USER_ERRORS', 'run_cli']
+__all__ = ['USER_ERRORS', 'run_cli', 'set_yaml_defaults']
 
 _logger = logging.getLogger(__name__)
 
@@ -25,3 +27,23 @@ def run_cli(main: Callable[[Optional[List[str]]], int], prog: str, argv: Optiona
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f'{prog}: error: {message}', file=sys.stderr)
         return 2
+
+
+def set_yaml_defaults(parser: argparse.ArgumentParser, path: Union[str, Path]) -> None:
+    """Make the values of the YAML file at `path` the defaults of `parser`, so command-line values still win.
+
+    Keys are the options' destinations (long option names with underscores). A key no option has is rejected
+    rather than ignored: a misspelled key would otherwise silently leave the default in place.
+
+    Raises:
+        SystemExit: Through ``parser.error``: `path` is not a file, or it holds unknown keys.
+    """
+    path = Path(path)
+    if not path.is_file():
+        parser.error(f'config file {path} not found')
+    config = yaml.safe_load(path.read_text()) or {}
+    known = {action.dest for action in parser._actions}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        parser.error(f'unknown key(s) in {path}: {", ".join(unknown)}')
+    parser.set_defaults(**config)

@@ -25,7 +25,7 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 
-from .base import hard_labels, project, uniform
+from .base import hard_labels, project, random_linf_surface
 from .core import cross_entropy_per_sample, input_gradient, is_fooled
 from .eval_attack import BestIterate, EvalAttack, forward_logits, target_rounds
 from .losses import dlr_loss, targeted_dlr_loss
@@ -76,9 +76,7 @@ def _apgd_run(
     `x`, `labels`, `goal` (what `loss_fn` takes) and `hit_targets` are already restricted to `rows`; the per-row
     state `s` is filtered as a whole as samples get fooled.
     """
-    t = 2.0 * uniform(x.shape, x, generator) - 1.0
-    t = t / t.abs().flatten(1).amax(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
-    x_adv = space.clamp(x + radius * t)
+    x_adv = space.clamp(x + radius * random_linf_surface(x, generator))
     grad, logits, loss = input_gradient(model, x_adv, goal, loss_fn, autocast_dtype)
     fooled = is_fooled(logits, labels, hit_targets)
     best.update(rows, x_adv, fooled, loss)
@@ -191,10 +189,7 @@ def apgd(
     if loss == 'dlr' and clean_logits.shape[1] < 3:
         raise ValueError(f'The DLR loss needs at least 3 classes, got {clean_logits.shape[1]}.')
     best = BestIterate(x, is_fooled(clean_logits, labels))
-    for _ in range(n_restarts):
-        rows = best.robust_rows()
-        if not rows.numel():
-            break
+    for rows in best.restarts(n_restarts):
         _apgd_run(model, x[rows], rows, best, labels[rows], labels[rows], APGD_LOSSES[loss], None, space, radius,
                   steps, rho, momentum, generator, autocast_dtype)
     return best.x.to(x_in.dtype)
@@ -252,10 +247,7 @@ def apgd_targeted(
         raise ValueError(f'The targeted DLR loss needs at least 4 classes, got {num_classes}.')
     best = BestIterate(x, is_fooled(clean_logits, labels, targets))
     for target_all, must_hit in target_rounds(clean_logits, labels, targets, n_target_classes):
-        for _ in range(n_restarts):
-            rows = best.robust_rows()
-            if not rows.numel():
-                return best.x.to(x_in.dtype)
+        for rows in best.restarts(n_restarts):
             target = target_all[rows]
             _apgd_run(model, x[rows], rows, best, labels[rows], torch.stack([labels[rows], target], dim=1),
                       targeted_dlr_loss, target if must_hit else None, space, radius, steps, rho, momentum,

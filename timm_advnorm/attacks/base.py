@@ -22,7 +22,8 @@ from .space import InputSpace
 
 __all__ = [
     'Attack', 'NORMS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project', 'random_linf_start',
-    'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels', 'num_classes_of',
+    'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
+    'num_classes_of', 'forward_logits',
 ]
 
 _logger = logging.getLogger(__name__)
@@ -101,6 +102,16 @@ def random_linf_start(
     return (2.0 * uniform(x.shape, x, generator) - 1.0) * radius
 
 
+def random_linf_surface(like: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """A random point on the surface of the unit L∞ ball per sample, shaped like `like`.
+
+    Uniform in the box, then rescaled so its largest coordinate is ±1: the random start of AutoAttack's APGD and FAB
+    (Croce & Hein, ICML 2020).
+    """
+    t = 2.0 * uniform(like.shape, like, generator) - 1.0
+    return t / t.abs().flatten(1).amax(dim=1).clamp_min(1e-12).view(-1, *([1] * (like.dim() - 1)))
+
+
 def random_l2_start(
         x: torch.Tensor,
         radius: float,
@@ -144,6 +155,14 @@ def num_classes_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
         return num_classes
     with torch.no_grad():
         return model(x[:1]).shape[1]
+
+
+@torch.no_grad()
+def forward_logits(model: nn.Module, x: torch.Tensor, autocast_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Logits (fp32 or wider) of one forward pass without gradients, under autocast at `autocast_dtype` if given."""
+    with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        logits = model(x)
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 class Attack:

@@ -17,9 +17,8 @@ from typing import Optional, Sequence
 import torch
 import torch.nn as nn
 
-from .base import NORMS, hard_labels
-from .eval_attack import EvalAttack, attack_correct_only
-from .pgd import pgd
+from .base import NORMS
+from .eval_attack import EvalAttack, pgd_correct_only
 from .registry import register_attack
 from .space import InputSpace
 
@@ -69,12 +68,9 @@ def bim(
         raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
     if steps < 1 or (step is not None and step < 0):
         raise ValueError(f'BIM needs steps >= 1 and step >= 0, got {steps}, {step}.')
-    return attack_correct_only(
-        model, x.detach(), hard_labels(y),
-        lambda x_rows, y_rows: pgd(
-            model, x_rows, y_rows, space=space, eps=eps, step=eps / steps if step is None else step, steps=steps,
-            norm=norm, random_start=False, best_iterate=True, autocast_dtype=autocast_dtype),
-        autocast_dtype)
+    return pgd_correct_only(
+        model, x, y, space=space, eps=eps, step=eps / steps if step is None else step, steps=steps, norm=norm,
+        random_start=False, autocast_dtype=autocast_dtype)
 
 
 class _BIM(EvalAttack):

@@ -14,10 +14,8 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import hard_labels
-from .eval_attack import EvalAttack, attack_correct_only
+from .eval_attack import EvalAttack, pgd_correct_only
 from .losses import cw_loss
-from .pgd import pgd
 from .registry import register_attack
 from .space import InputSpace
 
@@ -62,15 +60,10 @@ def cw_linf(
     """
     if step is not None and step < 0:
         raise ValueError(f'step must be >= 0, got {step}.')
-    labels = hard_labels(y)
-    loss_fn = partial(cw_loss, confidence=confidence)
-    return attack_correct_only(
-        model, x.detach(), labels,
-        lambda x_rows, y_rows: pgd(
-            model, x_rows, y_rows, space=space, eps=eps, step=eps / 4 if step is None else step, steps=steps,
-            random_start=random_start, loss_fn=loss_fn, best_iterate=True, generator=generator,
-            autocast_dtype=autocast_dtype),
-        autocast_dtype)
+    return pgd_correct_only(
+        model, x, y, space=space, eps=eps, step=eps / 4 if step is None else step, steps=steps,
+        random_start=random_start, loss_fn=partial(cw_loss, confidence=confidence), generator=generator,
+        autocast_dtype=autocast_dtype)
 
 
 @register_attack('cw-linf')

@@ -6,26 +6,19 @@ holds in eval mode (running BN statistics): evaluation attacks therefore refuse 
 model already misclassifies is returned unchanged: robust accuracy can never exceed clean accuracy.
 """
 import logging
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from .base import Attack
+from .base import Attack, forward_logits, hard_labels
 from .core import is_fooled
+from .pgd import pgd
 from .space import InputSpace
 
-__all__ = ['EvalAttack', 'BestIterate', 'forward_logits', 'attack_correct_only', 'target_rounds']
+__all__ = ['EvalAttack', 'BestIterate', 'forward_logits', 'attack_correct_only', 'pgd_correct_only', 'target_rounds']
 
 _logger = logging.getLogger(__name__)
-
-
-@torch.no_grad()
-def forward_logits(model: nn.Module, x: torch.Tensor, autocast_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """Logits (fp32 or wider) of one forward pass without gradients, under autocast at `autocast_dtype` if given."""
-    with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-        logits = model(x)
-    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 class BestIterate:
@@ -73,6 +66,14 @@ class BestIterate:
         """Indices of the samples not fooled yet."""
         return (~self.fooled).nonzero().squeeze(1)
 
+    def restarts(self, n_restarts: int) -> Iterator[torch.Tensor]:
+        """For each of `n_restarts` restarts, the indices of the samples not fooled yet; stops once none is left."""
+        for _ in range(n_restarts):
+            rows = self.robust_rows()
+            if not rows.numel():
+                return
+            yield rows
+
 
 def attack_correct_only(
         model: nn.Module,
@@ -91,6 +92,25 @@ def attack_correct_only(
     if rows.numel():
         x_adv[rows] = attack(x[rows], labels[rows]).to(x.dtype)
     return x_adv
+
+
+def pgd_correct_only(
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        autocast_dtype: Optional[torch.dtype] = None,
+        **pgd_kwargs: Any,
+) -> torch.Tensor:
+    """`pgd` in evaluation mode (``best_iterate``) on the correctly classified samples only (`attack_correct_only`).
+
+    The core of the PGD-based evaluation attacks (BIM, CW-L∞); `y` may be soft targets (their argmax is attacked).
+    """
+    return attack_correct_only(
+        model, x.detach(), hard_labels(y),
+        lambda x_rows, y_rows: pgd(
+            model, x_rows, y_rows, best_iterate=True, autocast_dtype=autocast_dtype, **pgd_kwargs),
+        autocast_dtype)
 
 
 def target_rounds(

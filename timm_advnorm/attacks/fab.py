@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import hard_labels, project, uniform
+from .base import hard_labels, project, random_linf_surface
 from .core import input_gradient, is_fooled
 from .eval_attack import BestIterate, EvalAttack, forward_logits, target_rounds
 from .registry import register_attack
@@ -93,9 +93,7 @@ def _fab_run(
     distance = torch.full((n,), float('inf'), dtype=x0.dtype, device=x0.device)
     p = x0.clone()
     if random_start:
-        t = 2.0 * uniform(x0.shape, x0, generator) - 1.0
-        t = t / t.abs().flatten(1).amax(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
-        p = (x0 + 0.5 * eps * t).clamp(0.0, 1.0)
+        p = (x0 + 0.5 * eps * random_linf_surface(x0, generator)).clamp(0.0, 1.0)
     rows = torch.arange(n, device=x0.device)
     start, yt, hit = x0, labels_and_targets, hit_targets
     for _ in range(steps):
@@ -186,10 +184,7 @@ def fab_targeted(
     best = BestIterate(x, is_fooled(clean_logits, labels, targets))
     pixels = space.to_pixels(x)
     for target_all, must_hit in target_rounds(clean_logits, labels, targets, n_target_classes):
-        for restart in range(n_restarts):
-            rows = best.robust_rows()
-            if not rows.numel():
-                return best.x.to(x_in.dtype)
+        for restart, rows in enumerate(best.restarts(n_restarts)):
             target = target_all[rows]
             hit = target if must_hit else None
             closest, distance = _fab_run(

@@ -17,7 +17,8 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
-    NORMS, Attack, bernoulli, hard_labels, l2_direction, project_l2, project_linf, random_l2_start, random_linf_start)
+    NORMS, Attack, bernoulli, forward_logits, hard_labels, l2_direction, project_l2, project_linf, random_l2_start,
+    random_linf_start)
 from .core import LossFn, cross_entropy_per_sample, input_gradient, is_fooled
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
@@ -30,21 +31,6 @@ STEP_RULES = ('max', 'fixed')
 def _uses_batch_stats(model: nn.Module) -> bool:
     """Whether some BN layer normalizes with batch statistics: then rows are not independent and may not be pruned."""
     return any(isinstance(m, _BatchNorm) and m.training for m in model.modules())
-
-
-@torch.no_grad()
-def _score(
-        model: nn.Module,
-        x: torch.Tensor,
-        target: torch.Tensor,
-        loss_fn: LossFn,
-        autocast_dtype: Optional[torch.dtype],
-):
-    """Logits and per-sample loss without gradients, with `input_gradient`'s precision rules."""
-    with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-        logits = model(x)
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    return logits, loss_fn(logits, target)
 
 
 def pgd(
@@ -158,7 +144,8 @@ def pgd(
         if i < steps:
             grad, logits, loss = input_gradient(model, x_adv, goal[active], loss_fn, autocast_dtype)
         else:
-            logits, loss = _score(model, x_adv, goal[active], loss_fn, autocast_dtype)
+            logits = forward_logits(model, x_adv, autocast_dtype)
+            loss = loss_fn(logits, goal[active])
         objective = sign * loss
         fooled = is_fooled(logits, labels[active], targets[active] if targeted else None)
         was_fooled = best_fooled[active]

@@ -138,10 +138,7 @@ def square(
     radius = space.linf_budget(eps, x).to(x.dtype)
     best = BestIterate(x, is_fooled(forward_logits(model, x, autocast_dtype), labels))
     with torch.no_grad():
-        for _ in range(n_restarts):
-            rows = best.robust_rows()
-            if not rows.numel():
-                break
+        for rows in best.restarts(n_restarts):
             _square_run(model, x[rows], labels[rows], rows, best, space, radius, n_queries, p_init, rescale_schedule,
                         generator, autocast_dtype)
     return best.x.to(x_in.dtype)

@@ -7,11 +7,13 @@ ResNet-638. The paper gives the depths, not the per-stage block counts; `deep_re
 These are timm's own `ResNet` with `Bottleneck` blocks, so every timm feature (features_only, grad checkpointing,
 drop path, TorchScript, FX) works unchanged, and ``layers=...`` still overrides the stage split.
 """
-from typing import Any, Dict, Tuple
+from functools import partial
+from typing import Any, Tuple
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.resnet import Bottleneck, ResNet
+
+from ._cfg import XIE_YUILLE_2020, resnet_cfg
 
 __all__ = ['deep_resnet_layers', 'bottleneck_resnet_depth']
 
@@ -49,15 +51,7 @@ def _create_deep_resnet(variant: str, pretrained: bool = False, **kwargs: Any) -
     return build_model_with_cfg(ResNet, variant, pretrained, **kwargs)
 
 
-def _cfg(**kwargs: Any) -> Dict[str, Any]:
-    return {
-        'url': '', 'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
-        'crop_pct': 0.875, 'interpolation': 'bilinear', 'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'conv1', 'classifier': 'fc', 'license': 'apache-2.0',
-        'paper_name': 'Intriguing Properties of Adversarial Training at Scale',
-        **kwargs,
-    }
-
+_cfg = partial(resnet_cfg, XIE_YUILLE_2020)
 
 # No released weights yet: untagged cfgs only, no hub ids.
 default_cfgs = generate_default_cfgs({

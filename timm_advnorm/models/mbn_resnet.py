@@ -10,14 +10,15 @@ main BN keys are timm's, so ``branch_state_dict(sd, 'clean' | 'adv')`` loads str
 named by `base_architecture`, e.g. ``mbn_resnet50 -> resnet50``. Pick the branch a forward uses with
 ``timm_advnorm.layers.route``.
 """
-from typing import Any, Dict
+from functools import partial
+from typing import Any
 
 import torch
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model, split_model_name_tag
 from timm.models.resnet import BasicBlock, Bottleneck, ResNet
 
 from ..layers import MixtureBatchNorm2d
+from ._cfg import XIE_YUILLE_2020, resnet_cfg
 from ._tiny import TINY_CFG, TINY_RESNET_ARGS
 from .deep_resnet import deep_resnet_layers
 
@@ -77,15 +78,7 @@ def _create_mbn_resnet(variant: str, pretrained: bool = False, **kwargs: Any) ->
     return build_model_with_cfg(MixtureBNResNet, variant, pretrained, norm_layer=MixtureBatchNorm2d, **kwargs)
 
 
-def _cfg(**kwargs: Any) -> Dict[str, Any]:
-    return {
-        'url': '', 'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
-        'crop_pct': 0.875, 'interpolation': 'bilinear', 'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'conv1', 'classifier': 'fc', 'license': 'apache-2.0',
-        'paper_name': 'Intriguing Properties of Adversarial Training at Scale',
-        **kwargs,
-    }
-
+_cfg = partial(resnet_cfg, XIE_YUILLE_2020)
 
 # No released weights yet: untagged cfgs only, no hub ids.
 default_cfgs = generate_default_cfgs({

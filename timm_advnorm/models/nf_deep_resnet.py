@@ -15,6 +15,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.nfnet import NfCfg, NormFreeNet
 
+from ._cfg import NOFROST
 from .deep_resnet import deep_resnet_layers
 
 __all__ = ['nf_resnet_cfg']
@@ -51,7 +52,7 @@ def _cfg(**kwargs: Any) -> Dict[str, Any]:
         'url': '', 'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
         'crop_pct': 0.9, 'interpolation': 'bicubic', 'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
         'first_conv': 'stem.conv', 'classifier': 'head.fc', 'license': 'apache-2.0',
-        'paper_name': 'Removing Batch Normalization Boosts Adversarial Training', 'paper_ids': 'arXiv:2207.01156',
+        'paper_name': NOFROST, 'paper_ids': 'arXiv:2207.01156',
         **kwargs,
     }
 

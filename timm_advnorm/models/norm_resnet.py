@@ -12,13 +12,13 @@ failure of BN in adversarial training:
 Both families are timm's `ResNet` with another ``norm_layer``; nothing else changes.
 """
 from functools import partial
-from typing import Any, Dict
+from typing import Any
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import GroupNorm
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.resnet import Bottleneck, ResNet
 
+from ._cfg import NOFROST, XIE_YUILLE_2020, resnet_cfg
 from ._tiny import TINY_CFG, TINY_RESNET_ARGS
 
 __all__ = ['AffineInstanceNorm2d']
@@ -47,28 +47,16 @@ def _create_norm_resnet(variant: str, pretrained: bool = False, **kwargs: Any) -
     return build_model_with_cfg(ResNet, variant, pretrained, **kwargs)
 
 
-def _cfg(paper: str, **kwargs: Any) -> Dict[str, Any]:
-    return {
-        'url': '', 'num_classes': 1000, 'input_size': (3, 224, 224), 'pool_size': (7, 7),
-        'crop_pct': 0.875, 'interpolation': 'bilinear', 'mean': IMAGENET_DEFAULT_MEAN, 'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'conv1', 'classifier': 'fc', 'license': 'apache-2.0', 'paper_name': paper,
-        **kwargs,
-    }
-
-
-_XIE = 'Intriguing Properties of Adversarial Training at Scale'
-_NOFROST = 'Removing Batch Normalization Boosts Adversarial Training'
-
 # No released weights yet: untagged cfgs only, no hub ids.
 default_cfgs = generate_default_cfgs({
-    'gn_resnet26': _cfg(_XIE),
-    'gn_resnet50': _cfg(_XIE),
-    'gn_resnet152': _cfg(_XIE),
-    'test_gn_resnet': _cfg(_XIE, **TINY_CFG),
-    'in_resnet26': _cfg(_NOFROST, paper_ids='arXiv:2207.01156'),
-    'in_resnet50': _cfg(_NOFROST, paper_ids='arXiv:2207.01156'),
+    'gn_resnet26': resnet_cfg(XIE_YUILLE_2020),
+    'gn_resnet50': resnet_cfg(XIE_YUILLE_2020),
+    'gn_resnet152': resnet_cfg(XIE_YUILLE_2020),
+    'test_gn_resnet': resnet_cfg(XIE_YUILLE_2020, **TINY_CFG),
+    'in_resnet26': resnet_cfg(NOFROST, paper_ids='arXiv:2207.01156'),
+    'in_resnet50': resnet_cfg(NOFROST, paper_ids='arXiv:2207.01156'),
     # Instance statistics of a 1x1 map are degenerate: the tiny IN model takes 64x64 input (2x2 last stage).
-    'test_in_resnet': _cfg(_NOFROST, **dict(TINY_CFG, input_size=(3, 64, 64), pool_size=(2, 2))),
+    'test_in_resnet': resnet_cfg(NOFROST, **dict(TINY_CFG, input_size=(3, 64, 64), pool_size=(2, 2))),
 })
 
 

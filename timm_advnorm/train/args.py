@@ -8,6 +8,7 @@ from typing import List, Optional, Tuple
 
 import yaml
 
+from ..cli import set_yaml_defaults
 from ..task import TASKS
 
 __all__ = ['get_args_parser', 'parse_args']
@@ -157,12 +158,6 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[argparse.Namespace, st
     config_parser, parser = get_args_parser()
     args_config, remaining = config_parser.parse_known_args(argv)
     if args_config.config:
-        with open(args_config.config) as f:
-            config = yaml.safe_load(f) or {}
-        known = {action.dest for action in parser._actions}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            parser.error(f'unknown key(s) in {args_config.config}: {", ".join(unknown)}')
-        parser.set_defaults(**config)
+        set_yaml_defaults(parser, args_config.config)
     args = parser.parse_args(remaining)
     return args, yaml.safe_dump(vars(args), default_flow_style=False)
