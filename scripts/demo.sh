@@ -16,7 +16,7 @@ EVAL=(--dataset digits --attacks pgd --eps 16 --step 2 --steps 20 --num-samples 
 "$PY" train_adv.py -c recipes/digits_demo_mbn.yaml --output "$OUT" --experiment adversarial
 "$PY" train_adv.py -c recipes/digits_demo_mbn.yaml --method vanilla --eval-metric top1 \
     --output "$OUT" --experiment clean
-"$PY" validate_adv.py "${EVAL[@]}" --checkpoint "$OUT/adversarial/last.pth.tar" --gammas 0 1 \
+"$PY" validate_adv.py "${EVAL[@]}" --checkpoint "$OUT/adversarial/last.pth.tar" --gammas 0 0.5 1 \
     --results-file "$OUT/adversarial/robust.json" --plot-dir "$OUT/adversarial/plots"
 "$PY" validate_adv.py "${EVAL[@]}" --checkpoint "$OUT/clean/last.pth.tar" --gammas 0 \
     --results-file "$OUT/clean/robust.json"
