@@ -38,7 +38,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--steps', type=int, default=2, help='K, attack iterations of the adversarial methods')
     parser.add_argument('--device', default='cpu')
-    add_timing_args(parser)
+    add_timing_args(parser, rounds=7)
     return parser
 
 
@@ -57,6 +57,7 @@ def _step_fn(task: AdversarialClassificationTask, model: nn.Module, x: torch.Ten
         task.train()
         optimizer.zero_grad(set_to_none=True)
         task(x, y)['loss'].backward()
+        task.finalize_gradients()
         optimizer.step()
     return step
 

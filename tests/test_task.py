@@ -58,6 +58,7 @@ def test_every_method_trains_a_few_steps(method, mixup):
         optimizer.zero_grad()
         result = task(x, y)
         result['loss'].backward()
+        task.finalize_gradients()
         optimizer.step()
         assert torch.isfinite(result['loss'])
         assert result['output'].shape[-1] == NUM_CLASSES
@@ -176,6 +177,7 @@ def test_fast_advprop_gradient_rescaling_matches_the_group_formula():
         task = _fast_task(model, rescale=rescale, delta=delta)
         task.train()
         task(x, y)['loss'].backward()
+        task.finalize_gradients()
         grads[rescale] = {id_: p.grad.clone() for id_, p in enumerate(model.parameters())}
         groups = {name: {id(p) for p in params} for name, params in parameter_groups(model).items()}
         index_of = {id(p): i for i, p in enumerate(model.parameters())}

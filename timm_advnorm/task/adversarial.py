@@ -86,6 +86,12 @@ class AdversarialClassificationTask(ClassificationTask):
         with route(model, branch):
             return self.attack(model, input, labels)
 
+    def finalize_gradients(self) -> None:
+        """Called by the training loop after the backward pass and before clipping and the optimizer step.
+
+        A no-op here; methods that shape their gradients (Fast AdvProp's per-group rescaling) override it.
+        """
+
     def loss_parts(self, **parts: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Detached copies of the named loss components, for logging."""
         return {name: value.detach() for name, value in parts.items()}

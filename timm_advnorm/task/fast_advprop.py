@@ -13,7 +13,8 @@ Its five ingredients, each here:
 4. **Re-balancing.** Loss weights: clean 1, noisy rows β = 0.5, adversarial rows β = 0.5 (Algorithm 1).
 5. **Synchronized update speed.** Shared parameters receive gradients from every term, clean-BN parameters from
    the clean term only and adversarial-BN parameters from the noisy and adversarial terms; each group's gradient is
-   divided by the total loss weight reaching it (`GROUP_WEIGHTS`), so all groups move at the same speed.
+   divided by the total loss weight reaching it (`group_scales`, applied by `finalize_gradients`), so all groups
+   move at the same speed.
 
 Mixup/CutMix apply to the clean rows only; adversarial rows keep their one-hot (smoothed) targets. With equal-budget
 training, the script divides epochs by `passes_per_image` = ``p_adv * K + 1``.
@@ -128,7 +129,8 @@ class FastAdvPropTask(AdversarialClassificationTask):
         self.seed = seed
         self.step_count = 0
         self.group_scales = self.group_weights_to_scales()
-        self._hooks = self._register_rescaling(model) if rescale_grads else []
+        self.rescale_grads = rescale_grads
+        self._groups = parameter_groups(model)
 
     @property
     def attack_steps(self) -> int:
@@ -148,13 +150,18 @@ class FastAdvPropTask(AdversarialClassificationTask):
         adv_total = self.noise_weight + self.adv_weight
         return {'shared': 1.0 / (1.0 + adv_total), 'clean': 1.0, 'adv': 1.0 / adv_total}
 
-    def _register_rescaling(self, model: nn.Module):
-        hooks = []
-        for name, params in parameter_groups(model).items():
-            scale = self.group_scales[name]
-            for p in params:
-                hooks.append(p.register_hook(lambda g, s=scale: g * s))
-        return hooks
+    @torch.no_grad()
+    def finalize_gradients(self) -> None:
+        """Synchronize update speed: scale each parameter group's accumulated gradient by its `group_scales` factor.
+
+        Runs once after both backward passes (and after DDP's all-reduce, which commutes with the scaling).
+        """
+        if not self.rescale_grads:
+            return
+        for name, params in self._groups.items():
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                torch._foreach_mul_(grads, self.group_scales[name])
 
     def split_batch(self, input: torch.Tensor, target: torch.Tensor):
         """Clean rows first, then the ``p_adv`` share to attack."""

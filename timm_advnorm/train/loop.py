@@ -62,6 +62,7 @@ def train_one_epoch(
         with _autocast(device, amp_dtype):
             result = task(input, target)
         result['loss'].backward()
+        task.finalize_gradients()
         if clip_grad is not None:
             dispatch_clip_grad(task.get_clip_parameters(exclude_head='agc' in clip_mode), value=clip_grad,
                                mode=clip_mode)
