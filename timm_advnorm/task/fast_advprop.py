@@ -26,6 +26,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from timm.data.mixup import mixup_target
 
+from ..attacks.base import project_linf, random_linf_start
 from ..attacks.space import InputSpace
 from ..layers.mixture_bn import MixtureBatchNorm2d
 from ..layers.routing import has_mixture_bn, route
@@ -176,14 +177,11 @@ class FastAdvPropTask(AdversarialClassificationTask):
         return mixup_target(target, num_classes, lam=1.0, smoothing=self.label_smoothing)
 
     def _random_start(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        eps = self.space.linf_budget(self.eps, x)
-        noise = torch.rand(x.shape, generator=generator, device='cpu').to(device=x.device, dtype=x.dtype)
-        return (2.0 * noise - 1.0) * eps
+        return random_linf_start(x, self.space.linf_budget(self.eps, x), generator)
 
     def _step(self, x: torch.Tensor, delta: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        eps = self.space.linf_budget(self.eps, x)
         step = self.space.linf_budget(self.step, x)
-        delta = torch.maximum(torch.minimum(delta + step * grad.sign(), eps), -eps)
+        delta = project_linf(delta + step * grad.sign(), self.space.linf_budget(self.eps, x))
         return self.space.clamp(x + delta) - x
 
     def _distributed(self) -> bool:
