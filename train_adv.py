@@ -36,7 +36,7 @@ _logger = logging.getLogger('train_adv')
 
 def _method_kwargs(args, space: InputSpace, num_classes: int) -> dict:
     """Keyword arguments of the chosen method's task, from the "Adversarial training" argument group."""
-    if args.method in ('mixed',):
+    if args.method == 'mixed':
         return dict(alpha=args.alpha, clean_ratio=args.clean_ratio)
     if args.method == 'alp':
         return dict(alpha=args.alpha, pairing_weight=0.5 if args.pairing_weight is None else args.pairing_weight)
