@@ -96,3 +96,11 @@ def test_torchrun_two_processes_with_sync_mixture_bn(tmp_path, digits_dir):
     assert float(rows[0]['eval_robust_samples']) == 32  # one seeded subset, sharded across the two ranks
     checkpoint = torch.load(tmp_path / 'ddp' / 'last.pth.tar', map_location='cpu', weights_only=False)
     assert not any(k.startswith('module.') for k in checkpoint['state_dict'])
+
+
+def test_torchcompile_trains_through_every_route(tmp_path, digits_dir):
+    # The compiled module sees the split route in training and the clean/adv routes in validation.
+    run = _train(tmp_path, digits_dir, '--method', 'mbn', '--torchcompile')
+    assert float(_summary(run)[0]['eval_adv_branch_top1']) > 0
+    checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=False)
+    assert not any('_orig_mod' in k for k in checkpoint['state_dict'])
