@@ -26,7 +26,7 @@ from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.cli import run_cli
 from timm_advnorm.data import DIGITS_NUM_CLASSES, fixed_subset, resolve_dataset
 from timm_advnorm.hub import create_model_from_name_or_checkpoint
-from timm_advnorm.layers import convert_sync_mixture_bn, has_mixture_bn
+from timm_advnorm.layers import convert_sync_mixture_bn
 from timm_advnorm.task import create_task, running_stats_active, use_running_statistics
 from timm_advnorm.train.args import parse_args
 from timm_advnorm.train.loop import branches_of, metric_names, train_one_epoch, validate
@@ -104,7 +104,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     data_config = resolve_data_config(
         dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
     space = InputSpace.from_data_config(data_config)
-    mbn = has_mixture_bn(model)
 
     if args.sync_bn and args.distributed:
         model = convert_sync_mixture_bn(model)
@@ -173,7 +172,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         task.prepare_distributed(device_ids=[device.index] if device.type == 'cuda' else None)
 
     val_attack = _val_attack(args, space, amp_dtype)
-    branches = branches_of(model, mbn)
+    branches = branches_of(model)
     known_metrics = metric_names(branches, ema=task.has_ema())
     if args.eval_metric not in known_metrics:
         raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)}.')

@@ -12,7 +12,7 @@ from timm.utils import AverageMeter, dispatch_clip_grad, reduce_tensor
 from timm.utils.model import unwrap_model
 
 from ..attacks.base import Attack
-from ..layers.routing import route
+from ..layers.routing import has_mixture_bn, route
 from ..task import AdversarialClassificationTask
 
 __all__ = ['train_one_epoch', 'validate', 'branches_of', 'metric_names']
@@ -70,10 +70,7 @@ def train_one_epoch(
         task.update_ema(step=num_updates)
         num_updates += 1
         images += input.shape[0]
-        for name, value in result.items():
-            if name == 'output' or not name.startswith('loss') or name == 'loss' and 'loss_total' in result:
-                continue
-            key = 'loss' if name == 'loss_total' else name
+        for key, value in _logged_losses(result).items():
             value = value.detach().float()
             if distributed:
                 value = reduce_tensor(value, dist.get_world_size())
@@ -92,15 +89,25 @@ def train_one_epoch(
     return metrics
 
 
-def branches_of(model: nn.Module, has_mbn: bool) -> Sequence[str]:
+def _logged_losses(result: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """The loss parts of a task's result; ``loss`` is the whole objective (``loss_total`` when the task reports one,
+    as Fast AdvProp does because part of its loss is back-propagated inside the task)."""
+    parts = {name: value for name, value in result.items() if name.startswith('loss_') and name != 'loss_total'}
+    return {'loss': result.get('loss_total', result['loss']), **parts}
+
+
+def branches_of(model: nn.Module) -> Sequence[str]:
     """Validation branches: the clean route for every model, plus the adversarial route for mixture-BN models."""
-    return ('clean', 'adv') if has_mbn else ('clean',)
+    return ('clean', 'adv') if has_mixture_bn(model) else ('clean',)
+
+
+def _accuracy_names(branches: Sequence[str]) -> List[str]:
+    return [('' if b == 'clean' else 'adv_branch_') + m for b in branches for m in ('top1', 'robust_top1')]
 
 
 def metric_names(branches: Sequence[str], ema: bool = False) -> List[str]:
     """Names of the metrics `validate` reports for `branches` (with ``ema_`` twins when an EMA is validated too)."""
-    names = [('' if b == 'clean' else 'adv_branch_') + m for b in branches for m in ('top1', 'robust_top1')]
-    names.append('robust_samples')
+    names = _accuracy_names(branches) + ['robust_samples']
     return names + [f'ema_{n}' for n in names] if ema else names
 
 
@@ -144,7 +151,7 @@ def validate(
     """
     model = unwrap_model(model)
     model.eval()
-    names = metric_names(branches)[:-1]
+    names = _accuracy_names(branches)
     counts = []
     for branch in branches:
         with route(model, branch):
