@@ -6,7 +6,9 @@ over plain BN should be the two half-batch normalizations only. Compared on the 
 concatenated batch:
 
 * plain BN (the baseline);
-* our `MixtureBatchNorm2d` on the ``split`` route;
+* our `MixtureBatchNorm2d` on the ``interleaved`` route (equal halves as clean/adversarial pairs: one batch norm
+  over twice the channels, what the ``mbn`` training method uses);
+* our `MixtureBatchNorm2d` on the ``split`` route (``cat([clean, adv])``, any split: two half-batch norms);
 * timm's `SplitBatchNorm2d` (``convert_splitbn_model``, 2 equal splits) as an external reference.
 
 Each step is forward + backward + SGD step. Steps are interleaved round by round and the median per variant is
@@ -56,10 +58,12 @@ def build_variants(args: argparse.Namespace, device: torch.device, memory_format
     """The three models, sharing the same initial weights, each with the context its training step runs in."""
     plain = timm.create_model(args.model, num_classes=1000)
     mixture = convert_to_mixture_bn(copy.deepcopy(plain))
+    interleaved = convert_to_mixture_bn(copy.deepcopy(plain))
     split_bn = convert_splitbn_model(copy.deepcopy(plain), num_splits=2)
     n_clean = args.batch_size // 2
     variants = {
         'plain BN': (plain, contextlib.nullcontext),
+        'mixture BN, interleaved route': (interleaved, lambda: route(interleaved, 'interleaved')),
         'mixture BN, split route': (mixture, lambda: route(mixture, 'split', n_clean=n_clean)),
         "timm SplitBatchNorm2d (2 splits)": (split_bn, contextlib.nullcontext),
     }

@@ -14,8 +14,8 @@ from timm.layers.norm_act import convert_sync_batchnorm as timm_convert_sync_bat
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.layers import (
     LogitInterpolation, MixtureBatchNormAct2d, SyncMixtureBatchNorm2d, branch_state_dict,
-    convert_sync_mixture_bn, convert_to_mixture_bn, export_branch, get_route, has_mixture_bn, mixture_bn_modules,
-    route, set_route)
+    MixtureBatchNorm2d, convert_sync_mixture_bn, convert_to_mixture_bn, deinterleave, export_branch, get_route,
+    has_mixture_bn, interleave, mixture_bn_modules, route, set_route)
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +123,98 @@ def test_split_route_equals_separate_clean_and_adversarial_forwards():
     expected = _buffers(separate)
     for key, value in _buffers(fused).items():
         assert torch.allclose(value.float(), expected[key].float(), atol=1e-6), key
+
+
+def _interleaved_and_split_steps(model: nn.Module, x_clean: torch.Tensor, x_adv: torch.Tensor):
+    """Outputs (clean rows, adversarial rows), parameter gradients and buffers after one training forward/backward
+    on the interleaved route and on the split route, from the same start."""
+    results = []
+    for name in ('interleaved', 'split'):
+        net = copy.deepcopy(model)
+        with route(net, name, n_clean=len(x_clean) if name == 'split' else None):
+            if name == 'interleaved':
+                out_clean, out_adv = deinterleave(net(interleave(x_clean, x_adv)))
+            else:
+                out_clean, out_adv = net(torch.cat([x_clean, x_adv])).split(len(x_clean))
+        (out_clean.logsumexp(1).sum() + 2 * out_adv.logsumexp(1).sum()).backward()
+        grads = {n: p.grad for n, p in net.named_parameters()}
+        results.append((torch.cat([out_clean, out_adv]), grads, _buffers(net)))
+    return results
+
+
+@pytest.mark.parametrize('channels_last', [False, True], ids=['one_batch_norm', 'channels_last_per_branch'])
+def test_interleaved_route_equals_split_route(channels_last):
+    """Same outputs, gradients (through timm's in-place residual adds and activations) and running statistics."""
+    model = _mbn_model().train()
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    (out, grads, buffers), (expected_out, expected_grads, expected_buffers) = _interleaved_and_split_steps(
+        model, _input(3), _input(3))
+    torch.testing.assert_close(out, expected_out, atol=1e-4, rtol=1e-4)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], atol=1e-3, rtol=1e-3, msg=name)
+    for key, value in buffers.items():
+        torch.testing.assert_close(value, expected_buffers[key], atol=1e-6, rtol=1e-6, msg=key)
+
+
+def test_interleaved_route_in_eval_uses_each_branchs_running_statistics():
+    model = _mbn_model().eval()
+    x_clean, x_adv = _input(2), _input(2)
+    with torch.no_grad():
+        with route(model, 'interleaved'):
+            out_clean, out_adv = deinterleave(model(interleave(x_clean, x_adv)))
+        with route(model, 'clean'):
+            expected_clean = model(x_clean)
+        with route(model, 'adv'):
+            expected_adv = model(x_adv)
+    torch.testing.assert_close(out_clean, expected_clean, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out_adv, expected_adv, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize('affine, track_running_stats', [(False, True), (True, False)])
+def test_interleaved_route_without_affine_or_running_statistics(affine, track_running_stats):
+    layer = MixtureBatchNorm2d(4, affine=affine, track_running_stats=track_running_stats).train()
+    reference = copy.deepcopy(layer)
+    x_clean, x_adv = torch.randn(3, 4, 5, 5) * 3 + 1, torch.randn(3, 4, 5, 5)
+    with route(layer, 'interleaved'):
+        out_clean, out_adv = deinterleave(layer(interleave(x_clean, x_adv)))
+    with route(reference, 'split', n_clean=3):
+        expected = reference(torch.cat([x_clean, x_adv]))
+    torch.testing.assert_close(torch.cat([out_clean, out_adv]), expected, atol=1e-5, rtol=1e-5)
+    for (key, value), expected_value in zip(_buffers(layer).items(), _buffers(reference).values()):
+        torch.testing.assert_close(value, expected_value, msg=key)
+
+
+def test_interleaved_route_with_cumulative_average_at_different_counts():
+    """momentum=None averages each branch over its own batches, even when the branches have seen different counts."""
+    layer = MixtureBatchNorm2d(4, momentum=None).train()
+    with route(layer, 'clean'):
+        layer(torch.randn(6, 4, 5, 5))
+    reference = copy.deepcopy(layer)
+    x_clean, x_adv = torch.randn(3, 4, 5, 5) + 2, torch.randn(3, 4, 5, 5) - 2
+    with route(layer, 'interleaved'):
+        layer(interleave(x_clean, x_adv))
+    with route(reference, 'split', n_clean=3):
+        reference(torch.cat([x_clean, x_adv]))
+    assert int(layer.num_batches_tracked) == 2 and int(layer.adv_bn.num_batches_tracked) == 1
+    for (key, value), expected_value in zip(_buffers(layer).items(), _buffers(reference).values()):
+        torch.testing.assert_close(value, expected_value, msg=key)
+
+
+def test_interleaved_route_rejects_unpaired_batches():
+    layer = MixtureBatchNorm2d(4).train()
+    with route(layer, 'interleaved'), pytest.raises(ValueError, match='pairs'):
+        layer(torch.randn(5, 4, 3, 3))
+    with pytest.raises(ValueError, match='one shape'):
+        interleave(torch.randn(2, 3), torch.randn(3, 3))
+
+
+def test_interleave_round_trip():
+    x_clean, x_adv = torch.randn(3, 2), torch.randn(3, 2)
+    both = interleave(x_clean, x_adv)
+    assert torch.equal(both[0], x_clean[0]) and torch.equal(both[1], x_adv[0])
+    out_clean, out_adv = deinterleave(both)
+    assert torch.equal(out_clean, x_clean) and torch.equal(out_adv, x_adv)
 
 
 @pytest.mark.parametrize('branch', ['clean', 'adv'])
@@ -315,17 +407,20 @@ def _sync_data():
     return clean, adv, weights
 
 
-def _sync_worker(rank: int, port: int, path: str) -> None:
+def _sync_worker(rank: int, port: int, path: str, layout: str) -> None:
     dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=_WORLD)
     try:
         torch.manual_seed(0)
         model = convert_sync_mixture_bn(_mbn_model()).train()
         clean, adv, weights = _sync_data()
         rows = slice(rank * _ROWS, (rank + 1) * _ROWS)
-        x = torch.cat([clean[rows], adv[rows]])
         w = torch.cat([weights[:_WORLD * _ROWS][rows], weights[_WORLD * _ROWS:][rows]])
-        with route(model, 'split', n_clean=_ROWS):
-            out = model(x)
+        if layout == 'interleaved':
+            with route(model, 'interleaved'):
+                out = torch.cat(deinterleave(model(interleave(clean[rows], adv[rows]))))
+        else:
+            with route(model, 'split', n_clean=_ROWS):
+                out = model(torch.cat([clean[rows], adv[rows]]))
         (out * w).sum().backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         for g in grads.values():
@@ -341,10 +436,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_synced_split_forward_equals_single_process_over_all_rows(tmp_path):
+@pytest.mark.parametrize('layout', ['split', 'interleaved'])
+def test_synced_fused_forward_equals_single_process_over_all_rows(tmp_path, layout):
     """Two gloo processes on CPU: per-branch statistics, outputs and summed gradients match one process that sees
     every rank's clean rows and every rank's adversarial rows."""
-    mp.spawn(_sync_worker, args=(_free_port(), str(tmp_path)), nprocs=_WORLD, join=True)
+    mp.spawn(_sync_worker, args=(_free_port(), str(tmp_path), layout), nprocs=_WORLD, join=True)
     results = [torch.load(tmp_path / f'rank{r}.pt') for r in range(_WORLD)]
 
     torch.manual_seed(0)

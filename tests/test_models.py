@@ -25,7 +25,7 @@ MBN_MODELS = timm.list_models(module='mbn_resnet')
 SHALLOW_MODELS = [name for name in OUR_MODELS if not name.endswith(('338', '518', '638'))]
 LIGHT_MODELS = [name for name in SHALLOW_MODELS if not name.endswith(('152', '200'))]
 TINY_MODELS = ['test_mbn_resnet', 'test_gn_resnet', 'test_in_resnet', 'test_nfr_resnet']
-ROUTES = [('clean', {}), ('adv', {}), ('split', {'n_clean': 2}), ('mix', {'gamma': 0.3})]
+ROUTES = [('clean', {}), ('adv', {}), ('split', {'n_clean': 2}), ('interleaved', {}), ('mix', {'gamma': 0.3})]
 BATCH = 4
 
 

@@ -98,19 +98,25 @@ def _bn_stats(model: nn.Module, branch: str):
     return out
 
 
-def test_mbn_rows_update_only_their_own_statistics():
-    model = _model()
+@pytest.mark.parametrize('memory_format', [torch.contiguous_format, torch.channels_last],
+                         ids=['interleaved', 'channels_last_split'])
+def test_mbn_rows_update_only_their_own_statistics(memory_format):
+    """Each branch sees only its own rows, whichever fused layout the batch's memory format selects, and the loss
+    is the clean/adversarial mixture of the separate forwards."""
+    model = _model().to(memory_format=memory_format)
     task = MbnTask(model, attack=_attack())
     x, y = _batch()
-    x_adv = SPACE.clamp(x + 0.3 * torch.randn_like(x))
+    x_adv = SPACE.clamp(x + 0.3 * torch.randn_like(x)).contiguous(memory_format=memory_format)
+    x = x.contiguous(memory_format=memory_format)
     task.adversarial = lambda input, target, branch=None: x_adv  # a fixed "attack" makes the reference exact
     reference_clean, reference_adv = copy.deepcopy(model).train(), copy.deepcopy(model).train()
     task.train()
-    task(x, y)
+    loss = task(x, y)['loss']
     with torch.no_grad(), route(reference_clean, 'clean'):
-        reference_clean(x)
+        loss_clean = nn.functional.cross_entropy(reference_clean(x), y)
     with torch.no_grad(), route(reference_adv, 'adv'):
-        reference_adv(x_adv)
+        loss_adv = nn.functional.cross_entropy(reference_adv(x_adv), y)
+    torch.testing.assert_close(loss, 0.5 * loss_clean + 0.5 * loss_adv, rtol=1e-4, atol=1e-5)
     for got, want in zip(_bn_stats(model, 'clean'), _bn_stats(reference_clean, 'clean')):
         torch.testing.assert_close(got, want)
     for got, want in zip(_bn_stats(model, 'adv'), _bn_stats(reference_adv, 'adv')):

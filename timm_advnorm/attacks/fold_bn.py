@@ -117,7 +117,7 @@ def _bn_affine(bn: nn.Module) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
         return adv
     if bn.route == 'mix':
         return torch.lerp(clean[0], adv[0], bn.gamma), torch.lerp(clean[1], adv[1], bn.gamma)
-    return None  # 'split': rows take different branches, not one affine map
+    return None  # 'split', 'interleaved': rows take different branches, not one affine map
 
 
 def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:

@@ -9,16 +9,19 @@ Example:
     ...     logits_adv = model(x_adv)
     >>> with route(model, 'split', n_clean=len(x_clean)):
     ...     logits = model(torch.cat([x_clean, x_adv]))
+    >>> with route(model, 'interleaved'):  # equal halves: the fast fused layout
+    ...     logits_clean, logits_adv = deinterleave(model(interleave(x_clean, x_adv)))
 """
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
+import torch
 import torch.nn as nn
 
 from .mixture_bn import ROUTES, MixtureBatchNorm2d
 
 __all__ = ['RouteState', 'mixture_bn_modules', 'has_mixture_bn', 'get_route', 'set_route', 'restore_route', 'route',
-           'preserve_route']
+           'preserve_route', 'interleave', 'deinterleave']
 
 RouteState = List[Tuple[MixtureBatchNorm2d, str, int, float]]
 
@@ -49,7 +52,7 @@ def set_route(model: nn.Module, name: str, n_clean: Optional[int] = None, gamma:
 
     Args:
         model: Any module; one without mixture BN accepts only the ``clean`` route (its sole branch).
-        name: ``clean``, ``adv``, ``split`` or ``mix``.
+        name: ``clean``, ``adv``, ``split``, ``interleaved`` or ``mix``.
         n_clean: Rows routed to the clean branch; required for ``split``.
         gamma: Adversarial weight in [0, 1]; required for ``mix``.
 
@@ -89,3 +92,16 @@ def route(model: nn.Module, name: str, n_clean: Optional[int] = None, gamma: Opt
         set_route(model, name, n_clean=n_clean, gamma=gamma)
         yield
 
+
+
+def interleave(clean: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+    """One batch of ``(clean_0, adv_0, clean_1, adv_1, ...)`` rows, the input layout of the ``interleaved`` route."""
+    if clean.shape != adv.shape:
+        raise ValueError(f'interleave needs clean and adversarial batches of one shape, got {tuple(clean.shape)} '
+                         f'and {tuple(adv.shape)}.')
+    return torch.stack([clean, adv], dim=1).flatten(0, 1)
+
+
+def deinterleave(output: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The clean (even) and adversarial (odd) rows of an ``interleaved`` forward's output, as views."""
+    return output[0::2], output[1::2]

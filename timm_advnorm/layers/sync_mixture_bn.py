@@ -1,7 +1,8 @@
 """Mixture BN whose batch statistics are synchronized across processes, branch by branch.
 
 Each branch reduces its statistics over the rows routed to it on every rank, so a ``split`` forward synchronizes
-the clean rows among themselves and the adversarial rows among themselves. On CUDA the native `SyncBatchNorm`
+the clean rows among themselves and the adversarial rows among themselves (an ``interleaved`` forward does both in
+one reduction over twice the channels). On CUDA the native `SyncBatchNorm`
 kernel does the work; elsewhere (CPU with gloo, for tests and CPU clusters) a differentiable all-reduce of
 per-channel sums gives the same statistics.
 """
@@ -70,19 +71,18 @@ class SyncMixtureBatchNorm2d(MixtureBatchNorm2d):
         return group, dist.get_world_size(group)
 
     @torch.jit.unused
-    def _branch_norm(
+    def _batch_norm(
             self,
             x: torch.Tensor,
             weight: Optional[torch.Tensor],
             bias: Optional[torch.Tensor],
             running_mean: Optional[torch.Tensor],
             running_var: Optional[torch.Tensor],
-            num_batches_tracked: Optional[torch.Tensor],
+            momentum: float,
     ) -> torch.Tensor:
         group, world_size = self._world()
         if world_size == 1:
-            return super()._branch_norm(x, weight, bias, running_mean, running_var, num_batches_tracked)
-        momentum = self._step_momentum(num_batches_tracked)
+            return super()._batch_norm(x, weight, bias, running_mean, running_var, momentum)
         if not self.track_running_stats:
             running_mean = running_var = None
         if x.is_cuda:

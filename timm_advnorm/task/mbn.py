@@ -1,15 +1,17 @@
 """Mixture-BN adversarial training (Xie & Yuille, ICLR 2020, §4.2) and AdvProp (Xie et al., CVPR 2020).
 
 Clean images are normalized by the clean (main) BN and adversarial images by the adversarial BN, in one fused
-forward over ``cat([clean, adv])`` through the ``split`` route: convolutions see the whole batch, each BN branch only
-its own domain. The attack runs on the adversarial branch. AdvProp is this method with a weak attack (PGD-1..5,
-ε≈1-4) and the clean branch used at inference; Xie & Yuille's "MBN_adv" evaluates the adversarial branch.
+forward over the clean/adversarial pairs through the ``interleaved`` route: convolutions see the whole batch, each BN
+branch only its own domain, and both branches run as one batch norm (channels_last batches use the ``split`` route
+over ``cat([clean, adv])``). The attack runs on the adversarial branch.
+AdvProp is this method with a weak attack (PGD-1..5, ε≈1-4) and the clean branch used at inference; Xie & Yuille's
+"MBN_adv" evaluates the adversarial branch.
 """
-from typing import Dict
+from typing import Dict, Tuple
 
 import torch
 
-from ..layers.routing import has_mixture_bn, route
+from ..layers.routing import deinterleave, has_mixture_bn, interleave, route
 from .adversarial import AdversarialClassificationTask
 from .alp import logit_pairing_loss
 
@@ -41,13 +43,24 @@ class MbnTask(AdversarialClassificationTask):
     def passes_per_image(self) -> float:
         return self.attack_steps + 2.0
 
+    def _fused_forward(self, x_clean: torch.Tensor, x_adv: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Logits of the clean rows (clean BN) and the adversarial rows (adversarial BN) from one forward.
+
+        NCHW batches go as pairs through the ``interleaved`` route (one batch norm per layer); channels_last ones
+        through the ``split`` route, since pairs are not one batch of twice the channels in that memory layout.
+        """
+        model = self.attack_module()
+        if x_clean.is_contiguous() or not x_clean.is_contiguous(memory_format=torch.channels_last):
+            with route(model, 'interleaved'):
+                return deinterleave(self.trainable_module(interleave(x_clean, x_adv)))
+        with route(model, 'split', n_clean=len(x_clean)):
+            output = self.trainable_module(torch.cat([x_clean, x_adv]))
+        return output[:len(x_clean)], output[len(x_clean):]
+
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
         input, target = self.mix(input, target)
         x_adv = self.adversarial(input, target, branch='adv')
-        n_clean = input.shape[0]
-        with route(self.attack_module(), 'split', n_clean=n_clean):
-            output = self.trainable_module(torch.cat([input, x_adv]))
-        out_clean, out_adv = output[:n_clean], output[n_clean:]
+        out_clean, out_adv = self._fused_forward(input, x_adv)
         loss_clean = self.criterion(out_clean, target)
         loss_adv = self.criterion(out_adv, target)
         loss = self.alpha * loss_clean + (1.0 - self.alpha) * loss_adv
