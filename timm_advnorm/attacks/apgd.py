@@ -26,8 +26,9 @@ import torch
 import torch.nn as nn
 
 from .base import hard_labels, project, random_linf_surface
-from .core import cross_entropy_per_sample, input_gradient, is_fooled
-from .eval_attack import BestIterate, EvalAttack, forward_logits, target_rounds
+from .core import cross_entropy_per_sample, input_gradient, is_clearly_fooled, is_fooled
+from .best_iterate import BestIterate
+from .eval_attack import EvalAttack, forward_logits, target_rounds
 from .losses import dlr_loss, targeted_dlr_loss
 from .registry import register_attack
 from .space import InputSpace
@@ -78,8 +79,8 @@ def _apgd_run(
     """
     x_adv = space.clamp(x + radius * random_linf_surface(x, generator))
     grad, logits, loss = input_gradient(model, x_adv, goal, loss_fn, autocast_dtype)
-    fooled = is_fooled(logits, labels, hit_targets)
-    best.update(rows, x_adv, fooled, loss)
+    fooled = is_clearly_fooled(logits, labels, hit_targets, autocast_dtype)
+    best.update(rows, x_adv, fooled, loss, is_fooled(logits, labels, hit_targets))
 
     checkpoints = apgd_checkpoints(steps)
     history = loss.new_zeros(steps + 1, x.shape[0])  # history[j]: loss at iterate j, iterate 0 the start
@@ -105,8 +106,8 @@ def _apgd_run(
                              s['x'], space, radius)
         s['x_prev'], s['x_adv'] = s['x_adv'], x_next
         s['grad'], logits, loss = input_gradient(model, x_next, s['goal'], loss_fn, autocast_dtype)
-        fooled = is_fooled(logits, s['labels'], s.get('hit_targets'))
-        best.update(s['rows'], x_next, fooled, loss)
+        fooled = is_clearly_fooled(logits, s['labels'], s.get('hit_targets'), autocast_dtype)
+        best.update(s['rows'], x_next, fooled, loss, is_fooled(logits, s['labels'], s.get('hit_targets')))
         history[i + 1] = loss
 
         improved = loss > s['loss_best']
@@ -188,7 +189,7 @@ def apgd(
     clean_logits = forward_logits(model, x, autocast_dtype)
     if loss == 'dlr' and clean_logits.shape[1] < 3:
         raise ValueError(f'The DLR loss needs at least 3 classes, got {clean_logits.shape[1]}.')
-    best = BestIterate(x, is_fooled(clean_logits, labels))
+    best = BestIterate(x, is_clearly_fooled(clean_logits, labels, autocast_dtype=autocast_dtype))
     for rows in best.restarts(n_restarts):
         _apgd_run(model, x[rows], rows, best, labels[rows], labels[rows], APGD_LOSSES[loss], None, space, radius,
                   steps, rho, momentum, generator, autocast_dtype)
@@ -245,7 +246,7 @@ def apgd_targeted(
     num_classes = clean_logits.shape[1]
     if num_classes < 4:
         raise ValueError(f'The targeted DLR loss needs at least 4 classes, got {num_classes}.')
-    best = BestIterate(x, is_fooled(clean_logits, labels, targets))
+    best = BestIterate(x, is_clearly_fooled(clean_logits, labels, targets, autocast_dtype))
     for target_all, must_hit in target_rounds(clean_logits, labels, targets, n_target_classes):
         for rows in best.restarts(n_restarts):
             target = target_all[rows]

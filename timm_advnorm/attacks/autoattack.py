@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from .apgd import apgd, apgd_targeted
 from .base import hard_labels
-from .core import attack_context, is_fooled
+from .core import attack_context, is_clearly_fooled
 from .eval_attack import EvalAttack, forward_logits
 from .fab import fab_targeted
 from .fold_bn import fold_batchnorm
@@ -115,7 +115,8 @@ def autoattack(
     attacks = _check_attacks(attacks)
     x_in, labels = x.detach(), hard_labels(y)
     x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    fooled_by = torch.where(is_fooled(forward_logits(model, x, autocast_dtype), labels), 0, -1)
+    clean_fooled = is_clearly_fooled(forward_logits(model, x, autocast_dtype), labels, autocast_dtype=autocast_dtype)
+    fooled_by = torch.where(clean_fooled, 0, -1)
     x_adv = x.clone()
     for stage, name in enumerate(attacks, start=1):
         rows = (fooled_by < 0).nonzero().squeeze(1)
@@ -123,7 +124,8 @@ def autoattack(
             break
         out = _run_component(name, model, x[rows], labels[rows], space, eps, steps, n_target_classes, n_queries,
                              generator, autocast_dtype)
-        fooled = is_fooled(forward_logits(model, out, autocast_dtype), labels[rows])
+        fooled = is_clearly_fooled(forward_logits(model, out, autocast_dtype), labels[rows],
+                                   autocast_dtype=autocast_dtype)
         if stage == 1:
             x_adv[rows] = out
         x_adv[rows[fooled]] = out[fooled]

@@ -4,75 +4,25 @@ Evaluation (DESIGN §3, §5) keeps per sample any iterate that fools the model a
 later iterations run on fewer rows. Dropping rows changes nothing for the others only if rows are independent, which
 holds in eval mode (running BN statistics): evaluation attacks therefore refuse ``bn_stats='batch'``. A sample the
 model already misclassifies is returned unchanged: robust accuracy can never exceed clean accuracy.
+
+"Fooled", for what an attack records and stops attacking, means fooled past `core.rounding_tolerance`: the attack's
+forwards (BN folded, bf16, pruned batches) round differently from the final scoring, and a sample dropped at a
+rounding-sized margin could be scored robust (`best_iterate.BestIterate` keeps the candidates).
 """
 import logging
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from .base import Attack, forward_logits, hard_labels
-from .core import is_fooled
+from .core import is_clearly_fooled
 from .pgd import pgd
 from .space import InputSpace
 
-__all__ = ['EvalAttack', 'BestIterate', 'forward_logits', 'attack_correct_only', 'pgd_correct_only', 'target_rounds']
+__all__ = ['EvalAttack', 'forward_logits', 'attack_correct_only', 'pgd_correct_only', 'target_rounds']
 
 _logger = logging.getLogger(__name__)
-
-
-class BestIterate:
-    """Per-sample record of an evaluation attack's output.
-
-    A sample keeps the first iterate that fools the model; until one does, the iterate with the highest objective.
-
-    Args:
-        x: Starting inputs (B, ...); a sample nothing improves on is returned as given here.
-        fooled: Samples already fooled by `x` itself (B,) bool, e.g. misclassified clean inputs; they are never
-            updated.
-    """
-
-    def __init__(self, x: torch.Tensor, fooled: Optional[torch.Tensor] = None):
-        self.x = x.clone()
-        self.fooled = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device) if fooled is None else fooled.clone()
-        self.objective = torch.full((x.shape[0],), -float('inf'), dtype=torch.float32, device=x.device)
-
-    def update(
-            self,
-            rows: torch.Tensor,
-            x_adv: torch.Tensor,
-            fooled: torch.Tensor,
-            objective: Optional[torch.Tensor] = None,
-    ) -> None:
-        """Offer iterates `x_adv` for samples `rows` (indices into the batch).
-
-        Args:
-            rows: Batch indices (N,) of the offered iterates.
-            x_adv: Iterates (N, ...).
-            fooled: Whether each iterate fools the model (N,).
-            objective: The attack's objective at each iterate (N,), higher is better; ``None`` offers only fooling
-                iterates.
-        """
-        was_fooled = self.fooled[rows]
-        better = fooled & ~was_fooled
-        if objective is not None:
-            objective = objective.float()
-            better |= ~fooled & ~was_fooled & (objective > self.objective[rows])
-            self.objective[rows[better]] = objective[better]
-        self.x[rows[better]] = x_adv[better].to(self.x.dtype)
-        self.fooled[rows] = was_fooled | fooled
-
-    def robust_rows(self) -> torch.Tensor:
-        """Indices of the samples not fooled yet."""
-        return (~self.fooled).nonzero().squeeze(1)
-
-    def restarts(self, n_restarts: int) -> Iterator[torch.Tensor]:
-        """For each of `n_restarts` restarts, the indices of the samples not fooled yet; stops once none is left."""
-        for _ in range(n_restarts):
-            rows = self.robust_rows()
-            if not rows.numel():
-                return
-            yield rows
 
 
 def attack_correct_only(
@@ -87,7 +37,8 @@ def attack_correct_only(
     For attack cores that start away from the clean input (a random start may be classified correctly where the
     clean input is not): the output then never scores a misclassified sample as robust.
     """
-    rows = (~is_fooled(forward_logits(model, x, autocast_dtype), labels)).nonzero().squeeze(1)
+    logits = forward_logits(model, x, autocast_dtype)
+    rows = (~is_clearly_fooled(logits, labels, autocast_dtype=autocast_dtype)).nonzero().squeeze(1)
     x_adv = x.clone()
     if rows.numel():
         x_adv[rows] = attack(x[rows], labels[rows]).to(x.dtype)

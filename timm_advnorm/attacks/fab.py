@@ -19,8 +19,9 @@ import torch
 import torch.nn as nn
 
 from .base import hard_labels, project, random_linf_surface
-from .core import input_gradient, is_fooled
-from .eval_attack import BestIterate, EvalAttack, forward_logits, target_rounds
+from .core import fooling_margin, input_gradient, is_clearly_fooled, is_fooled
+from .best_iterate import BestIterate
+from .eval_attack import EvalAttack, forward_logits, target_rounds
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
@@ -181,7 +182,7 @@ def fab_targeted(
     x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
     radius = space.linf_budget(eps, x).to(x.dtype)
     clean_logits = forward_logits(model, x, autocast_dtype)
-    best = BestIterate(x, is_fooled(clean_logits, labels, targets))
+    best = BestIterate(x, is_clearly_fooled(clean_logits, labels, targets, autocast_dtype))
     pixels = space.to_pixels(x)
     for target_all, must_hit in target_rounds(clean_logits, labels, targets, n_target_classes):
         for restart, rows in enumerate(best.restarts(n_restarts)):
@@ -194,9 +195,12 @@ def fab_targeted(
             if found.any():
                 # Back to normalized units, projected onto the ε-box (rounding), and confirmed by a forward pass.
                 x_adv = project(space.from_pixels(closest[found]), x[rows[found]], space, radius)
-                fooled = is_fooled(forward_logits(model, x_adv, autocast_dtype), labels[rows[found]],
-                                   None if hit is None else hit[found])
-                best.update(rows[found], x_adv, fooled)
+                logits = forward_logits(model, x_adv, autocast_dtype)
+                hit_found = None if hit is None else hit[found]
+                fooled = is_clearly_fooled(logits, labels[rows[found]], hit_found, autocast_dtype)
+                # FAB lands just past the boundary: a point fooling by less than the rounding tolerance is kept
+                # as the best candidate, closest to fooling first, for the final scoring to judge
+                best.update(rows[found], x_adv, fooled, fooling_margin(logits, labels[rows[found]], hit_found))
     return best.x.to(x_in.dtype)
 
 

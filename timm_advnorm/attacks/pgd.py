@@ -6,9 +6,9 @@ evaluation attacker of Xie & Yuille, *Intriguing properties of adversarial train
 2000 to evaluate, random start in the ε-box, 20% of training samples starting from the clean image, and the step
 size rule ``max(step, ε / N)`` of their released code (so few-iteration attacks can still reach the box corners).
 
-Training uses the last iterate. Evaluation keeps, per sample, the first iterate that fools the model (or the one
-with the best objective if none does) and stops attacking samples already fooled: they leave the batch, so later
-iterations run on fewer rows.
+Training uses the last iterate. Evaluation keeps, per sample, the first iterate that fools the model past the
+rounding tolerance of `core.rounding_tolerance` (else the best candidate, see `BestIterate`) and stops attacking
+samples so fooled: they leave the batch, so later iterations run on fewer rows.
 """
 from typing import Optional
 
@@ -19,7 +19,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from .base import (
     NORMS, Attack, bernoulli, forward_logits, hard_labels, l2_direction, project_l2, project_linf, random_l2_start,
     random_linf_start)
-from .core import LossFn, cross_entropy_per_sample, input_gradient, is_fooled
+from .best_iterate import BestIterate
+from .core import LossFn, cross_entropy_per_sample, input_gradient, is_clearly_fooled, is_fooled
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
@@ -73,9 +74,10 @@ def pgd(
         random_start: Start uniformly in the ε-ball, independently per sample (else at `x`).
         clean_start_prob: Probability, per sample, of starting at `x` despite `random_start` (Xie & Yuille: 0.2).
         loss_fn: Per-sample loss ``(logits, target) -> (B,)``; default cross-entropy (accepts soft targets).
-        best_iterate: Evaluation mode: return per sample the first iterate that fools the model, else the one with
-            the best objective, and stop attacking fooled samples (unless BN uses batch statistics, which couple
-            the rows). Costs one extra forward to score the last iterate. ``False`` returns the last iterate.
+        best_iterate: Evaluation mode: return per sample the first iterate that clearly fools the model (past the
+            rounding tolerance), else the best candidate (`BestIterate`), and stop attacking clearly fooled samples
+            (unless BN uses batch statistics, which couple the rows). Costs one extra forward to score the last
+            iterate. ``False`` returns the last iterate.
         generator: Source of the random start and clean-start draws.
         autocast_dtype: Forward under autocast at this dtype; loss, gradient and perturbation stay fp32.
 
@@ -136,9 +138,7 @@ def pgd(
 
     labels = hard_labels(y)
     prune = not _uses_batch_stats(model)
-    best = x_adv.clone()
-    best_fooled = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
-    best_objective = torch.full((x.shape[0],), -float('inf'), dtype=x.dtype, device=x.device)
+    best = BestIterate(x_adv)
     active = torch.arange(x.shape[0], device=x.device)
     for i in range(steps + 1):
         if i < steps:
@@ -146,13 +146,9 @@ def pgd(
         else:
             logits = forward_logits(model, x_adv, autocast_dtype)
             loss = loss_fn(logits, goal[active])
-        objective = sign * loss
-        fooled = is_fooled(logits, labels[active], targets[active] if targeted else None)
-        was_fooled = best_fooled[active]
-        better = (fooled & ~was_fooled) | ((fooled == was_fooled) & (objective > best_objective[active]))
-        best[active[better]] = x_adv[better]
-        best_fooled[active] = was_fooled | fooled
-        best_objective[active] = torch.where(better, objective, best_objective[active])
+        active_targets = targets[active] if targeted else None
+        fooled = is_clearly_fooled(logits, labels[active], active_targets, autocast_dtype)
+        best.update(active, x_adv, fooled, sign * loss, is_fooled(logits, labels[active], active_targets))
         if i == steps:
             break
         if prune and fooled.any():
@@ -161,7 +157,7 @@ def pgd(
             if active.numel() == 0:
                 break
         x_adv = ascend(x_adv, x[active], grad)
-    return best.to(x_in.dtype)
+    return best.x.to(x_in.dtype)
 
 
 @register_attack('pgd')

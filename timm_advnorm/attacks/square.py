@@ -21,8 +21,9 @@ import torch
 import torch.nn as nn
 
 from .base import hard_labels, project, uniform
-from .core import is_fooled
-from .eval_attack import BestIterate, EvalAttack, forward_logits
+from .core import is_clearly_fooled, rounding_tolerance
+from .best_iterate import BestIterate
+from .eval_attack import EvalAttack, forward_logits
 from .losses import margin
 from .registry import register_attack
 from .space import InputSpace
@@ -65,15 +66,17 @@ def _square_run(
     """One random-search run on batch rows `rows` (`x` and `labels` restricted to them), recording into `best`."""
     b, c, h, w = x.shape
     x_best = space.clamp(x + radius * _random_signs((b, c, 1, w), x, generator))
-    margin_best = margin(forward_logits(model, x_best, autocast_dtype), labels)
-    fooled = margin_best <= 0
+    logits = forward_logits(model, x_best, autocast_dtype)
+    margin_best, tolerance = margin(logits, labels), rounding_tolerance(logits, autocast_dtype)
+    fooled = -margin_best > tolerance
     best.update(rows, x_best, fooled, -margin_best)
     grid_h = torch.arange(h, device=x.device)
     grid_w = torch.arange(w, device=x.device)
     for i in range(n_queries - 2):
         if fooled.any():
             keep = ~fooled
-            x, labels, rows, x_best, margin_best = x[keep], labels[keep], rows[keep], x_best[keep], margin_best[keep]
+            x, labels, rows, x_best = x[keep], labels[keep], rows[keep], x_best[keep]
+            margin_best, tolerance = margin_best[keep], tolerance[keep]
             if not rows.numel():
                 return
         n = x.shape[0]
@@ -85,11 +88,13 @@ def _square_run(
         in_cols = (grid_w >= left[:, None]) & (grid_w < left[:, None] + side)
         window = (in_rows[:, None, :, None] & in_cols[:, None, None, :]).to(x.dtype)
         x_new = project(x_best + window * 2.0 * radius * _random_signs((n, c, 1, 1), x, generator), x, space, radius)
-        margin_new = margin(forward_logits(model, x_new, autocast_dtype), labels)
+        logits = forward_logits(model, x_new, autocast_dtype)
+        margin_new = margin(logits, labels)
         improved = margin_new < margin_best
         x_best = torch.where(improved.view(-1, 1, 1, 1), x_new, x_best)
         margin_best = torch.where(improved, margin_new, margin_best)
-        fooled = margin_best <= 0
+        tolerance = torch.where(improved, rounding_tolerance(logits, autocast_dtype), tolerance)
+        fooled = -margin_best > tolerance
         best.update(rows, x_best, fooled, -margin_best)
 
 
@@ -136,7 +141,8 @@ def square(
     x_in, labels = x.detach(), hard_labels(y)
     x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
     radius = space.linf_budget(eps, x).to(x.dtype)
-    best = BestIterate(x, is_fooled(forward_logits(model, x, autocast_dtype), labels))
+    best = BestIterate(x, is_clearly_fooled(forward_logits(model, x, autocast_dtype), labels,
+                                            autocast_dtype=autocast_dtype))
     with torch.no_grad():
         for rows in best.restarts(n_restarts):
             _square_run(model, x[rows], labels[rows], rows, best, space, radius, n_queries, p_init, rescale_schedule,

@@ -1,0 +1,74 @@
+"""Per-sample record of what an evaluation attack returns: the iterate that fools the model, else the closest one.
+
+An evaluation attack offers every iterate it computes; the record keeps, per sample, the first iterate that fools
+the model clearly (past `core.rounding_tolerance`, so the final scoring agrees), after which the attack stops
+attacking that sample. Until then it keeps the best candidate: an iterate the attack saw misclassified by less than
+the tolerance ranks above any correctly classified one (the final scoring may still count it), and within each of
+the two groups the one with the highest objective wins.
+"""
+from typing import Iterator, Optional
+
+import torch
+
+__all__ = ['BestIterate']
+
+
+class BestIterate:
+    """Per-sample record of an evaluation attack's output.
+
+    Args:
+        x: Starting inputs (B, ...); a sample nothing improves on is returned as given here.
+        fooled: Samples already clearly fooled by `x` itself (B,) bool, e.g. misclassified clean inputs; they are
+            never updated.
+    """
+
+    def __init__(self, x: torch.Tensor, fooled: Optional[torch.Tensor] = None):
+        batch = x.shape[0]
+        self.x = x.clone()
+        self.fooled = torch.zeros(batch, dtype=torch.bool, device=x.device) if fooled is None else fooled.clone()
+        self.misclassified = torch.zeros(batch, dtype=torch.bool, device=x.device)
+        self.objective = torch.full((batch,), -float('inf'), dtype=torch.float32, device=x.device)
+
+    def update(
+            self,
+            rows: torch.Tensor,
+            x_adv: torch.Tensor,
+            fooled: torch.Tensor,
+            objective: Optional[torch.Tensor] = None,
+            misclassified: Optional[torch.Tensor] = None,
+    ) -> None:
+        """Offer iterates `x_adv` for samples `rows` (indices into the batch).
+
+        Args:
+            rows: Batch indices (N,) of the offered iterates.
+            x_adv: Iterates (N, ...).
+            fooled: Whether each iterate clearly fools the model (N,), `core.is_clearly_fooled`.
+            objective: The attack's objective at each iterate (N,), higher is better; ``None`` offers only fooling
+                iterates.
+            misclassified: Whether the attack's forward fooled the model at all at each iterate (N,),
+                `core.is_fooled`; ``None`` when the objective already ranks those iterates first.
+        """
+        was_fooled = self.fooled[rows]
+        better = fooled & ~was_fooled
+        if objective is not None:
+            objective = objective.float()
+            tier = fooled if misclassified is None else misclassified | fooled
+            best_tier = self.misclassified[rows]
+            candidate = ~fooled & ~was_fooled
+            better |= candidate & ((tier & ~best_tier) | ((tier == best_tier) & (objective > self.objective[rows])))
+            self.objective[rows[better]] = objective[better]
+            self.misclassified[rows[better]] = tier[better]
+        self.x[rows[better]] = x_adv[better].to(self.x.dtype)
+        self.fooled[rows] = was_fooled | fooled
+
+    def robust_rows(self) -> torch.Tensor:
+        """Indices of the samples not clearly fooled yet."""
+        return (~self.fooled).nonzero().squeeze(1)
+
+    def restarts(self, n_restarts: int) -> Iterator[torch.Tensor]:
+        """For each of `n_restarts` restarts, the indices of the samples not fooled yet; stops once none is left."""
+        for _ in range(n_restarts):
+            rows = self.robust_rows()
+            if not rows.numel():
+                return
+            yield rows
