@@ -67,6 +67,18 @@ def test_fold_is_exact_and_removes_every_bn(name):
         assert torch.equal(v, state[k]), f'{k} changed in the original'
 
 
+@pytest.mark.parametrize('channels_last', [None, True, False])
+def test_folded_weights_take_the_requested_layout_and_leave_the_original_alone(channels_last):
+    """On the CPU the folded copy defaults to channels_last (oneDNN's fast layout); the model keeps its own."""
+    model = _model('test_resnet')
+    folded = fold_batchnorm(model, channels_last=channels_last)
+    want = torch.channels_last if channels_last in (None, True) else torch.contiguous_format
+    folded_convs = [m for m in folded.modules() if isinstance(m, nn.Conv2d)]
+    assert folded_convs and all(m.weight.is_contiguous(memory_format=want) for m in folded_convs)
+    assert all(m.weight.is_contiguous() for m in model.modules() if isinstance(m, nn.Conv2d))
+    _assert_same_function(model, folded)
+
+
 @pytest.mark.parametrize('name', ['test_resnet', 'test_efficientnet'])
 @pytest.mark.parametrize('branch', ['clean', 'adv'])
 def test_fold_mixture_bn_uses_current_route(name, branch):

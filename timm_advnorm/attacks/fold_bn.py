@@ -126,7 +126,11 @@ def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:
 
 
 @torch.no_grad()
-def fold_batchnorm(model: nn.Module, pairs: Optional[List[Tuple[str, str]]] = None) -> nn.Module:
+def fold_batchnorm(
+        model: nn.Module,
+        pairs: Optional[List[Tuple[str, str]]] = None,
+        channels_last: Optional[bool] = None,
+) -> nn.Module:
     """A copy of `model` computing the same function, with eval-mode BN folded into the preceding convolutions.
 
     Folded BN layers become `nn.Identity` (``BatchNormAct2d``-like layers keep their ``drop`` and ``act``). The copy
@@ -137,6 +141,9 @@ def fold_batchnorm(model: nn.Module, pairs: Optional[List[Tuple[str, str]]] = No
     Args:
         model: The model, in the mode and route it will be attacked in (BN in eval mode to fold).
         pairs: Output of `find_conv_bn_pairs(model)` if already known.
+        channels_last: Memory layout of the folded weights, which convolutions pass on to their outputs. ``None``:
+            channels_last on the CPU, where oneDNN runs it 1.2-1.4x faster per attack iteration (forward and input
+            gradient, fp32, ResNets and EfficientNet on an AVX-512 machine), else each convolution's own layout.
 
     Returns:
         The folded copy, or `model` itself when nothing can be folded.
@@ -152,8 +159,9 @@ def fold_batchnorm(model: nn.Module, pairs: Optional[List[Tuple[str, str]]] = No
         conv, bn = folded.get_submodule(conv_name), folded.get_submodule(bn_name)
         scale, shift = affines[bn_name]
         weight = conv.weight * scale.to(conv.weight.dtype).view(-1, 1, 1, 1)
-        if conv.weight.is_contiguous(memory_format=torch.channels_last):
-            weight = weight.contiguous(memory_format=torch.channels_last)
+        to_channels_last = channels_last if channels_last is not None else (
+            weight.device.type == 'cpu' or conv.weight.is_contiguous(memory_format=torch.channels_last))
+        weight = weight.contiguous(memory_format=torch.channels_last if to_channels_last else torch.contiguous_format)
         bias = shift if conv.bias is None else conv.bias * scale + shift
         conv.weight = nn.Parameter(weight, requires_grad=False)
         conv.bias = nn.Parameter(bias.to(conv.weight.dtype), requires_grad=False)
