@@ -6,6 +6,9 @@ What is compared (images per second for the whole evaluation of a batch: attack 
   sample attacked for every iteration. With ``set_normalization_used`` torchattacks 3.5 takes and returns
   *normalized* inputs (it un-normalizes internally); the model is passed as is, not wrapped in a fresh
   ``nn.Sequential`` (whose default ``training=True`` torchattacks would restore onto the model after the call);
+* **torchattacks PGD, channels_last model** (reference, CPU runs without ``--channels-last``): the baseline on a
+  channels_last copy of the model, the layout our folded copy uses on the CPU; it shows how much of our per-iteration
+  gain a torchattacks user would get by converting the model;
 * **ours, last iterate**: our PGD core with input-only gradients and BN folded into the convolutions, otherwise
   the same work as the baseline (isolates the per-iteration cost);
 * **ours, evaluation**: what ``validate_adv.py`` runs (`RobustEvaluator` + `AttackStage`): clean pass first,
@@ -26,6 +29,7 @@ Example:
         --batch-size 256 --steps 20
 """
 import argparse
+import copy
 import logging
 import statistics
 import tempfile
@@ -136,12 +140,14 @@ def main(argv=None) -> None:
 
 def _methods(model, space, x, y, eps, args, amp_dtype, device, score) -> Dict[str, Callable[[], float]]:
     """Each method attacks and scores the batch, returning its robust accuracy."""
-    baseline = torchattacks_pgd(model, space, eps, args.step, args.steps)
+    def torchattacks_method(attacked: nn.Module) -> Callable[[], float]:
+        attack = torchattacks_pgd(attacked, space, eps, args.step, args.steps)
 
-    def torchattacks_baseline() -> float:
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            x_adv = baseline(x, y)  # normalized in, normalized out
-        return score(x_adv)
+        def run() -> float:
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                x_adv = attack(x, y)  # normalized in, normalized out
+            return score(x_adv)
+        return run
 
     ours_last = PGD(space, eps=eps, step=args.step, steps=args.steps, step_rule='fixed', best_iterate=False,
                     autocast_dtype=amp_dtype, seed=args.seed)
@@ -159,8 +165,13 @@ def _methods(model, space, x, y, eps, args, amp_dtype, device, score) -> Dict[st
                                     channels_last=args.channels_last)
         return float(ResultTable(evaluator.run(loader)).column('model', 'pgd', 'correct').mean())
 
-    return {BASELINE: torchattacks_baseline, 'ours, last iterate (BN folded, input grads)': ours_last_iterate,
-            'ours, evaluation (best iterate + pruning + BN folded)': ours_evaluation}
+    methods = {BASELINE: torchattacks_method(model)}
+    if device.type == 'cpu' and not args.channels_last:
+        channels_last_model = copy.deepcopy(model).to(memory_format=torch.channels_last)
+        methods['torchattacks PGD, channels_last model (reference)'] = torchattacks_method(channels_last_model)
+    methods['ours, last iterate (BN folded, input grads)'] = ours_last_iterate
+    methods['ours, evaluation (best iterate + pruning + BN folded)'] = ours_evaluation
+    return methods
 
 
 if __name__ == '__main__':

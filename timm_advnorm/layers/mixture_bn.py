@@ -193,7 +193,8 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
             return self._interleaved(x)
         if self.route == 'mix':
             return torch.lerp(self._clean(x), self._adv(x), self.gamma)
-        raise ValueError(f'Unknown route {self.route}, expected clean, adv, split, interleaved or mix.')  # TorchScript-friendly
+        # raised here rather than validated on assignment: TorchScript keeps the route as a plain attribute
+        raise ValueError(f'Unknown route {self.route}, expected clean, adv, split, interleaved or mix.')
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(x)
