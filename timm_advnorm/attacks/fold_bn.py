@@ -10,8 +10,8 @@ Only what provably is "convolution feeding one BN" is folded. The model is trace
 no-trace modules stay leaves), and a (conv, BN) pair is folded only if both are of an exact known type, each is
 called exactly once, and the convolution's output goes to that BN alone. A model that does not trace, a module
 called twice (e.g. `LogitInterpolation` runs the network once per route), a BN in training mode, without running
-statistics or on the ``split`` route stays unfolded. Mixture BN folds the branch of its current route (``clean``,
-``adv``, or the ``mix`` interpolation, itself affine).
+statistics or on the ``split`` or ``interleaved`` route stays unfolded. Mixture BN folds the branch of its current
+route (``clean``, ``adv``, or the ``mix`` interpolation, itself affine).
 """
 import copy
 import itertools
