@@ -52,7 +52,7 @@ class BestIterate:
         better = fooled & ~was_fooled
         if objective is not None:
             objective = objective.float()
-            tier = fooled if misclassified is None else misclassified | fooled
+            tier = misclassified if misclassified is not None else torch.zeros_like(fooled)
             best_tier = self.misclassified[rows]
             candidate = ~fooled & ~was_fooled
             better |= candidate & ((tier & ~best_tier) | ((tier == best_tier) & (objective > self.objective[rows])))
