@@ -142,58 +142,84 @@ def _fast_task(model, rescale: bool, delta: torch.Tensor) -> FastAdvPropTask:
     return task
 
 
-def test_fast_advprop_reuses_attack_gradients_exactly():
+def _group_of_each_parameter(model: nn.Module):
+    group_of = {id(p): group for group, params in parameter_groups(model).items() for p in params}
+    return {name: group_of[id(p)] for name, p in model.named_parameters()}
+
+
+def _released_code_gradients(model: nn.Module, x, y, n_clean: int, delta: torch.Tensor, eps: float):
+    """One Fast AdvProp step as its released code computes it, written out independently of the task.
+
+    Per-sample losses are summed with weights clean 1, noisy 0.5 and adversarial 0.5, each pass back-propagated on
+    its own (clean, then the attack's pass whose parameter gradients are reused, then the adversarial one), and
+    every parameter's gradient divided by the summed weight of the rows that reached it (``_params_count``).
+    Returns the divided gradients by parameter name and the mean adversarial loss.
+    """
+    ce_sum = nn.CrossEntropyLoss(reduction='sum')
+    x_clean, y_clean, x_att, y_att = x[:n_clean], y[:n_clean], x[n_clean:], y[n_clean:]
+    model.train()
+    with route(model, 'clean'):
+        ce_sum(model(x_clean), y_clean).backward()
+    x_noisy = SPACE.clamp(x_att + delta).requires_grad_(True)
+    with route(model, 'adv'):
+        (0.5 * ce_sum(model(x_noisy), y_att)).backward()
+    budget = SPACE.linf_budget(eps, x)
+    step = torch.clamp(x_noisy.detach() - x_att + budget * x_noisy.grad.sign(), min=-budget, max=budget)
+    x_adv = SPACE.clamp(x_att + step)
+    with route(model, 'adv'):
+        loss_adv = ce_sum(model(x_adv), y_att)
+    (0.5 * loss_adv).backward()
+
+    n_adv = x_att.shape[0]
+    counts = {'shared': n_clean + 0.5 * n_adv + 0.5 * n_adv, 'clean': n_clean, 'adv': 0.5 * n_adv + 0.5 * n_adv}
+    groups = _group_of_each_parameter(model)
+    divided = {name: p.grad / counts[groups[name]] for name, p in model.named_parameters()}
+    return divided, loss_adv.detach() / n_adv
+
+
+def _fast_advprop_step(rescale: bool, delta: torch.Tensor, x, y):
+    model = _model()
+    reference = copy.deepcopy(model)
+    task = _fast_task(model, rescale=rescale, delta=delta)
+    task.train()
+    result = task(x, y)
+    result['loss'].backward()
+    task.finalize_gradients()
+    ours = {name: p.grad.clone() for name, p in model.named_parameters()}
+    return task, ours, result, reference
+
+
+def test_fast_advprop_matches_its_released_code():
+    """Gradient reuse, per-image re-balancing and synchronized update speed, checked against the released rule."""
     x, y = _batch(10)
     n_clean = 8
     delta = 0.5 * SPACE.linf_budget(4.0, x) * torch.sign(torch.randn(2, 3, 32, 32, generator=torch.Generator()
                                                                           .manual_seed(1)))
-    model = _model()
-    reference = copy.deepcopy(model)
-    task = _fast_task(model, rescale=False, delta=delta)
-    task.train()
-    result = task(x, y)
-    reused_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    # Reference: the clean + noisy loss back-propagated on its own, and PGD-1's step from that input gradient.
-    reference.train()
-    x_noisy = SPACE.clamp(x[n_clean:] + delta).requires_grad_(True)
-    with route(reference, 'split', n_clean=n_clean):
-        out = reference(torch.cat([x[:n_clean], x_noisy]))
-    loss = nn.functional.cross_entropy(out[:n_clean], y[:n_clean]) + 0.5 * nn.functional.cross_entropy(
-        out[n_clean:], y[n_clean:])
-    loss.backward()
-    for name, p in reference.named_parameters():
-        if p.grad is not None:
-            torch.testing.assert_close(reused_grads[name], p.grad, rtol=1e-5, atol=1e-6)
-    eps = SPACE.linf_budget(4.0, x)
-    expected_delta = torch.clamp(SPACE.clamp(x[n_clean:] + delta) - x[n_clean:] + eps * x_noisy.grad.sign(),
-                                 min=-eps, max=eps)
-    x_adv_expected = SPACE.clamp(x[n_clean:] + expected_delta)
-    with torch.no_grad(), route(reference, 'adv'):
-        expected_adv_loss = nn.functional.cross_entropy(reference(x_adv_expected), y[n_clean:])
-    torch.testing.assert_close(result['loss_adv'], expected_adv_loss, rtol=1e-4, atol=1e-5)
+    _, ours, result, reference = _fast_advprop_step(True, delta, x, y)
+    divided, loss_adv = _released_code_gradients(reference, x, y, n_clean, delta, eps=4.0)
+    for name, grad in divided.items():
+        torch.testing.assert_close(ours[name], grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(result['loss_adv'], loss_adv, rtol=1e-4, atol=1e-5)
 
 
-def test_fast_advprop_gradient_rescaling_matches_the_group_formula():
+def test_fast_advprop_without_rescaling_keeps_the_unsynchronized_ratio():
+    """Without rescaling, clean-BN and adversarial-BN gradients are 1 - p_adv and p_adv of their synchronized
+    values (the paper's 1 : (1 - p_adv) : p_adv), while shared parameters get the same importance-weighted mean."""
     x, y = _batch(10)
     delta = torch.zeros(2, 3, 32, 32)
-    grads = {}
-    for rescale in (False, True):
-        model = _model()
-        task = _fast_task(model, rescale=rescale, delta=delta)
-        task.train()
-        task(x, y)['loss'].backward()
-        task.finalize_gradients()
-        grads[rescale] = {id_: p.grad.clone() for id_, p in enumerate(model.parameters())}
-        groups = {name: {id(p) for p in params} for name, params in parameter_groups(model).items()}
-        index_of = {id(p): i for i, p in enumerate(model.parameters())}
-        scales = task.group_scales
-    assert scales == pytest.approx({'shared': 0.5, 'clean': 1.0, 'adv': 1.0})
-    for name, ids in groups.items():
-        assert ids, f'empty parameter group {name}'
-        for pid in ids:
-            i = index_of[pid]
-            torch.testing.assert_close(grads[True][i], grads[False][i] * scales[name])
+    task, plain, _, reference = _fast_advprop_step(False, delta, x, y)
+    _, synced, _, _ = _fast_advprop_step(True, delta, x, y)
+    assert task.scales_for(8, 2) == pytest.approx({'shared': 1.0, 'clean': 1.25, 'adv': 5.0})
+    groups = _group_of_each_parameter(reference)
+    assert set(groups.values()) == {'shared', 'clean', 'adv'}
+    expected_ratio = {'shared': 1.0, 'clean': 0.8, 'adv': 0.2}
+    for (name, p_plain), p_synced in zip(plain.items(), synced.values()):
+        torch.testing.assert_close(p_plain, p_synced * expected_ratio[groups[name]], rtol=1e-5, atol=1e-7)
+
+
+def test_fast_advprop_rejects_weights_that_give_the_attacked_rows_no_importance():
+    with pytest.raises(ValueError, match='positive sum'):
+        FastAdvPropTask(_model(), space=SPACE, noise_weight=0.0, adv_weight=0.0)
 
 
 def _free_port() -> int:

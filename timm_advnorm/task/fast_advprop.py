@@ -10,11 +10,15 @@ Its five ingredients, each here:
 3. **Shuffle BN.** Before their training forward, adversarial rows are shuffled across ranks with one permutation
    shared by every rank, so no rank normalizes adversarial images with the statistics of the batch they were made
    from (label leaking, paper §3.2.1 and Fig. 2). A single process has no other rank to shuffle with.
-4. **Re-balancing.** Loss weights: clean 1, noisy rows β = 0.5, adversarial rows β = 0.5 (Algorithm 1).
-5. **Synchronized update speed.** Shared parameters receive gradients from every term, clean-BN parameters from
-   the clean term only and adversarial-BN parameters from the noisy and adversarial terms; each group's gradient is
-   divided by the total loss weight reaching it (`group_scales`, applied by `finalize_gradients`), so all groups
-   move at the same speed.
+4. **Re-balancing.** Every image of the batch has the same importance (paper §3.2.2): a clean row weighs 1, a
+   noisy row β = 0.5 and an adversarial row β = 0.5, so an attacked image, seen twice, weighs as much as a clean
+   one. The loss is the importance-weighted mean over all rows (`importance`), as in the released code (per-sample
+   losses summed with these weights): clean rows, being 1 - p_adv of the batch, keep most of the weight.
+5. **Synchronized update speed.** Shared parameters see every row, clean-BN parameters the clean rows only and
+   adversarial-BN parameters the noisy and adversarial rows, so their gradients would stand 1 : (1 - p_adv) : p_adv.
+   Each group's gradient is divided by the share of the importance reaching it (`group_scales`, applied by
+   `finalize_gradients`), making each an importance-weighted mean over its own rows: the released code's division
+   of every parameter's gradient by its ``_params_count``.
 
 Mixup/CutMix apply to the clean rows only; adversarial rows keep their one-hot (smoothed) targets. With equal-budget
 training, the script divides epochs by `passes_per_image` = ``p_adv * K + 1``.
@@ -82,10 +86,11 @@ class FastAdvPropTask(AdversarialClassificationTask):
         step: Attack step size (paper: ε, i.e. ``δ' = δ + ε·sign(g)``); defaults to `eps`.
         steps: K, attack iterations reusing their gradients (paper: 1).
         p_adv: Share of the loader batch that is attacked (paper: 0.2).
-        noise_weight: β of the noisy (intermediate) rows, split evenly across the K iterates (paper: 0.5).
-        adv_weight: β of the adversarial rows (paper: 0.5).
+        noise_weight: β, the importance of a noisy (intermediate) row relative to a clean row's 1, split evenly
+            across the K iterates (paper: 0.5).
+        adv_weight: β, the importance of an adversarial row (paper: 0.5).
         shuffle_bn: Shuffle adversarial rows across ranks before their training forward.
-        rescale_grads: Divide each parameter group's gradient by the total loss weight reaching it.
+        rescale_grads: Divide each parameter group's gradient by the share of the importance reaching it.
         num_classes: Classes, to one-hot the adversarial rows' targets when Mixup makes the clean ones soft.
         label_smoothing: Smoothing of those one-hot targets (match the Mixup's).
         seed: Seeds the random start and the shuffle permutation (with the step counter).
@@ -116,6 +121,9 @@ class FastAdvPropTask(AdversarialClassificationTask):
             raise ValueError(f'p_adv must be in (0, 1), got {p_adv}.')
         if steps < 1:
             raise ValueError(f'steps must be >= 1, got {steps}.')
+        if min(noise_weight, adv_weight) < 0 or noise_weight + adv_weight <= 0:
+            raise ValueError(f'noise_weight and adv_weight must be >= 0 with a positive sum, got {noise_weight} '
+                             f'and {adv_weight}.')
         super().__init__(model, attack=None, **kwargs)
         self.space = space
         self.eps = eps
@@ -129,7 +137,7 @@ class FastAdvPropTask(AdversarialClassificationTask):
         self.label_smoothing = label_smoothing
         self.seed = seed
         self.step_count = 0
-        self.group_scales = self.group_weights_to_scales()
+        self.group_scales: Dict[str, float] = {}
         self.rescale_grads = rescale_grads
         self._groups = parameter_groups(model)
 
@@ -146,16 +154,23 @@ class FastAdvPropTask(AdversarialClassificationTask):
         """Loader batch size over the clean-BN batch size: ``1 / (1 - p_adv)``."""
         return 1.0 / (1.0 - self.p_adv)
 
-    def group_weights_to_scales(self) -> Dict[str, float]:
-        """Per-group gradient factor: one over the total loss weight reaching the group (Algorithm 1's weights)."""
-        adv_total = self.noise_weight + self.adv_weight
-        return {'shared': 1.0 / (1.0 + adv_total), 'clean': 1.0, 'adv': 1.0 / adv_total}
+    def importance(self, n_clean: int, n_adv: int) -> Dict[str, float]:
+        """Share of the batch's total importance held by the clean, noisy and adversarial rows (sums to 1)."""
+        parts = {'clean': float(n_clean), 'noise': self.noise_weight * n_adv, 'adv': self.adv_weight * n_adv}
+        total = sum(parts.values())
+        return {name: part / total for name, part in parts.items()}
+
+    def scales_for(self, n_clean: int, n_adv: int) -> Dict[str, float]:
+        """Per-group gradient factor: one over the share of the importance whose rows reach the group."""
+        share = self.importance(n_clean, n_adv)
+        return {'shared': 1.0, 'clean': 1.0 / share['clean'], 'adv': 1.0 / (share['noise'] + share['adv'])}
 
     @torch.no_grad()
     def finalize_gradients(self) -> None:
         """Synchronize update speed: scale each parameter group's accumulated gradient by its `group_scales` factor.
 
-        Runs once after both backward passes (and after DDP's all-reduce, which commutes with the scaling).
+        Runs once after both backward passes (and after DDP's all-reduce, which commutes with the scaling), with the
+        factors of the last batch's split.
         """
         if not self.rescale_grads:
             return
@@ -200,10 +215,12 @@ class FastAdvPropTask(AdversarialClassificationTask):
         x_clean, y_clean = self.mix(x_clean, y_clean)
         y_att = self._adv_targets(y_att, y_clean)
         n_clean = x_clean.shape[0]
+        share = self.importance(n_clean, x_att.shape[0])
+        self.group_scales = self.scales_for(n_clean, x_att.shape[0])
 
         delta = self._random_start(x_att, generator)
         delta = self.space.clamp(x_att + delta) - x_att
-        noise_weight = self.noise_weight / self.steps
+        noise_share = share['noise'] / self.steps
         loss_noise_total = torch.zeros((), device=input.device)
         for k in range(self.steps):
             x_noisy = (x_att + delta).requires_grad_(True)
@@ -212,11 +229,12 @@ class FastAdvPropTask(AdversarialClassificationTask):
                     output = self.trainable_module(torch.cat([x_clean, x_noisy]))
                 out_clean, out_noisy = output[:n_clean], output[n_clean:]
                 loss_clean = self.criterion(out_clean, y_clean)
+                weighted_clean = share['clean'] * loss_clean
             else:
                 with route(model, 'adv'):
                     out_noisy = self.trainable_module(x_noisy)
             loss_noisy = self.criterion(out_noisy, y_att)
-            reused = noise_weight * loss_noisy + (loss_clean if k == 0 else 0.0)
+            reused = noise_share * loss_noisy + (weighted_clean if k == 0 else 0.0)
             with self.no_sync():
                 reused.backward()
             delta = self._step(x_att, delta.detach(), x_noisy.grad)
@@ -228,8 +246,8 @@ class FastAdvPropTask(AdversarialClassificationTask):
         with route(model, 'adv'):
             out_adv = self.trainable_module(x_adv)
         loss_adv = self.criterion(out_adv, y_adv)
-        loss = self.adv_weight * loss_adv
-        total = loss_clean.detach() + self.noise_weight * loss_noise_total + loss.detach()
+        loss = share['adv'] * loss_adv
+        total = weighted_clean.detach() + share['noise'] * loss_noise_total + loss.detach()
         return {'loss': loss, 'output': out_clean,
                 **self.loss_parts(loss_total=total, loss_clean=loss_clean, loss_noise=loss_noise_total,
                                   loss_adv=loss_adv)}
