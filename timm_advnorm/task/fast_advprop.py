@@ -7,6 +7,8 @@ Its five ingredients, each here:
 2. **PGD-1 with gradient reuse.** The attack's forward/backward over the noisy rows (random start in the ε-box,
    untargeted, BN on batch statistics) is fused with the clean rows' training forward/backward: one backward yields
    the input gradient for the attack *and* parameter gradients for training (Shafahi et al.'s "free" reuse).
+   Every batch starts at random, as in Algorithm 1; the released code's ``randn() > prob_start_from_clean`` test
+   (default 0.2) starts the whole batch from the clean images in about 58% of the steps, which we do not copy.
 3. **Shuffle BN.** Before their training forward, adversarial rows are shuffled across ranks with one permutation
    shared by every rank, so no rank normalizes adversarial images with the statistics of the batch they were made
    from (label leaking, paper §3.2.1 and Fig. 2). A single process has no other rank to shuffle with.
