@@ -114,6 +114,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     group.add_argument('--amp-tolerance', type=float, default=0.02, metavar='FRAC',
                        help='Largest accuracy difference of --verify-amp that passes.')
     group.add_argument('--no-fold-bn', action='store_true', help='Do not fold BN into convolutions when attacking.')
+    group.add_argument('--separate-budgets', action='store_true',
+                       help='Run PGD attacks that differ only in iterations each from its own random start, instead '
+                            'of reading the shorter ones off one run of the longest.')
     group.add_argument('--no-progress', action='store_true', help='No progress bar.')
 
     group = parser.add_argument_group('Attacks')
@@ -223,7 +226,7 @@ def _fingerprint(args, model_name, protocol, variants, plan, indices, data_confi
     subset = hashlib.sha256(json.dumps(indices).encode()).hexdigest()
     return dict(model=model_name, checkpoint=str(Path(args.checkpoint).resolve()) if args.checkpoint else '',
                 pretrained=args.pretrained, use_ema=args.use_ema, branch=args.branch, protocol=protocol.to_dict(),
-                variants=[v.name for v in variants], stages=[[s.name, s.limit] for s in plan.stages], subset=subset,
+                variants=[v.name for v in variants], stages=[[s.name, s.limit, getattr(s, 'source', None)] for s in plan.stages], subset=subset,
                 seed=args.seed, batch_size=args.batch_size, amp=args.amp_dtype if args.amp else None,
                 data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
                 rank=rank, world_size=world_size)
@@ -306,7 +309,7 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     variants = model_variants(model, args.gammas, args.interpolations)
     plan = build_plan(protocol, sanity_samples=args.sanity_samples, sanity_steps=args.sanity_steps,
                       sanity_queries=args.sanity_queries, metrics=args.metrics, metric_samples=args.metric_samples,
-                      amp_samples=args.verify_amp)
+                      amp_samples=args.verify_amp, share_budgets=not args.separate_budgets)
     ctx = EvalContext(space=InputSpace.from_data_config(data_config), input_size=input_size,
                       autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn)
     plan.check_attacks(ctx)

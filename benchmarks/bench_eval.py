@@ -21,7 +21,11 @@ samples are fooled: a non-robust model loses most samples in the first iteration
 only the per-iteration savings remain. The default model is therefore *trained* briefly on the built-in digits so
 that PGD fools it gradually, not a random-init network (which every attack breaks in one step).
 
-Measurements are interleaved round by round, the median per method is reported. Prints a markdown table.
+A second table times an iteration sweep as `xie2020` runs it (targeted PGD, ε=16, step 1, `--sweep` budgets; the
+same per-sample targets for every method): torchattacks runs each budget as its own attack, our evaluation runs the
+longest once and reads the shorter budgets off it, or (``--separate-budgets``) runs each on its own.
+
+Measurements are interleaved round by round, the median per method is reported. Prints markdown tables.
 
 Example:
     python benchmarks/bench_eval.py                                   # CPU, resnet10t trained on digits
@@ -44,7 +48,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import timm_advnorm  # noqa: F401  (registers our models)
 from timm_advnorm.attacks import PGD, InputSpace
 from timm_advnorm.data import prepare_digits
-from timm_advnorm.eval.data import IndexedSubset
+from timm_advnorm.eval.data import IndexedSubset, target_offsets
 from timm_advnorm.eval.evaluator import RobustEvaluator
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import AttackSpec, Protocol
@@ -57,6 +61,7 @@ from _common import add_device_args, add_timing_args, apply_run_args, measure, t
 _logger = logging.getLogger('bench_eval')
 
 BASELINE = 'torchattacks PGD (last iterate)'
+SWEEP_BASELINE = 'torchattacks, each budget its own run'
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -71,6 +76,8 @@ def get_args_parser() -> argparse.ArgumentParser:
                              'at larger budgets)')
     parser.add_argument('--step', type=float, default=1.0, help='step on the 0-255 scale (Xie & Yuille: 1)')
     parser.add_argument('--steps', type=int, default=20, help='PGD iterations (NoFrost evaluates 20)')
+    parser.add_argument('--sweep', type=int, nargs='*', default=[20, 100],
+                        help='iteration budgets of the xie2020-style sweep table (none: skip it)')
     add_device_args(parser, amp_help='bf16 autocast (ours and the baseline)')
     add_timing_args(parser)
     parser.add_argument('--seed', type=int, default=0)
@@ -136,6 +143,53 @@ def main(argv=None) -> None:
             seconds = statistics.median(values)
             print(f'| {eps:g} | {name} | {len(x) / seconds:.1f} | {base / seconds:.2f} | '
                   f'{100 * accuracy[name]:.1f} |')
+    if args.sweep:
+        _sweep_table(model, space, x, y, args, amp_dtype, device, score)
+
+
+def _sweep_table(model, space, x, y, args, amp_dtype, device, score) -> None:
+    budgets = sorted(set(args.sweep))
+    targets = (y + target_offsets(len(x), 10, args.seed).to(device)) % 10  # what the evaluator draws
+    specs = tuple(AttackSpec(f'pgd-t-{n}', 'pgd', 16.0, dict(steps=n, step=1.0, step_rule='max', targeted=True))
+                  for n in budgets)
+    protocol = Protocol('sweep', 'sweep', 'bench', specs)
+
+    def torchattacks_each() -> Tuple[float, ...]:
+        accuracies = []
+        for n in budgets:
+            attack = torchattacks_pgd(model, space, 16.0, max(1.0, 16.0 / n), n)
+            attack.set_mode_targeted_by_label(quiet=True)
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                accuracies.append(score(attack(x, targets)))
+        return tuple(accuracies)
+
+    def ours(share_budgets: bool) -> Callable[[], Tuple[float, ...]]:
+        def run() -> Tuple[float, ...]:
+            table = ResultTable(_evaluate(model, protocol, space, x, y, args, amp_dtype, device, share_budgets))
+            return tuple(float(table.column('model', spec.label, 'correct').mean()) for spec in specs)
+        return run
+
+    methods = {SWEEP_BASELINE: torchattacks_each, 'ours, each budget its own run': ours(False),
+               'ours, one run read at every budget': ours(True)}
+    times, accuracy = measure(methods, device, args.warmup, args.rounds)
+    base = statistics.median(times[SWEEP_BASELINE])
+    print(f'\nTargeted PGD sweep, eps 16, step 1, budgets {budgets}: images/s for the whole sweep\n')
+    print(f'| method | images/s | × torchattacks | {" | ".join(f"PGD-{n} accuracy (%)" for n in budgets)} |')
+    print('|---|---:|---:|' + '---:|' * len(budgets))
+    for name, values in times.items():
+        seconds = statistics.median(values)
+        cells = ' | '.join(f'{100 * a:.1f}' for a in accuracy[name])
+        print(f'| {name} | {len(x) / seconds:.1f} | {base / seconds:.2f} | {cells} |')
+
+
+def _evaluate(model, protocol, space, x, y, args, amp_dtype, device, share_budgets: bool = True):
+    """Records of what ``validate_adv.py`` runs for `protocol` on the batch (no sanity probes)."""
+    plan = build_plan(protocol, sanity_samples=0, share_budgets=share_budgets)
+    ctx = EvalContext(space, (3, args.img_size, args.img_size), autocast_dtype=amp_dtype)
+    loader = DataLoader(IndexedSubset(TensorDataset(x, y), range(len(x)), range(len(x))), batch_size=len(x))
+    evaluator = RobustEvaluator(model, [Variant('model')], plan.stages, ctx, 10, len(x), args.seed, device,
+                                channels_last=args.channels_last)
+    return evaluator.run(loader)
 
 
 def _methods(model, space, x, y, eps, args, amp_dtype, device, score) -> Dict[str, Callable[[], float]]:
@@ -156,14 +210,11 @@ def _methods(model, space, x, y, eps, args, amp_dtype, device, score) -> Dict[st
         return score(ours_last(model, x, y))
 
     spec = AttackSpec('pgd', 'pgd', eps, dict(steps=args.steps, step=args.step, step_rule='fixed'))
-    plan = build_plan(Protocol('bench', 'bench', 'bench', (spec,)), sanity_samples=0)
-    ctx = EvalContext(space, (3, args.img_size, args.img_size), autocast_dtype=amp_dtype)
-    loader = DataLoader(IndexedSubset(TensorDataset(x, y), range(len(x)), range(len(x))), batch_size=len(x))
+    protocol = Protocol('bench', 'bench', 'bench', (spec,))
 
     def ours_evaluation() -> float:
-        evaluator = RobustEvaluator(model, [Variant('model')], plan.stages, ctx, 10, len(x), args.seed, device,
-                                    channels_last=args.channels_last)
-        return float(ResultTable(evaluator.run(loader)).column('model', 'pgd', 'correct').mean())
+        records = _evaluate(model, protocol, space, x, y, args, amp_dtype, device)
+        return float(ResultTable(records).column('model', 'pgd', 'correct').mean())
 
     methods = {BASELINE: torchattacks_method(model)}
     if device.type == 'cpu' and not args.channels_last:

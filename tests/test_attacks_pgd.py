@@ -222,3 +222,34 @@ def test_registry_and_bad_arguments(model, batch):
         pgd(model, x, y, space=SPACE, eps=16, step=1, steps=1, targeted=True)
     with pytest.raises(ValueError, match='labels'):
         PGD(SPACE)(model, x, y[:3])
+
+
+@pytest.mark.parametrize('best_iterate', [True, False], ids=['best', 'last'])
+@pytest.mark.parametrize('targeted', [False, True])
+def test_budgets_from_one_run_equal_separate_runs(model, batch, best_iterate, targeted):
+    """One run of the longest budget returns, at each shorter budget, exactly that budget's own attack."""
+    x, y = batch
+    budgets = [6, 0, 2, 6, 4]
+    kwargs = dict(eps=16, step=1, step_rule='fixed', targeted=targeted, best_iterate=best_iterate)
+    targets = (y + 1) % NUM_CLASSES if targeted else None
+    swept = PGD(SPACE, steps=6, seed=3, **kwargs).at_budgets(model, x, y, budgets, targets=targets)
+    assert len(swept) == len(budgets)
+    for n, x_n in zip(budgets, swept):
+        alone = PGD(SPACE, steps=n, seed=3, **kwargs)(model, x, y, targets=targets)
+        torch.testing.assert_close(x_n, alone, rtol=0, atol=1e-6)
+    if best_iterate:
+        by_budget = sorted(range(len(budgets)), key=budgets.__getitem__)
+        fooled = [int(_fooled(model, swept[i], y, targets).sum()) for i in by_budget]
+        assert fooled == sorted(fooled), f'a longer budget fooled fewer samples: {fooled}'
+        assert fooled[0] < fooled[-1], 'the budgets must differ in strength for the comparison to mean anything'
+
+
+def test_budgets_are_checked(model, batch):
+    x, y = batch
+    attack = PGD(SPACE, steps=5, seed=0)
+    with pytest.raises(ValueError, match='at most steps=5'):
+        attack.at_budgets(model, x, y, [2, 10])
+    with pytest.raises(ValueError, match='at most steps=5'):
+        attack.at_budgets(model, x, y, [])
+    with pytest.raises(ValueError, match='must be >= 0'):
+        pgd(model, x, y, space=SPACE, eps=16, step=1, steps=-1)

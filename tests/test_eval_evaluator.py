@@ -1,4 +1,6 @@
-"""The robust-evaluation loop: resumption, sharding, cascades, targets and per-unit seeding."""
+"""The robust-evaluation loop: resumption, sharding, cascades, targets, per-unit seeding and shared PGD budgets."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ from timm_advnorm.eval.evaluator import RobustEvaluator, derive_seed
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import AttackSpec, Protocol, get_protocol, reduce_protocol
 from timm_advnorm.eval.records import ResultTable
-from timm_advnorm.eval.stages import EvalContext
+from timm_advnorm.eval.stages import RESULT_COLUMNS, AttackStage, CleanStage, EvalContext
 from timm_advnorm.eval.state import EvalState
 from timm_advnorm.eval.variants import model_variants
 
@@ -146,3 +148,48 @@ def test_model_mode_is_restored(model, data):
     model.train()
     _run(model, data, reduce_protocol(get_protocol('xie2020'), max_steps=1), sanity_samples=4)
     assert model.training and all(m.training for m in model.modules())
+
+
+def _sweep_protocol() -> Protocol:
+    """Targeted PGD-2/5/8 at one step (one run), one with another step and an untargeted PGD-5 (runs of their own)."""
+    def spec(label, steps, step=4.0, targeted=True):  # ε=64: this random-init model is fooled gradually
+        return AttackSpec(label, 'pgd', 64.0, dict(steps=steps, step=step, step_rule='fixed', targeted=targeted))
+    specs = (spec('pgd-2', 2), spec('pgd-8', 8), spec('pgd-5', 5), spec('pgd-5-step1', 5, step=1.0),
+             spec('pgd-u-5', 5, targeted=False))
+    return Protocol('sweep', 'sweep', 'test', specs)
+
+
+def test_pgd_budgets_of_one_attack_share_the_run_of_the_longest():
+    plan = build_plan(_sweep_protocol(), sanity_samples=0)
+    kinds = [(type(stage).__name__, stage.name) for stage in plan.stages]
+    assert kinds == [('CleanStage', 'clean'), ('AttackStage', 'pgd-8'), ('BudgetStage', 'pgd-2'),
+                     ('BudgetStage', 'pgd-5'), ('AttackStage', 'pgd-5-step1'), ('AttackStage', 'pgd-u-5')]
+    assert plan.stage('pgd-8').shorter_budgets == (2, 5)
+    assert plan.stage('pgd-2').source == 'pgd-8'
+    separate = build_plan(_sweep_protocol(), sanity_samples=0, share_budgets=False)
+    assert [stage.name for stage in separate.stages] == ['clean'] + [s.label for s in _sweep_protocol().attacks]
+    assert all(type(stage).__name__ != 'BudgetStage' for stage in separate.stages)
+    cascade = build_plan(replace(_sweep_protocol(), aggregation='cascade'), sanity_samples=0)
+    assert all(type(stage).__name__ != 'BudgetStage' for stage in cascade.stages)
+
+
+def test_budgets_read_off_one_run_are_those_attacks_and_never_help_the_model(model, data):
+    """Each shorter budget's columns equal its own attack run with the source's seed; accuracy falls with budget."""
+    protocol = _sweep_protocol()
+    _, records = _run(model, data, protocol)
+    shared = ResultTable(records)
+    success = {n: shared.column('model', f'pgd-{n}', 'success').astype(bool) for n in (2, 5, 8)}
+    assert success[2].sum() < success[8].sum() < NUM_SAMPLES, 'the budgets must differ in strength'
+    assert not np.any(success[2] & ~success[5]) and not np.any(success[5] & ~success[8])
+
+    x, y = data
+    indices = seeded_subset(len(x), NUM_SAMPLES, seed=0)
+    loader = DataLoader(IndexedSubset(TensorDataset(x, y), indices, range(NUM_SAMPLES)), batch_size=8)
+    spec_5 = next(spec for spec in protocol.attacks if spec.label == 'pgd-5')
+    alone = [CleanStage(), AttackStage(spec_5, attack_all=True, name='pgd-8')]  # the source's name: same seeds
+    evaluator = RobustEvaluator(model, model_variants(model), alone, EvalContext(InputSpace(), (3, 16, 16)),
+                                NUM_CLASSES, NUM_SAMPLES, seed=0, device=torch.device('cpu'))
+    reference = ResultTable(evaluator.run(loader))
+    for name in RESULT_COLUMNS + ('attacked', 'position'):
+        np.testing.assert_allclose(shared.column('model', 'pgd-5', name), reference.column('model', 'pgd-8', name),
+                                   atol=1e-6, err_msg=name)

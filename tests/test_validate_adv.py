@@ -200,6 +200,28 @@ def test_an_interrupted_run_resumes_from_its_state_file(digits_dir, tmp_path):
         validate_adv.validate(validate_adv.parse_args(argv + ['--seed', '1']))
 
 
+def test_a_pgd_sweep_runs_once_and_its_accuracy_never_rises_with_iterations(digits_dir, tmp_path, checkpoint):
+    """Reduced xie2020 with step 2: PGD-8 and PGD-13 (labels -500 and -2000) both step 2, so one run serves both."""
+    state = tmp_path / 'state.jsonl'
+    argv = _argv(digits_dir, tmp_path, '--checkpoint', checkpoint, '--protocol', 'xie2020', '--reduced', '--step', '2',
+                 '--gammas', '1', '--num-samples', '16', '--resume-state', state)
+    assert _run(argv) == 0
+    records = [json.loads(line) for line in state.read_text().splitlines()[1:]]
+    stages = {r['stage'] for r in records}
+    assert {'pgd-t-500', 'pgd-t-2000'} <= stages
+    source = [r['columns'] for r in records if r['stage'] == 'pgd-t-2000']
+    assert all('success@8' in columns for columns in source), 'PGD-13 did not record the PGD-8 budget on the way'
+    success = {label: {p: s for r in records if r['stage'] == label
+                       for p, s in zip(r['columns']['position'], r['columns']['success'])}
+               for label in ('pgd-t-500', 'pgd-t-2000')}
+    assert all(success['pgd-t-2000'][p] for p, hit in success['pgd-t-500'].items() if hit), 'more iterations helped'
+    attacks = {a['label']: a for a in _results(tmp_path)['variants'][0]['attacks']}
+    assert attacks['pgd-t-500']['steps'] == 8 and attacks['pgd-t-2000']['steps'] == 13
+    assert attacks['pgd-t-500']['success_rate'] <= attacks['pgd-t-2000']['success_rate']
+    with pytest.raises(ValueError, match='different evaluation'):
+        validate_adv.validate(validate_adv.parse_args(argv + ['--separate-budgets', '--overwrite']))
+
+
 def test_bf16_evaluation_is_checked_against_fp32(digits_dir, tmp_path):
     assert _run(_argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--protocol', 'xie2020', '--reduced',
                       '--gammas', '1', '--amp', '--verify-amp', '8')) == 0

@@ -9,7 +9,7 @@ from .base import (
     Attack, l2_direction, pixel_l2_norm, project, project_l2, project_linf, random_l2_start, random_linf_start)
 from .fgsm import FGSM
 from .fold_bn import find_conv_bn_pairs, fold_batchnorm
-from .pgd import PGD, pgd
+from .pgd import PGD, pgd, pgd_budgets
 from .losses import cw_loss, dlr_loss, margin, targeted_dlr_loss
 from .eval_attack import EvalAttack
 from .apgd import APGDCE, APGDDLR, APGDT, apgd, apgd_targeted

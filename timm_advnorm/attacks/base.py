@@ -11,7 +11,7 @@ Random draws come from an optional `torch.Generator` (on any device; the draw is
 seeded attack is reproducible on CPU and GPU alike.
 """
 import logging
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, TypeVar, Union
 
 import torch
 import torch.nn as nn
@@ -29,6 +29,8 @@ __all__ = [
 _logger = logging.getLogger(__name__)
 
 NORMS = ('linf', 'l2')
+
+T = TypeVar('T')
 
 
 def uniform(shape: Sequence[int], like: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
@@ -247,6 +249,18 @@ class Attack:
         Returns:
             Detached adversarial inputs, normalized, of `x`'s shape.
         """
+        return self.call_in_context(model, x, y, targets, self.perturb).detach()
+
+    def call_in_context(
+            self,
+            model: nn.Module,
+            x: torch.Tensor,
+            y: torch.Tensor,
+            targets: Optional[torch.Tensor],
+            perturb: Callable[[nn.Module, torch.Tensor, torch.Tensor, Optional[torch.Tensor]], T],
+    ) -> T:
+        """Run ``perturb(model, x, y, targets)`` as a call runs `perturb`: inputs checked, the model in the attack's
+        BN mode (restored after), targets drawn when needed and BN folded when configured."""
         if x.dim() != 4:
             raise ValueError(f'Expected inputs of shape (B, C, H, W), got {tuple(x.shape)}.')
         if y.shape[0] != x.shape[0]:
@@ -256,7 +270,7 @@ class Attack:
                 targets = random_targets(hard_labels(y), num_classes_of(model, x, y), self.generator)
             if self.fold_bn and self.bn_stats == 'running':
                 model = self._fold(model)
-            return self.perturb(model, x, y, targets).detach()
+            return perturb(model, x, y, targets)
 
     def extra_repr(self) -> str:
         """Configuration summary for logs; subclasses append their own fields."""

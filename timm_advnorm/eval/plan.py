@@ -1,5 +1,9 @@
 """From a protocol and options to the ordered list of stages an evaluation runs, and what each one is for.
 
+PGD attacks of a protocol that differ only in their iteration count (Xie & Yuille's 20, 100, 500 and 2000 iterations
+at step 1) run once, at the longest budget; the shorter budgets' results are read off that run (`BudgetStage`),
+which is exactly each shorter attack from the same start.
+
 Besides the protocol's attacks, every evaluation runs sanity probes on a small prefix of the subset (DESIGN §5):
 an untargeted PGD ε-sweep from the clean image (no random start, so zero gradients cannot hide behind noise) up to
 a budget no honest classifier survives, the same PGD with 4x the iterations, a black-box Square probe when the
@@ -8,14 +12,14 @@ NoFrost §4.3 robustness metrics and an fp32 reference of the clean pass and fir
 evaluation against full precision.
 """
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..attacks import list_attacks
+from ..attacks import PGD, InputSpace, list_attacks
 from .metrics import METRICS, smoothness_attack, thickness_attack
 from .protocols import AttackSpec, Protocol
 from .stages import (
-    AttackStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage, ThicknessStage,
-    attack_norm, build_attack)
+    AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
+    ThicknessStage, attack_norm, build_attack)
 
 __all__ = ['SanityPlan', 'EvalPlan', 'build_plan', 'SANITY_EPS_FACTORS', 'SANITY_LARGE_EPS']
 
@@ -86,6 +90,50 @@ def _probe_pgd(label: str, eps: float, steps: int) -> AttackSpec:
                                               random_start=False))
 
 
+def _budget_key(spec: AttackSpec) -> Optional[Tuple]:
+    """What a PGD spec is besides its iteration count (its step after the step rule included); None otherwise.
+
+    Specs with equal keys are one attack run for different lengths.
+    """
+    if spec.attack != 'pgd' or spec.eps_rule != 'fixed':
+        return None
+    try:
+        attack = PGD(InputSpace(), eps=spec.eps, **spec.kwargs)
+    except (TypeError, ValueError):
+        return None  # `EvalPlan.check_attacks` reports it
+    others = tuple(sorted((k, repr(v)) for k, v in spec.kwargs.items() if k not in ('steps', 'step', 'step_rule')))
+    return spec.eps, attack.step_size, spec.threat, others
+
+
+def _attack_stages(protocol: Protocol, share_budgets: bool) -> List[Stage]:
+    """The protocol's attacks in order, PGD budgets of one attack merged into a run of the longest when allowed."""
+    if protocol.aggregation == 'cascade':
+        stages: List[Stage] = []
+        previous = 'clean'
+        for spec in protocol.attacks:
+            stages.append(AttackStage(spec, after=previous))
+            previous = spec.label
+        return stages
+    groups: Dict[Tuple, List[AttackSpec]] = {}
+    for spec in protocol.attacks:
+        key = _budget_key(spec) if share_budgets else None
+        groups.setdefault(key if key is not None else (spec.label,), []).append(spec)
+    stages = []
+    for group in groups.values():
+        # targeted: every sample, for the success rate; noise and corruptions: accuracy on every corrupted
+        # image, as ImageNet-C and Galloway et al. report it (a corruption can also fix a clean mistake)
+        attack_all = group[0].targeted or group[0].threat == 'noise'
+        if len(group) == 1:
+            stages.append(AttackStage(group[0], attack_all=attack_all))
+            continue
+        longest = max(group, key=lambda spec: spec.steps)
+        shorter = [spec for spec in group if spec is not longest]
+        stages.append(AttackStage(longest, attack_all=attack_all,
+                                  shorter_budgets=sorted({spec.steps for spec in shorter} - {longest.steps})))
+        stages.extend(BudgetStage(spec, longest.label, spec.steps, longest.steps) for spec in shorter)
+    return stages
+
+
 def _sanity_stages(protocol: Protocol, samples: int, steps: int, queries: int) -> Tuple[List[Stage], SanityPlan]:
     eps = _probe_eps(protocol)
     sweep_eps = sorted({min(f * eps, 255.0) for f in SANITY_EPS_FACTORS} | {SANITY_LARGE_EPS})
@@ -115,6 +163,7 @@ def build_plan(
         metrics: Optional[Sequence[str]] = None,
         metric_samples: Optional[int] = None,
         amp_samples: int = 0,
+        share_budgets: bool = True,
 ) -> EvalPlan:
     """The stages of an evaluation.
 
@@ -127,21 +176,14 @@ def build_plan(
         metrics: Robustness metrics to compute (default: the protocol's); ``margin`` comes with the clean stage.
         metric_samples: Compute thickness and smoothness on this prefix only (``None``: every sample).
         amp_samples: With autocast, check bf16 against fp32 on this prefix (0: no check).
+        share_budgets: Read PGD attacks that differ only in iterations off one run of the longest (``False``: each
+            its own run, with its own random start).
     """
     metrics = tuple(protocol.metrics if metrics is None else metrics)
     for name in metrics:
         if name not in METRICS:
             raise ValueError(f'Unknown metric {name!r}, expected one of {METRICS}.')
-    stages: List[Stage] = [CleanStage()]
-    previous = 'clean'
-    for spec in protocol.attacks:
-        if protocol.aggregation == 'cascade':
-            stages.append(AttackStage(spec, after=previous))
-            previous = spec.label
-        else:
-            # targeted: every sample, for the success rate; noise and corruptions: accuracy on every corrupted
-            # image, as ImageNet-C and Galloway et al. report it (a corruption can also fix a clean mistake)
-            stages.append(AttackStage(spec, attack_all=spec.targeted or spec.threat == 'noise'))
+    stages: List[Stage] = [CleanStage(), *_attack_stages(protocol, share_budgets)]
     sanity = None
     if sanity_samples > 0:
         sanity_stages, sanity = _sanity_stages(protocol, sanity_samples, sanity_steps, sanity_queries)

@@ -5,7 +5,7 @@ every stage of every variant on every batch and records the columns; nothing els
 data were split, so the same stage serves single-process, sharded and resumed evaluations.
 """
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -15,8 +15,9 @@ from ..attacks.space import PIXEL_SCALE
 from .metrics import boundary_thickness, decision_margin, smoothness_kl
 from .protocols import AttackSpec, resolve_eps
 
-__all__ = ['Batch', 'EvalContext', 'Stage', 'CleanStage', 'AttackStage', 'GradientProbe', 'DeterminismProbe',
-           'ThicknessStage', 'SmoothnessStage', 'Columns', 'predict', 'attack_norm', 'build_attack']
+__all__ = ['Batch', 'EvalContext', 'Stage', 'CleanStage', 'AttackStage', 'BudgetStage', 'GradientProbe',
+           'DeterminismProbe', 'ThicknessStage', 'SmoothnessStage', 'Columns', 'RESULT_COLUMNS', 'predict',
+           'attack_norm', 'build_attack']
 
 Columns = Dict[str, torch.Tensor]
 
@@ -127,6 +128,10 @@ def build_attack(spec: AttackSpec, ctx: EvalContext, seed: int, autocast_dtype: 
             f'Attack {spec.label!r} ({spec.attack}) rejected its configuration {dict(spec.kwargs)}: {e}') from e
 
 
+#: Per-sample result columns of an attack stage besides ``position`` and ``attacked``.
+RESULT_COLUMNS = ('correct', 'pred', 'success', 'linf', 'l2')
+
+
 class AttackStage(Stage):
     """Accuracy under one attack.
 
@@ -145,12 +150,15 @@ class AttackStage(Stage):
         name: Results key (default: the spec's label).
         limit: See `Stage`.
         full_precision: Ignore the context's autocast.
+        shorter_budgets: With a PGD `spec`, also score its results after these fewer iterations, read off the same
+            run (`PGD.at_budgets`), as the result columns suffixed ``@N`` (for `BudgetStage`).
     """
 
     def __init__(self, spec: AttackSpec, after: str = 'clean', attack_all: bool = False, name: Optional[str] = None,
-                 limit: Optional[int] = None, full_precision: bool = False):
+                 limit: Optional[int] = None, full_precision: bool = False, shorter_budgets: Sequence[int] = ()):
         self.spec, self.after, self.attack_all = spec, after, attack_all
         self.name, self.limit, self.full_precision = name or spec.label, limit, full_precision
+        self.shorter_budgets = tuple(shorter_budgets)
 
     def run(self, model, batch, previous, ctx, seed):
         autocast_dtype = None if self.full_precision else ctx.autocast_dtype
@@ -159,24 +167,60 @@ class AttackStage(Stage):
             todo = torch.ones(n, dtype=torch.bool)
         else:
             todo = _aligned(previous[self.after], 'correct', batch.positions).bool()
-        correct = torch.zeros(n, dtype=torch.bool)
-        success = torch.zeros(n, dtype=torch.bool)
-        pred = torch.full((n,), -1, dtype=torch.long)
-        linf = torch.zeros(n)
-        l2 = torch.zeros(n)
+        suffixes = [''] + [f'@{budget}' for budget in self.shorter_budgets]
+        columns: Columns = {}
+        for suffix in suffixes:
+            columns.update({f'correct{suffix}': torch.zeros(n, dtype=torch.bool),
+                            f'pred{suffix}': torch.full((n,), -1, dtype=torch.long),
+                            f'success{suffix}': torch.zeros(n, dtype=torch.bool),
+                            f'linf{suffix}': torch.zeros(n), f'l2{suffix}': torch.zeros(n)})
         if todo.any():
             sub = batch.select(todo)
             attack = build_attack(self.spec, ctx, seed, autocast_dtype)
-            x_adv = attack(model, sub.x, sub.y, targets=sub.targets if self.spec.targeted else None)
-            logits = predict(model, x_adv, autocast_dtype)
-            sub_pred = logits.argmax(dim=1)
-            sub_correct = sub_pred == sub.y
-            sub_success = sub_pred == sub.targets if self.spec.targeted else ~sub_correct
-            pixels = ((x_adv.float() - sub.x.float()) * ctx.space.std_like(sub.x)).flatten(1) * PIXEL_SCALE
-            correct[todo], success[todo], pred[todo] = sub_correct.cpu(), sub_success.cpu(), sub_pred.cpu()
-            linf[todo], l2[todo] = pixels.abs().amax(dim=1).cpu(), pixels.norm(dim=1).cpu()
-        return dict(position=batch.positions, attacked=todo, correct=correct, pred=pred, success=success,
-                    linf=linf, l2=l2)
+            targets = sub.targets if self.spec.targeted else None
+            if self.shorter_budgets:
+                x_advs = attack.at_budgets(model, sub.x, sub.y, (attack.steps,) + self.shorter_budgets, targets)
+            else:
+                x_advs = [attack(model, sub.x, sub.y, targets=targets)]
+            for suffix, x_adv in zip(suffixes, x_advs):
+                for name, values in self._score(model, sub, x_adv, ctx, autocast_dtype).items():
+                    columns[name + suffix][todo] = values
+        return dict(position=batch.positions, attacked=todo, **columns)
+
+    def _score(self, model, sub: Batch, x_adv: torch.Tensor, ctx: EvalContext, autocast_dtype) -> Columns:
+        logits = predict(model, x_adv, autocast_dtype)
+        pred = logits.argmax(dim=1)
+        correct = pred == sub.y
+        success = pred == sub.targets if self.spec.targeted else ~correct
+        pixels = ((x_adv.float() - sub.x.float()) * ctx.space.std_like(sub.x)).flatten(1) * PIXEL_SCALE
+        return dict(correct=correct.cpu(), pred=pred.cpu(), success=success.cpu(),
+                    linf=pixels.abs().amax(dim=1).cpu(), l2=pixels.norm(dim=1).cpu())
+
+
+class BudgetStage(Stage):
+    """Accuracy under a PGD attack that a longer run of the same attack already scored on the way.
+
+    Evaluation PGD from the same start is the same attack for its first N iterations whatever its length, so the
+    `AttackStage` of the longest budget records the shorter budgets' results (`shorter_budgets`) and this stage
+    reports one of them under its own label: same columns as an `AttackStage`, no attack run.
+
+    Args:
+        spec: The shorter attack (its label names the results).
+        source: Name of the `AttackStage` that ran the longest budget.
+        budget: Iterations of `spec`.
+        source_steps: Iterations of the source's attack (a `budget` equal to it reads the source's own columns).
+        limit: See `Stage` (the source's).
+    """
+
+    def __init__(self, spec: AttackSpec, source: str, budget: int, source_steps: int, limit: Optional[int] = None):
+        self.spec, self.source, self.budget, self.limit = spec, source, budget, limit
+        self.name = spec.label
+        self.suffix = '' if budget == source_steps else f'@{budget}'
+
+    def run(self, model, batch, previous, ctx, seed):
+        source = previous[self.source]
+        columns = {name: _aligned(source, name + self.suffix, batch.positions) for name in RESULT_COLUMNS}
+        return dict(position=batch.positions, attacked=_aligned(source, 'attacked', batch.positions), **columns)
 
 
 class GradientProbe(Stage):
