@@ -253,3 +253,16 @@ def test_budgets_are_checked(model, batch):
         attack.at_budgets(model, x, y, [])
     with pytest.raises(ValueError, match='must be >= 0'):
         pgd(model, x, y, space=SPACE, eps=16, step=1, steps=-1)
+
+
+def test_targeted_best_iterate_accuracy_is_never_above_the_last_iterate(model, batch):
+    """xie2020 reports accuracy beside the success rate: a sample the best iterate leaves correctly classified must be
+    correctly classified by the last iterate too (same start), though the attack aims at a target, not at error."""
+    x, y = batch
+    targets = (y + 1) % NUM_CLASSES
+    kwargs = dict(eps=8, step=1, steps=12, step_rule='fixed', targeted=True, seed=0)
+    best = PGD(SPACE, best_iterate=True, **kwargs)(model, x, y, targets=targets)
+    last = PGD(SPACE, best_iterate=False, **kwargs)(model, x, y, targets=targets)
+    correct_best, correct_last = ~_fooled(model, best, y), ~_fooled(model, last, y)
+    assert not (correct_best & ~correct_last).any(), 'the best iterate kept a correct one where the last was wrong'
+    assert _fooled(model, best, y, targets).sum() >= _fooled(model, last, y, targets).sum()

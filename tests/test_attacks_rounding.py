@@ -1,11 +1,13 @@
 """Fooling decisions of evaluation attacks survive re-scoring: a sample counts as fooled, and stops being attacked,
-only past a margin larger than the rounding differences between the attack's forward and the final scoring."""
+only past a margin larger than the rounding differences between the attack's forward and the final scoring; the
+candidates kept until then rank by how nearly they fool."""
 import pytest
 import torch
 import torch.nn as nn
 
 from timm_advnorm.attacks import InputSpace, attack_context, create_attack, pgd
-from timm_advnorm.attacks.core import fooling_margin, is_clearly_fooled, is_fooled, rounding_tolerance
+from timm_advnorm.attacks.best_iterate import BestIterate
+from timm_advnorm.attacks.core import fooling_margin, fooling_tier, is_clearly_fooled, is_fooled, rounding_tolerance
 
 SPACE = InputSpace()
 NUM_CLASSES = 4
@@ -77,3 +79,23 @@ def test_bf16_pgd_pushes_past_the_bf16_tolerance():
     with torch.no_grad():
         logits = model(x_adv)
     assert (fooling_margin(logits, y) > rounding_tolerance(logits, torch.bfloat16)).all()
+
+
+def test_fooling_tier_ranks_target_then_any_error_then_correct():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [0.0, 1.0, 5.0], [5.0, 0.0, 1.0]])  # predictions 1, 2, 0
+    labels = torch.tensor([0, 0, 0])
+    assert fooling_tier(logits, labels, torch.tensor([1, 1, 1])).tolist() == [3, 1, 0]
+    assert fooling_tier(logits, labels).tolist() == [3, 3, 0]
+
+
+def test_best_iterate_ranks_tiers_before_the_objective():
+    best, rows, none = BestIterate(torch.zeros(3, 1)), torch.arange(3), torch.zeros(3, dtype=torch.bool)
+
+    def offer(value: float, objective, tier):
+        best.update(rows, torch.full((3, 1), value), none, torch.tensor(objective), torch.tensor(tier))
+
+    offer(1.0, [5.0, 5.0, 5.0], [0, 0, 0])
+    offer(2.0, [1.0, 1.0, 1.0], [1, 3, 0])  # a higher tier wins at a lower objective; row 2 stays at 1.0
+    offer(3.0, [2.0, 9.0, 9.0], [1, 1, 0])  # same tier, higher objective wins; a lower tier never does
+    assert best.x.squeeze(1).tolist() == [3.0, 2.0, 3.0]
+    assert best.tier.tolist() == [1, 3, 0]

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from .base import hard_labels, project, random_linf_surface
-from .core import cross_entropy_per_sample, input_gradient, is_clearly_fooled, is_fooled
+from .core import cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, forward_logits, target_rounds
 from .losses import dlr_loss, targeted_dlr_loss
@@ -80,7 +80,7 @@ def _apgd_run(
     x_adv = space.clamp(x + radius * random_linf_surface(x, generator))
     grad, logits, loss = input_gradient(model, x_adv, goal, loss_fn, autocast_dtype)
     fooled = is_clearly_fooled(logits, labels, hit_targets, autocast_dtype)
-    best.update(rows, x_adv, fooled, loss, is_fooled(logits, labels, hit_targets))
+    best.update(rows, x_adv, fooled, loss, fooling_tier(logits, labels, hit_targets))
 
     checkpoints = apgd_checkpoints(steps)
     history = loss.new_zeros(steps + 1, x.shape[0])  # history[j]: loss at iterate j, iterate 0 the start
@@ -107,7 +107,7 @@ def _apgd_run(
         s['x_prev'], s['x_adv'] = s['x_adv'], x_next
         s['grad'], logits, loss = input_gradient(model, x_next, s['goal'], loss_fn, autocast_dtype)
         fooled = is_clearly_fooled(logits, s['labels'], s.get('hit_targets'), autocast_dtype)
-        best.update(s['rows'], x_next, fooled, loss, is_fooled(logits, s['labels'], s.get('hit_targets')))
+        best.update(s['rows'], x_next, fooled, loss, fooling_tier(logits, s['labels'], s.get('hit_targets')))
         history[i + 1] = loss
 
         improved = loss > s['loss_best']

@@ -2,9 +2,10 @@
 
 An evaluation attack offers every iterate it computes; the record keeps, per sample, the first iterate that fools
 the model clearly (past `core.rounding_tolerance`, so the final scoring agrees), after which the attack stops
-attacking that sample. Until then it keeps the best candidate: an iterate the attack saw misclassified by less than
-the tolerance ranks above any correctly classified one (the final scoring may still count it), and within each of
-the two groups the one with the highest objective wins.
+attacking that sample. Until then it keeps the best candidate, ranked first by `core.fooling_tier`: an iterate the
+attack saw fooled by less than the tolerance ranks above the rest (the final scoring may still count it), then, for
+a targeted attack, one misclassified off its target (it still lowers the reported accuracy, so the accuracy is never
+above the last iterate's), then correctly classified ones; within a tier the highest objective wins.
 """
 from typing import Iterator, Optional
 
@@ -26,7 +27,7 @@ class BestIterate:
         batch = x.shape[0]
         self.x = x.clone()
         self.fooled = torch.zeros(batch, dtype=torch.bool, device=x.device) if fooled is None else fooled.clone()
-        self.misclassified = torch.zeros(batch, dtype=torch.bool, device=x.device)
+        self.tier = torch.zeros(batch, dtype=torch.int8, device=x.device)
         self.objective = torch.full((batch,), -float('inf'), dtype=torch.float32, device=x.device)
 
     def update(
@@ -35,7 +36,7 @@ class BestIterate:
             x_adv: torch.Tensor,
             fooled: torch.Tensor,
             objective: Optional[torch.Tensor] = None,
-            misclassified: Optional[torch.Tensor] = None,
+            tier: Optional[torch.Tensor] = None,
     ) -> None:
         """Offer iterates `x_adv` for samples `rows` (indices into the batch).
 
@@ -45,19 +46,19 @@ class BestIterate:
             fooled: Whether each iterate clearly fools the model (N,), `core.is_clearly_fooled`.
             objective: The attack's objective at each iterate (N,), higher is better; ``None`` offers only fooling
                 iterates.
-            misclassified: Whether the attack's forward fooled the model at all at each iterate (N,),
-                `core.is_fooled`; ``None`` when the objective already ranks those iterates first.
+            tier: Rank of each iterate before the objective (N,), `core.fooling_tier`; ``None`` when the objective
+                alone ranks the candidates.
         """
         was_fooled = self.fooled[rows]
         better = fooled & ~was_fooled
         if objective is not None:
             objective = objective.float()
-            tier = misclassified if misclassified is not None else torch.zeros_like(fooled)
-            best_tier = self.misclassified[rows]
+            tier = torch.zeros_like(fooled, dtype=torch.int8) if tier is None else tier.to(torch.int8)
+            best_tier = self.tier[rows]
             candidate = ~fooled & ~was_fooled
-            better |= candidate & ((tier & ~best_tier) | ((tier == best_tier) & (objective > self.objective[rows])))
+            better |= candidate & ((tier > best_tier) | ((tier == best_tier) & (objective > self.objective[rows])))
             self.objective[rows[better]] = objective[better]
-            self.misclassified[rows[better]] = tier[better]
+            self.tier[rows[better]] = tier[better]
         self.x[rows[better]] = x_adv[better].to(self.x.dtype)
         self.fooled[rows] = was_fooled | fooled
 

@@ -16,7 +16,7 @@ from ..layers.routing import preserve_route
 from .losses import margin
 
 __all__ = ['BN_STATS', 'LossFn', 'attack_context', 'input_gradient', 'cross_entropy_per_sample', 'random_targets',
-           'is_fooled', 'fooling_margin', 'rounding_tolerance', 'is_clearly_fooled']
+           'is_fooled', 'fooling_tier', 'fooling_margin', 'rounding_tolerance', 'is_clearly_fooled']
 
 BN_STATS = ('running', 'batch')
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -118,6 +118,17 @@ def is_fooled(logits: torch.Tensor, labels: torch.Tensor, targets: Optional[torc
     """Per-sample success: misclassified (untargeted) or classified as the target (targeted)."""
     pred = logits.argmax(dim=1)
     return pred == targets if targets is not None else pred != labels
+
+
+def fooling_tier(logits: torch.Tensor, labels: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Per-sample rank of an iterate by what the attack's own forward saw, higher better for the attacker (int8).
+
+    3: fooled as the attack counts it (`is_fooled`: misclassified, or on the target when targeted); 1: a targeted
+    attack missed its target but the prediction is wrong all the same, which the accuracy reported alongside the
+    success rate counts; 0: correctly classified.
+    """
+    pred = logits.argmax(dim=1)
+    return (2 * is_fooled(logits, labels, targets).to(torch.int8) + (pred != labels).to(torch.int8)).to(torch.int8)
 
 
 def fooling_margin(logits: torch.Tensor, labels: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from .base import hard_labels, project
-from .core import cross_entropy_per_sample, input_gradient, is_clearly_fooled, is_fooled
+from .core import cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, forward_logits
 from .registry import register_attack
@@ -74,7 +74,7 @@ def mifgsm(
             logits = forward_logits(model, x_adv, autocast_dtype)
             loss = cross_entropy_per_sample(logits, labels[rows])
         fooled = is_clearly_fooled(logits, labels[rows], autocast_dtype=autocast_dtype)
-        best.update(rows, x_adv, fooled, loss, is_fooled(logits, labels[rows]))
+        best.update(rows, x_adv, fooled, loss, fooling_tier(logits, labels[rows]))
         if i == steps:
             break
         keep = ~fooled

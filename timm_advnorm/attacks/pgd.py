@@ -24,7 +24,7 @@ from .base import (
     NORMS, Attack, bernoulli, forward_logits, hard_labels, l2_direction, project_l2, project_linf, random_l2_start,
     random_linf_start)
 from .best_iterate import BestIterate
-from .core import LossFn, cross_entropy_per_sample, input_gradient, is_clearly_fooled, is_fooled
+from .core import LossFn, cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
@@ -200,7 +200,7 @@ def pgd_budgets(
             loss = loss_fn(logits, goal[active])
         active_targets = targets[active] if targeted else None
         fooled = is_clearly_fooled(logits, labels[active], active_targets, autocast_dtype)
-        best.update(active, x_adv, fooled, sign * loss, is_fooled(logits, labels[active], active_targets))
+        best.update(active, x_adv, fooled, sign * loss, fooling_tier(logits, labels[active], active_targets))
         if i in wanted:
             at_budget[i] = best.x.to(x_in.dtype, copy=True)
         if i == steps:

@@ -132,6 +132,12 @@ def build_attack(spec: AttackSpec, ctx: EvalContext, seed: int, autocast_dtype: 
 RESULT_COLUMNS = ('correct', 'pred', 'success', 'linf', 'l2')
 
 
+def _unattacked(n: int) -> Columns:
+    """`RESULT_COLUMNS` of `n` samples no attack touched (a sample broken before the attack stays incorrect)."""
+    return dict(correct=torch.zeros(n, dtype=torch.bool), pred=torch.full((n,), -1, dtype=torch.long),
+                success=torch.zeros(n, dtype=torch.bool), linf=torch.zeros(n), l2=torch.zeros(n))
+
+
 class AttackStage(Stage):
     """Accuracy under one attack.
 
@@ -168,12 +174,7 @@ class AttackStage(Stage):
         else:
             todo = _aligned(previous[self.after], 'correct', batch.positions).bool()
         suffixes = [''] + [f'@{budget}' for budget in self.shorter_budgets]
-        columns: Columns = {}
-        for suffix in suffixes:
-            columns.update({f'correct{suffix}': torch.zeros(n, dtype=torch.bool),
-                            f'pred{suffix}': torch.full((n,), -1, dtype=torch.long),
-                            f'success{suffix}': torch.zeros(n, dtype=torch.bool),
-                            f'linf{suffix}': torch.zeros(n), f'l2{suffix}': torch.zeros(n)})
+        columns: Columns = {name + suffix: values for suffix in suffixes for name, values in _unattacked(n).items()}
         if todo.any():
             sub = batch.select(todo)
             attack = build_attack(self.spec, ctx, seed, autocast_dtype)
