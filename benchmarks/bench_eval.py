@@ -37,7 +37,7 @@ import copy
 import logging
 import statistics
 import tempfile
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import timm
 import torch
@@ -125,9 +125,10 @@ def main(argv=None) -> None:
     x = x_val[:args.batch_size].to(device).contiguous(memory_format=memory_format)
     y = y_val[:args.batch_size].to(device)
 
-    def score(x_adv: torch.Tensor) -> float:
+    def score(x_adv: torch.Tensor, classes: Optional[torch.Tensor] = None) -> float:
+        """Share of `x_adv` classified as `classes` (default: the labels, i.e. accuracy)."""
         with torch.no_grad(), torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            return (model(x_adv).argmax(dim=1) == y).float().mean().item()
+            return (model(x_adv).argmax(dim=1) == (y if classes is None else classes)).float().mean().item()
 
     print(f'\n{args.model} trained {args.train_steps} steps on digits, {args.img_size}px, batch {len(x)}, '
           f'{device.type}, threads {torch.get_num_threads()}, amp {args.amp}, channels_last {args.channels_last}; '
@@ -154,31 +155,34 @@ def _sweep_table(model, space, x, y, args, amp_dtype, device, score) -> None:
                   for n in budgets)
     protocol = Protocol('sweep', 'sweep', 'bench', specs)
 
-    def torchattacks_each() -> Tuple[float, ...]:
-        accuracies = []
+    def torchattacks_each() -> Tuple[Tuple[float, float], ...]:
+        results = []
         for n in budgets:
             attack = torchattacks_pgd(model, space, 16.0, max(1.0, 16.0 / n), n)
             attack.set_mode_targeted_by_label(quiet=True)
             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                accuracies.append(score(attack(x, targets)))
-        return tuple(accuracies)
+                x_adv = attack(x, targets)
+            results.append((score(x_adv), score(x_adv, targets)))
+        return tuple(results)
 
-    def ours(share_budgets: bool) -> Callable[[], Tuple[float, ...]]:
-        def run() -> Tuple[float, ...]:
+    def ours(share_budgets: bool) -> Callable[[], Tuple[Tuple[float, float], ...]]:
+        def run() -> Tuple[Tuple[float, float], ...]:
             table = ResultTable(_evaluate(model, protocol, space, x, y, args, amp_dtype, device, share_budgets))
-            return tuple(float(table.column('model', spec.label, 'correct').mean()) for spec in specs)
+            return tuple((float(table.column('model', spec.label, 'correct').mean()),
+                          float(table.column('model', spec.label, 'success').mean())) for spec in specs)
         return run
 
     methods = {SWEEP_BASELINE: torchattacks_each, 'ours, each budget its own run': ours(False),
                'ours, one run read at every budget': ours(True)}
-    times, accuracy = measure(methods, device, args.warmup, args.rounds)
+    times, results = measure(methods, device, args.warmup, args.rounds)
     base = statistics.median(times[SWEEP_BASELINE])
-    print(f'\nTargeted PGD sweep, eps 16, step 1, budgets {budgets}: images/s for the whole sweep\n')
-    print(f'| method | images/s | × torchattacks | {" | ".join(f"PGD-{n} accuracy (%)" for n in budgets)} |')
+    print(f'\nTargeted PGD sweep, eps 16, step 1, budgets {budgets}: images/s for the whole sweep; accuracy and '
+          f'attack-success rate (%) per budget\n')
+    print(f'| method | images/s | × torchattacks | {" | ".join(f"PGD-{n} acc. / success" for n in budgets)} |')
     print('|---|---:|---:|' + '---:|' * len(budgets))
     for name, values in times.items():
         seconds = statistics.median(values)
-        cells = ' | '.join(f'{100 * a:.1f}' for a in accuracy[name])
+        cells = ' | '.join(f'{100 * acc:.1f} / {100 * hit:.1f}' for acc, hit in results[name])
         print(f'| {name} | {len(x) / seconds:.1f} | {base / seconds:.2f} | {cells} |')
 
 
