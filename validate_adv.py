@@ -226,8 +226,9 @@ def _fingerprint(args, model_name, protocol, variants, plan, indices, data_confi
     subset = hashlib.sha256(json.dumps(indices).encode()).hexdigest()
     return dict(model=model_name, checkpoint=str(Path(args.checkpoint).resolve()) if args.checkpoint else '',
                 pretrained=args.pretrained, use_ema=args.use_ema, branch=args.branch, protocol=protocol.to_dict(),
-                variants=[v.name for v in variants], stages=[[s.name, s.limit, getattr(s, 'source', None)] for s in plan.stages], subset=subset,
-                seed=args.seed, batch_size=args.batch_size, amp=args.amp_dtype if args.amp else None,
+                variants=[v.name for v in variants], subset=subset, seed=args.seed,
+                stages=[[s.name, s.limit, getattr(s, 'source', None)] for s in plan.stages],
+                batch_size=args.batch_size, amp=args.amp_dtype if args.amp else None,
                 data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
                 rank=rank, world_size=world_size)
 
