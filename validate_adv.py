@@ -126,7 +126,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                        help='Registered attack names to run instead of a protocol.')
     group.add_argument('--eps', type=float, default=None, help='Budget on the 0-255 scale (overrides the protocol).')
     group.add_argument('--step', type=float, default=None, help='Step size on the 0-255 scale (override).')
-    group.add_argument('--steps', type=int, default=None, help='Iterations (override).')
+    group.add_argument('--steps', type=int, nargs='+', default=None, metavar='N',
+                       help='Iterations (override); with --attacks, several counts make a sweep (one run per attack '
+                            'when they share a step: see --separate-budgets).')
     group.add_argument('--norm', default=None, choices=('linf', 'l2'), help='Threat-model norm (override).')
     group.add_argument('--targeted', action='store_true', help='With --attacks: targeted (random other class).')
     group.add_argument('--cascade', action='store_true',
@@ -181,6 +183,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('give either --protocol or --attacks, not both')
     if (args.attack_kwargs or args.targeted or args.cascade) and not args.attacks:
         parser.error('--attack-kwargs, --targeted and --cascade need --attacks')
+    if isinstance(args.steps, int):  # a single count from a YAML config
+        args.steps = [args.steps]
+    if args.steps and (len(set(args.steps)) != len(args.steps) or min(args.steps) < 0):
+        parser.error(f'--steps takes distinct counts >= 0, got {args.steps}')
+    if args.steps and len(args.steps) > 1 and not args.attacks:
+        parser.error('several --steps make a sweep of --attacks; a --protocol takes one count')
     if args.verify_amp and not args.amp:
         parser.error('--verify-amp checks an --amp evaluation; add --amp')
     if args.num_samples < 0 or args.batch_size < 1 or args.sanity_samples < 0 or args.verify_amp < 0:
@@ -260,16 +268,16 @@ def build_protocol(args: argparse.Namespace) -> Protocol:
     """The named protocol or the ``--attacks`` list, with the command line's overrides and reduction applied."""
     if args.attacks:
         attack_kwargs = dict(args.attack_kwargs)
-        for key in ('steps', 'step', 'norm'):
+        for key in ('step', 'norm'):
             if getattr(args, key) is not None:
                 attack_kwargs[key] = getattr(args, key)
         if args.targeted:
             attack_kwargs['targeted'] = True
         protocol = protocol_from_attacks(args.attacks, 16.0 if args.eps is None else args.eps, attack_kwargs,
-                                         'cascade' if args.cascade else 'independent')
+                                         'cascade' if args.cascade else 'independent', steps=args.steps or ())
     else:
-        protocol = override_protocol(get_protocol(args.protocol or 'xie2020'), args.eps, args.step, args.steps,
-                                     args.norm)
+        protocol = override_protocol(get_protocol(args.protocol or 'xie2020'), args.eps, args.step,
+                                     args.steps[0] if args.steps else None, args.norm)
     if args.reduced or args.max_steps is not None or args.max_queries is not None:
         protocol = reduce_protocol(protocol, args.max_steps, args.max_queries,
                                    root=REDUCED_ROOT if args.reduced else None)

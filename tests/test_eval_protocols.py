@@ -82,6 +82,17 @@ def test_protocol_from_attacks_reports_the_worst_case_of_several():
     assert protocol.attacks[1].threat == 'black-box'
 
 
+def test_several_iteration_counts_make_a_sweep_of_every_attack():
+    protocol = protocol_from_attacks(['pgd', 'mifgsm'], eps=8.0, attack_kwargs=dict(step=1.0), steps=[20, 100])
+    assert [s.label for s in protocol.attacks] == ['pgd-20', 'pgd-100', 'mifgsm-20', 'mifgsm-100']
+    assert [s.kwargs['steps'] for s in protocol.attacks] == [20, 100, 20, 100]
+    assert all(s.kwargs['step'] == 1.0 for s in protocol.attacks)
+    single = protocol_from_attacks(['pgd'], steps=[7])
+    assert [s.label for s in single.attacks] == ['pgd'] and single.attacks[0].kwargs['steps'] == 7
+    with pytest.raises(ValueError, match='must differ'):
+        protocol_from_attacks(['pgd'], steps=[5, 5])
+
+
 @pytest.mark.parametrize('bad', [dict(threat='grey-box'), dict(eps_rule='cubic'), dict(eps=-1.0)])
 def test_invalid_specs_are_rejected(bad):
     with pytest.raises(ValueError):

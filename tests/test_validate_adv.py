@@ -131,7 +131,8 @@ def test_bad_input_is_a_one_line_error(digits_dir, tmp_path, capsys, extra, mess
 
 @pytest.mark.parametrize('extra', [
     ['--protocol', 'madry'], ['--protocol', 'xie2020', '--attacks', 'pgd'], ['--verify-amp', '4'],
-    ['--targeted'], ['--num-samples', '-1'], ['--model', '']])
+    ['--targeted'], ['--num-samples', '-1'], ['--model', ''], ['--attacks', 'pgd', '--steps', '5', '5'],
+    ['--protocol', 'xie2020', '--steps', '5', '10']])
 def test_bad_arguments_are_a_one_line_usage_error(capsys, extra):
     with pytest.raises(SystemExit) as exit_info:
         validate_adv.parse_args(['--model', 'test_mbn_resnet', *extra])
@@ -220,6 +221,16 @@ def test_a_pgd_sweep_runs_once_and_its_accuracy_never_rises_with_iterations(digi
     assert attacks['pgd-t-500']['success_rate'] <= attacks['pgd-t-2000']['success_rate']
     with pytest.raises(ValueError, match='different evaluation'):
         validate_adv.validate(validate_adv.parse_args(argv + ['--separate-budgets', '--overwrite']))
+
+
+def test_steps_sweep_of_an_attack_list(digits_dir, tmp_path, checkpoint):
+    plots = tmp_path / 'plots'
+    assert _run(_argv(digits_dir, tmp_path, '--checkpoint', checkpoint, '--attacks', 'pgd', '--steps', '1', '4',
+                      '--step', '2', '--gammas', '1', '--plot-dir', plots)) == 0
+    attacks = _results(tmp_path)['variants'][0]['attacks']
+    assert [(a['label'], a['steps']) for a in attacks] == [('pgd-1', 1), ('pgd-4', 4)]
+    assert attacks[1]['accuracy'] <= attacks[0]['accuracy']
+    assert (plots / 'accuracy_vs_iterations.png').stat().st_size > 0
 
 
 def test_bf16_evaluation_is_checked_against_fp32(digits_dir, tmp_path):

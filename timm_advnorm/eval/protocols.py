@@ -256,21 +256,28 @@ def protocol_from_attacks(
         eps: float = 16.0,
         attack_kwargs: Optional[Mapping[str, Any]] = None,
         aggregation: str = 'independent',
+        steps: Sequence[int] = (),
 ) -> Protocol:
     """An ad-hoc protocol from registered attack names, all at budget `eps` with the same extra arguments.
 
     Args:
         attacks: Registered attack names; repeating a name is an error (give one spec per configuration).
         eps: Budget on the 0-255 scale.
-        attack_kwargs: Constructor arguments given to every attack (``steps``, ``step``, ``norm``, ``targeted``).
+        attack_kwargs: Constructor arguments given to every attack (``step``, ``norm``, ``targeted``, ...).
         aggregation: See `Protocol`.
+        steps: Iterations: one count for every attack, or several for a sweep, one spec per attack and count
+            labelled ``name-N`` (PGD budgets of a sweep then share one run, see `plan`).
     """
     kwargs = dict(attack_kwargs or {})
     targeted = bool(kwargs.get('targeted', False))
+    counts = [None] if not steps else list(steps)
+    if len(set(counts)) != len(counts):
+        raise ValueError(f'Iteration counts must differ, got {list(steps)}.')
     specs = tuple(
-        AttackSpec(name, name, eps, kwargs, threat='black-box' if name == 'square' else 'white-box',
-                   success_rate=targeted)
-        for name in attacks)
+        AttackSpec(name if len(counts) == 1 else f'{name}-{n}', name, eps,
+                   kwargs if n is None else dict(kwargs, steps=int(n)),
+                   threat='black-box' if name == 'square' else 'white-box', success_rate=targeted)
+        for name in attacks for n in counts)
     several = len(specs) > 1
     return Protocol('custom', f'Attacks {", ".join(attacks)} at eps={eps:g}.', 'command line', specs,
                     aggregation=aggregation, worst_case=several, headline='worst-case' if several else 'last')
