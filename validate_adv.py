@@ -255,6 +255,8 @@ def _log_summary(results: Dict[str, Any]) -> None:
                                                                     if a.get('success_rate') is not None else '')
                             for a in variant['attacks'])
         worst = f", worst case {variant['worst_case']:.2f}" if variant['worst_case'] is not None else ''
+        if variant['corruption_errors'] is not None:
+            worst += f", mCE {variant['corruption_errors']['mce']:.2f} (normalized by AlexNet's ImageNet-C errors)"
         _logger.info('%s: clean %.2f, %s%s', variant['name'], variant['clean'], attacks, worst)
         sanity = variant['sanity']
         if not sanity['passed']:

@@ -1,4 +1,4 @@
-"""NoFrost §4.3 robustness metrics: decision margin, boundary thickness, smoothness."""
+"""NoFrost §4.3 robustness metrics (decision margin, boundary thickness, smoothness) and ImageNet-C mCE."""
 import math
 
 import pytest
@@ -6,6 +6,8 @@ import torch
 import torch.nn as nn
 
 from timm_advnorm.attacks import InputSpace
+from timm_advnorm.attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
+from timm_advnorm.eval.corruption_error import ALEXNET_MEAN_ERROR, corruption_errors
 from timm_advnorm.eval.metrics import boundary_thickness, decision_margin, smoothness_kl
 
 
@@ -64,3 +66,18 @@ def test_boundary_thickness_is_bounded_by_the_segment_length():
     assert (thickness >= 0).all() and (thickness <= length + 1e-6).all()
     same = boundary_thickness(model, x, x_adv, source, source, space, num_points=16)
     assert torch.equal(same, torch.zeros(8))  # g_ii = 0 never lies strictly above alpha = 0
+
+
+def test_corruption_errors_are_normalized_by_alexnet_and_need_the_whole_suite():
+    alexnet = {(name, severity): 100.0 * (1.0 - error) for name, error in ALEXNET_MEAN_ERROR.items()
+               for severity in SEVERITIES}
+    errors = corruption_errors(alexnet)
+    assert errors['mce'] == pytest.approx(100.0) and all(ce == pytest.approx(100.0) for ce in errors['ce'].values())
+    assert set(errors['ce']) == set(IMAGENET_C_CORRUPTIONS)
+    halved = {key: 100.0 - (100.0 - acc) / 2 for key, acc in alexnet.items()}
+    assert corruption_errors(halved)['mce'] == pytest.approx(50.0)
+    # severities average before the ratio: an error only at severity 5 counts a fifth
+    one = {key: 0.0 if key == ('fog', 5) else 100.0 for key in alexnet}
+    assert corruption_errors(one)['ce']['fog'] == pytest.approx(100.0 * 0.2 / ALEXNET_MEAN_ERROR['fog'], rel=1e-4)
+    del alexnet['fog', 3]
+    assert corruption_errors(alexnet) is None

@@ -99,6 +99,12 @@ def test_every_protocol_runs_end_to_end(digits_dir, checkpoint, tmp_path, protoc
     if protocol == 'nofrost':
         assert set(results['variants'][0]['metrics']) == {'margin', 'thickness', 'smoothness'}
         assert results['variants'][0]['metrics']['thickness']['samples'] == 4
+    for variant in results['variants']:
+        errors = variant['corruption_errors']
+        assert (errors is not None) == (protocol == 'corruptions')
+        if errors is not None:
+            assert len(errors['ce']) == 15
+            assert errors['mce'] == pytest.approx(sum(errors['ce'].values()) / 15, abs=1e-3)
     assert expected <= set(results['plots']) and expected <= {p.name for p in plots.iterdir()}
     assert (tmp_path / 'results.bn_stats.json').exists()
 

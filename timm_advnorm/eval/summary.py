@@ -8,12 +8,15 @@ Accuracies are percentages (as timm's ``validate.py`` reports ``top1``). For eac
   perturbation actually used;
 * ``worst_case``: per-sample worst case over the suite (a sample counts only if it survives every attack);
 * ``robust``: the protocol's headline number (`Protocol.headline`: worst case, PGD-2000, mean corruption accuracy);
+* ``corruption_errors``: with all 15 ImageNet-C corruptions at 5 severities, CE per corruption and mCE (percent,
+  normalized by AlexNet, `corruption_error`); None otherwise;
 * ``metrics``: mean, median and standard deviation of each per-sample robustness metric.
 """
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .corruption_error import corruption_errors
 from .plan import EvalPlan
 from .protocols import Protocol, resolve_eps
 from .records import ResultTable
@@ -86,9 +89,12 @@ def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, inpu
     if plan.sanity is not None:
         sweep = [dict(eps=eps, accuracy=round_percent(np.mean(table.column(name, stage, 'correct'))))
                  for eps, stage in plan.sanity.sweep]
+    corrupted = {(a['kwargs']['corruption'], a['kwargs']['severity']): a['accuracy']
+                 for a in attacks if a['attack'] == 'corruption'}
     return dict(variant.to_dict(), samples=int(clean['correct'].size),
                 clean=round_percent(np.mean(clean['correct'])), attacks=attacks, worst_case=worst_case,
-                robust=headline(plan.protocol, attacks, worst_case), metrics=metrics, eps_sweep=sweep)
+                robust=headline(plan.protocol, attacks, worst_case), metrics=metrics, eps_sweep=sweep,
+                corruption_errors=corruption_errors(corrupted))
 
 
 def amp_report(table: ResultTable, variant: str, plan: EvalPlan, tolerance: float) -> Optional[Dict[str, Any]]:
