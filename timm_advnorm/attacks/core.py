@@ -128,7 +128,7 @@ def fooling_tier(logits: torch.Tensor, labels: torch.Tensor, targets: Optional[t
     success rate counts; 0: correctly classified.
     """
     pred = logits.argmax(dim=1)
-    return (2 * is_fooled(logits, labels, targets).to(torch.int8) + (pred != labels).to(torch.int8)).to(torch.int8)
+    return 2 * is_fooled(logits, labels, targets).to(torch.int8) + (pred != labels).to(torch.int8)
 
 
 def fooling_margin(logits: torch.Tensor, labels: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
