@@ -118,8 +118,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     attack_kwargs = {} if args.method == 'fast_advprop' else {'attack': _train_attack(args, space, amp_dtype)}
     task = create_task(
         args.method, model, **attack_kwargs, mixup_fn=mixup_fn,
-        criterion_kwargs=dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None), device=device, verbose=args.rank == 0, **_method_kwargs(args, space, num_classes))
+        criterion_kwargs=dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None), device=device,
+        verbose=args.rank == 0, **_method_kwargs(args, space, num_classes))
     task.to(device)
+    if args.method == 'fast_advprop' and args.shuffle_bn and not args.distributed:
+        _logger.warning('Fast AdvProp in one process: shuffle BN needs several (torchrun), so adversarial rows are '
+                        'normalized with the statistics of the batch they were made from (label leaking, Mei et '
+                        'al. Sec. 3.2.1).')
 
     optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
                                     momentum=args.momentum)
@@ -202,8 +207,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                 channels_last=args.channels_last, distributed=args.distributed)
         if task.has_ema():
             ema_metrics = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
-                                   robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype, channels_last=args.channels_last,
-                                   distributed=args.distributed)
+                                   robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype,
+                                   channels_last=args.channels_last, distributed=args.distributed)
             eval_metrics.update((f'ema_{k}', v) for k, v in ema_metrics.items())
         scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
         if args.rank == 0:

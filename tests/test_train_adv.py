@@ -1,5 +1,6 @@
 """train_adv.py end to end on the built-in digits data: single process, resume, torchrun, configs and bad input."""
 import csv
+import logging
 import socket
 import subprocess
 import sys
@@ -54,7 +55,8 @@ def test_resume_continues_from_the_next_epoch(tmp_path, digits_dir):
     assert [row['epoch'] for row in _summary(run)] == ['0', '1']
 
 
-def test_yaml_config_and_fast_advprop_same_budget(tmp_path, digits_dir):
+def test_yaml_config_and_fast_advprop_same_budget(tmp_path, digits_dir, caplog):
+    caplog.set_level(logging.WARNING, logger='train_adv')
     config = tmp_path / 'fast.yaml'
     config.write_text(yaml.safe_dump({'method': 'fast_advprop', 'attack_eps': 1.0, 'attack_step': 1.0,
                                       'attack_steps': 1, 'mixup': 0.8, 'epochs': 2, 'same_budget': True}))
@@ -62,6 +64,7 @@ def test_yaml_config_and_fast_advprop_same_budget(tmp_path, digits_dir):
     rows = _summary(run)
     assert len(rows) == round(3 / 1.4)  # the command line overrides the YAML, then the budget scales epochs
     assert float(rows[0]["train_passes_per_image"]) == pytest.approx(1.4)  # p_adv * K + 1 with K = 2
+    assert 'shuffle BN needs several' in caplog.text, 'a single process must say that shuffle BN cannot work'
 
 
 def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
