@@ -117,7 +117,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     group.add_argument('--separate-budgets', action='store_true',
                        help='Run PGD attacks that differ only in iterations each from its own random start, instead '
                             'of reading the shorter ones off one run of the longest.')
-    group.add_argument('--no-progress', action='store_true', help='No progress bar.')
+    group.add_argument('--no-progress', action='store_true', help='No progress bars (batches, long attacks).')
 
     group = parser.add_argument_group('Attacks')
     group.add_argument('--protocol', default=None, choices=list_protocols(),
@@ -321,8 +321,10 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     plan = build_plan(protocol, sanity_samples=args.sanity_samples, sanity_steps=args.sanity_steps,
                       sanity_queries=args.sanity_queries, metrics=args.metrics, metric_samples=args.metric_samples,
                       amp_samples=args.verify_amp, share_budgets=not args.separate_budgets)
+    progress = show_progress() and not args.no_progress
     ctx = EvalContext(space=InputSpace.from_data_config(data_config), input_size=input_size,
-                      autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn)
+                      autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn,
+                      progress=progress)
     plan.check_attacks(ctx)
 
     dataset = create_eval_dataset(args, data_config, dist_info)
@@ -345,7 +347,7 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
                  ', '.join(v.name for v in variants))
     evaluator = RobustEvaluator(model, variants, plan.stages, ctx, num_classes, len(indices), args.seed,
                                 dist_info.device, state=state, channels_last=args.channels_last,
-                                progress=show_progress() and not args.no_progress)
+                                progress=progress)
     eval_started = time.perf_counter()
     records = evaluator.run(loader)
     eval_seconds = time.perf_counter() - eval_started

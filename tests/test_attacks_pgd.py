@@ -266,3 +266,16 @@ def test_targeted_best_iterate_accuracy_is_never_above_the_last_iterate(model, b
     correct_best, correct_last = ~_fooled(model, best, y), ~_fooled(model, last, y)
     assert not (correct_best & ~correct_last).any(), 'the best iterate kept a correct one where the last was wrong'
     assert _fooled(model, best, y, targets).sum() >= _fooled(model, last, y, targets).sum()
+
+
+@pytest.mark.parametrize('name', ['pgd', 'square'])
+def test_progress_bar_only_when_asked(model, batch, capsys, name):
+    """Long attacks show a transient bar over their iterations when the evaluator asks (a person is watching)."""
+    x, y = batch
+    kwargs = dict(steps=3) if name == 'pgd' else dict(n_queries=5)
+    attack = create_attack(name, space=SPACE, eps=8, seed=0, **kwargs)
+    attack(model, x, y)
+    assert capsys.readouterr().err == ''
+    attack.progress = True
+    attack(model, x, y)
+    assert f'{name}:' in capsys.readouterr().err

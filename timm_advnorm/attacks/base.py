@@ -11,10 +11,11 @@ Random draws come from an optional `torch.Generator` (on any device; the draw is
 seeded attack is reproducible on CPU and GPU alike.
 """
 import logging
-from typing import Callable, Optional, Sequence, TypeVar, Union
+from typing import Callable, Iterable, Optional, Sequence, TypeVar, Union
 
 import torch
 import torch.nn as nn
+from tqdm import tqdm
 
 from .core import BN_STATS, attack_context, random_targets
 from .fold_bn import BatchNormFolder
@@ -23,7 +24,7 @@ from .space import InputSpace
 __all__ = [
     'Attack', 'NORMS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project', 'random_linf_start',
     'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
-    'num_classes_of', 'forward_logits',
+    'num_classes_of', 'forward_logits', 'iterations',
 ]
 
 _logger = logging.getLogger(__name__)
@@ -167,6 +168,11 @@ def forward_logits(model: nn.Module, x: torch.Tensor, autocast_dtype: Optional[t
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
+def iterations(total: int, desc: str, show: bool) -> Iterable[int]:
+    """``range(total)`` behind a transient tqdm bar when `show` (a person watching a long attack)."""
+    return tqdm(range(total), desc=desc, unit='it', leave=False, dynamic_ncols=True, disable=not show)
+
+
 class Attack:
     """Base of configured attacks: holds the configuration, runs `perturb` under `attack_context`.
 
@@ -191,9 +197,12 @@ class Attack:
 
     Attributes:
         targeted: Whether the attack moves toward a target class (random among the other classes if not given).
+        progress: Show a transient progress bar over the iterations of the attacks that run thousands of them (PGD,
+            Square); the evaluator sets it when a person is watching.
     """
 
     targeted: bool = False
+    progress: bool = False
 
     def __init__(
             self,

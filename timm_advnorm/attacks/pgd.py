@@ -21,8 +21,8 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
-    NORMS, Attack, bernoulli, forward_logits, hard_labels, l2_direction, project_l2, project_linf, random_l2_start,
-    random_linf_start)
+    NORMS, Attack, bernoulli, forward_logits, hard_labels, iterations, l2_direction, project_l2, project_linf,
+    random_l2_start, random_linf_start)
 from .best_iterate import BestIterate
 from .core import LossFn, cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
 from .registry import register_attack
@@ -56,6 +56,7 @@ def pgd(
         best_iterate: bool = False,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: bool = False,
 ) -> torch.Tensor:
     """Projected gradient descent in timm's normalized input space.
 
@@ -84,6 +85,7 @@ def pgd(
             iterate. ``False`` returns the last iterate.
         generator: Source of the random start and clean-start draws.
         autocast_dtype: Forward under autocast at this dtype; loss, gradient and perturbation stay fp32.
+        progress: Show a transient progress bar over the iterations.
 
     Returns:
         Detached adversarial inputs, normalized, with `x`'s shape and dtype.
@@ -97,7 +99,7 @@ def pgd(
     return pgd_budgets(
         model, x, y, budgets=(steps,), space=space, eps=eps, step=step, norm=norm, targeted=targeted,
         targets=targets, random_start=random_start, clean_start_prob=clean_start_prob, loss_fn=loss_fn,
-        best_iterate=best_iterate, generator=generator, autocast_dtype=autocast_dtype)[0]
+        best_iterate=best_iterate, generator=generator, autocast_dtype=autocast_dtype, progress=progress)[0]
 
 
 def pgd_budgets(
@@ -118,6 +120,7 @@ def pgd_budgets(
         best_iterate: bool = False,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: bool = False,
 ) -> List[torch.Tensor]:
     """`pgd` at several iteration budgets from one run of the longest.
 
@@ -129,7 +132,7 @@ def pgd_budgets(
     Args:
         budgets: Iteration counts (>= 0), in any order; duplicates allowed.
         model, x, y, space, eps, step, norm, targeted, targets, random_start, clean_start_prob, loss_fn,
-            best_iterate, generator, autocast_dtype: See `pgd`.
+            best_iterate, generator, autocast_dtype, progress: See `pgd`.
 
     Returns:
         One tensor per entry of `budgets`, in the given order, each as `pgd` returns it.
@@ -179,7 +182,7 @@ def pgd_budgets(
 
     at_budget = {}
     if not best_iterate:
-        for i in range(steps + 1):
+        for i in iterations(steps + 1, 'pgd', progress):
             if i in wanted:
                 at_budget[i] = x_adv.to(x_in.dtype)
             if i == steps:
@@ -192,7 +195,7 @@ def pgd_budgets(
     prune = not _uses_batch_stats(model)
     best = BestIterate(x_adv)
     active = torch.arange(x.shape[0], device=x.device)
-    for i in range(steps + 1):
+    for i in iterations(steps + 1, 'pgd', progress):
         if i < steps:
             grad, logits, loss = input_gradient(model, x_adv, goal[active], loss_fn, autocast_dtype)
         else:
@@ -327,6 +330,7 @@ class PGD(Attack):
             best_iterate=self.best_iterate,
             generator=self.generator,
             autocast_dtype=self.autocast_dtype,
+            progress=self.progress,
         )
 
     def extra_repr(self) -> str:

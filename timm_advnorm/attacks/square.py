@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import hard_labels, project, uniform
+from .base import hard_labels, iterations, project, uniform
 from .core import is_clearly_fooled, rounding_tolerance
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, forward_logits
@@ -62,6 +62,7 @@ def _square_run(
         rescale_schedule: bool,
         generator: Optional[torch.Generator],
         autocast_dtype: Optional[torch.dtype],
+        progress: bool,
 ) -> None:
     """One random-search run on batch rows `rows` (`x` and `labels` restricted to them), recording into `best`."""
     b, c, h, w = x.shape
@@ -72,7 +73,7 @@ def _square_run(
     best.update(rows, x_best, fooled, -margin_best)
     grid_h = torch.arange(h, device=x.device)
     grid_w = torch.arange(w, device=x.device)
-    for i in range(n_queries - 2):
+    for i in iterations(n_queries - 2, 'square', progress):
         if fooled.any():
             keep = ~fooled
             x, labels, rows, x_best = x[keep], labels[keep], rows[keep], x_best[keep]
@@ -111,6 +112,7 @@ def square(
         rescale_schedule: bool = False,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: bool = False,
 ) -> torch.Tensor:
     """Untargeted Square attack, L∞, by random search on the margin loss; forward passes only.
 
@@ -126,6 +128,7 @@ def square(
         rescale_schedule: Map the 10000-query schedule of p onto `n_queries` (AutoAttack standard: no).
         generator: Source of the stripes, window positions and signs.
         autocast_dtype: Forward under autocast at this dtype.
+        progress: Show a transient progress bar over the queries.
 
     Returns:
         Adversarial inputs (normalized, `x`'s shape and dtype): per sample the first fooling point, else the one
@@ -146,7 +149,7 @@ def square(
     with torch.no_grad():
         for rows in best.restarts(n_restarts):
             _square_run(model, x[rows], labels[rows], rows, best, space, radius, n_queries, p_init, rescale_schedule,
-                        generator, autocast_dtype)
+                        generator, autocast_dtype, progress)
     return best.x.to(x_in.dtype)
 
 
@@ -189,7 +192,7 @@ class Square(EvalAttack):
     def perturb(self, model, x, y, targets):
         return square(model, x, y, space=self.space, eps=self.eps, n_queries=self.n_queries, p_init=self.p_init,
                       n_restarts=self.n_restarts, rescale_schedule=self.rescale_schedule, generator=self.generator,
-                      autocast_dtype=self.autocast_dtype)
+                      autocast_dtype=self.autocast_dtype, progress=self.progress)
 
     def extra_repr(self) -> str:
         return (f'n_queries={self.n_queries}, p_init={self.p_init:g}, n_restarts={self.n_restarts}, '

@@ -49,12 +49,14 @@ class EvalContext:
         input_size: (C, H, W) of the model's inputs (for budgets scaled by the input dimension).
         autocast_dtype: Autocast dtype of forwards and attacks (``None``: full precision).
         fold_bn: Let attacks fold BN into convolutions (exact; faster).
+        progress: Let long attacks show a progress bar over their iterations (`Attack.progress`).
     """
 
     space: InputSpace
     input_size: Tuple[int, int, int]
     autocast_dtype: Optional[torch.dtype] = None
     fold_bn: bool = True
+    progress: bool = False
 
 
 @torch.no_grad()
@@ -121,11 +123,13 @@ class CleanStage(Stage):
 def build_attack(spec: AttackSpec, ctx: EvalContext, seed: int, autocast_dtype: Optional[torch.dtype] = None):
     """The configured attack of `spec` (a clear error if the registry does not know it or rejects its arguments)."""
     try:
-        return create_attack(spec.attack, space=ctx.space, eps=resolve_eps(spec, ctx.input_size),
-                             autocast_dtype=autocast_dtype, seed=seed, fold_bn=ctx.fold_bn, **spec.kwargs)
+        attack = create_attack(spec.attack, space=ctx.space, eps=resolve_eps(spec, ctx.input_size),
+                               autocast_dtype=autocast_dtype, seed=seed, fold_bn=ctx.fold_bn, **spec.kwargs)
     except TypeError as e:
         raise ValueError(
             f'Attack {spec.label!r} ({spec.attack}) rejected its configuration {dict(spec.kwargs)}: {e}') from e
+    attack.progress = ctx.progress
+    return attack
 
 
 #: Per-sample result columns of an attack stage besides ``position`` and ``attacked``.
