@@ -133,6 +133,71 @@ def test_conv_subclass_and_shared_conv_output_are_not_folded():
     assert find_conv_bn_pairs(Residual().eval()) == []
 
 
+class _ConvBN(nn.Module):
+    def __init__(self, conv: nn.Module = None):
+        super().__init__()
+        self.conv = conv if conv is not None else nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+def test_hooked_or_reparametrized_layers_are_not_folded():
+    """A hook would be dropped with the BN or see the folded weight; hook-based weight norm breaks the copy."""
+    hooked_bn = _randomize_bn(_ConvBN()).eval()
+    hooked_bn.bn.register_forward_hook(lambda module, args, out: 2 * out)
+    pre_hooked_conv = _randomize_bn(_ConvBN()).eval()
+    pre_hooked_conv.conv.register_forward_pre_hook(lambda module, args: (args[0] + 1,))
+    weight_normed = _randomize_bn(_ConvBN(nn.utils.weight_norm(nn.Conv2d(3, 4, 3, padding=1)))).eval()
+    for model in (hooked_bn, pre_hooked_conv, weight_normed):
+        assert find_conv_bn_pairs(model) == []
+        assert fold_batchnorm(model) is model
+
+
+def test_conv_weight_read_elsewhere_is_not_folded():
+    class TiedWeight(_ConvBN):
+        def forward(self, x):
+            return self.bn(self.conv(x)) + nn.functional.conv2d(x, self.conv.weight, padding=1)
+
+    assert find_conv_bn_pairs(TiedWeight().eval()) == []
+
+
+def test_folder_keeps_layouts_for_a_model_viewing_feature_maps():
+    """``.view`` of a feature map fails on the channels_last layout of the CPU default: the folder checks once."""
+    class Viewing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features, self.fc = _ConvBN(), nn.Linear(4 * 8 * 8, 10)
+
+        def forward(self, x):
+            return self.fc(self.features(x).view(x.shape[0], -1))
+
+    model = _randomize_bn(Viewing()).double().eval()
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with pytest.raises(RuntimeError):
+        fold_batchnorm(model)(x)
+    folded = BatchNormFolder()(model, x)
+    assert folded is not model and not isinstance(folded.features.bn, nn.BatchNorm2d)
+    torch.testing.assert_close(folded(x), model(x))
+    space = InputSpace.from_model(model)
+    y = torch.tensor([0, 1])
+    torch.testing.assert_close(PGD(space, steps=2, seed=0)(model, x, y),
+                               PGD(space, steps=2, seed=0, fold_bn=False)(model, x, y))
+
+
+def test_folder_falls_back_to_the_model_when_the_fold_changes_the_function():
+    """What tracing cannot see (here: a global forward hook doubling every BN output) is caught by the check."""
+    model = _model('test_resnet')
+    x = torch.randn(2, 3, IMG, IMG, dtype=torch.float64)
+    handle = nn.modules.module.register_module_forward_hook(
+        lambda module, args, out: 2 * out if isinstance(module, _BatchNorm) else out)
+    try:
+        assert BatchNormFolder()(model, x) is model
+    finally:
+        handle.remove()
+
+
 def test_untraceable_model_falls_back():
     class DataDependent(nn.Module):
         def __init__(self):

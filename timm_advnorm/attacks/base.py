@@ -278,7 +278,7 @@ class Attack:
             if self.targeted and targets is None:
                 targets = random_targets(hard_labels(y), num_classes_of(model, x, y), self.generator)
             if self.fold_bn and self.bn_stats == 'running':
-                model = self._fold(model)
+                model = self._fold(model, x)
             return perturb(model, x, y, targets)
 
     def extra_repr(self) -> str:

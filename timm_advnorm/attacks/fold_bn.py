@@ -8,7 +8,9 @@ attack, so folding once per attack call pays for itself after a fraction of one 
 
 Only what provably is "convolution feeding one BN" is folded. The model is traced symbolically with torch.fx (timm's
 no-trace modules stay leaves), and a (conv, BN) pair is folded only if both are of an exact known type, each is
-called exactly once, and the convolution's output goes to that BN alone. A model that does not trace, a module
+called exactly once, neither has hooks (a hook would be lost or see the folded weight; hook-based weight or spectral
+norm among them) nor parameters read elsewhere in the graph, and the convolution's output goes to that BN alone.
+A model that does not trace, a module
 called twice (e.g. `LogitInterpolation` runs the network once per route), a BN in training mode, without running
 statistics or on the ``split`` or ``interleaved`` route stays unfolded. Mixture BN folds the branch of its current
 route (``clean``, ``adv``, or the ``mix`` interpolation, itself affine).
@@ -39,6 +41,7 @@ _PLAIN_BN_TYPES = (nn.BatchNorm2d, nn.SyncBatchNorm)
 _MIXTURE_BN_TYPES = (MixtureBatchNorm2d, SyncMixtureBatchNorm2d)
 _BN_ACT_TYPES = (BatchNormAct2d, MixtureBatchNormAct2d, SyncMixtureBatchNormAct2d)
 _BN_TYPES = _PLAIN_BN_TYPES + _MIXTURE_BN_TYPES + _BN_ACT_TYPES
+_HOOK_DICTS = ('_forward_hooks', '_forward_pre_hooks', '_backward_hooks', '_backward_pre_hooks')
 
 
 class _LeafTracer(torch.fx.Tracer):
@@ -50,6 +53,10 @@ class _LeafTracer(torch.fx.Tracer):
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return type(m) in self._leaves or super().is_leaf_module(m, module_qualified_name)
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    return any(getattr(module, name, None) for name in _HOOK_DICTS)
 
 
 def find_conv_bn_pairs(model: nn.Module) -> List[Tuple[str, str]]:
@@ -67,15 +74,19 @@ def find_conv_bn_pairs(model: nn.Module) -> List[Tuple[str, str]]:
         _logger.debug('BN folding disabled: %s does not trace symbolically (%s).', type(model).__name__, e)
         return []
     calls = Counter(n.target for n in graph.nodes if n.op == 'call_module')
+    read_owners = {n.target.rpartition('.')[0] for n in graph.nodes if n.op == 'get_attr'}
     modules = dict(model.named_modules())
+
+    def foldable(name: str, types: Tuple[type, ...]) -> bool:
+        module = modules[name]
+        return type(module) in types and calls[name] == 1 and name not in read_owners and not _has_hooks(module)
+
     pairs = []
     for node in graph.nodes:
-        if node.op != 'call_module' or type(modules[node.target]) not in _CONV_TYPES or calls[node.target] != 1:
-            continue
-        if len(node.users) != 1:
+        if node.op != 'call_module' or not foldable(node.target, _CONV_TYPES) or len(node.users) != 1:
             continue
         user = next(iter(node.users))
-        if user.op != 'call_module' or type(modules[user.target]) not in _BN_TYPES or calls[user.target] != 1:
+        if user.op != 'call_module' or not foldable(user.target, _BN_TYPES):
             continue
         if user.args != (node,) or user.kwargs:
             continue
@@ -170,22 +181,59 @@ def fold_batchnorm(
     return folded
 
 
+def _agrees_on(folded: nn.Module, model: nn.Module, example: torch.Tensor) -> bool:
+    """Whether `folded` runs on `example` and matches `model` there up to the rounding folding changes."""
+    try:
+        with torch.no_grad():
+            got, expected = folded(example), model(example)
+    except RuntimeError:  # e.g. a `.view` of a feature map on the channels_last layout
+        return False
+    tolerance = max(1e-3, 64 * torch.finfo(expected.dtype).eps)
+    scale = expected.abs().max().item()
+    return torch.allclose(got.float(), expected.float(), rtol=tolerance, atol=tolerance * scale)
+
+
 class BatchNormFolder:
-    """Callable folding a model per call while tracing its structure only once.
+    """Callable folding a model per call while tracing and checking its structure only once.
 
     Weights and statistics change between attack calls during training, so the fold itself is redone every call;
     the (conv, BN) pairs depend only on the model's structure and are traced again only when the model or the
-    types of its modules change.
+    types of its modules change. Given an example input, the first fold of a structure is checked against the model
+    on one sample: code that tracing cannot see (inside timm's no-trace modules, global hooks) or a ``.view`` of a
+    feature map, which fails on the channels_last layout of the CPU default, then falls back to each convolution's
+    own layout, or to no folding, for as long as the structure stays.
     """
 
     def __init__(self):
         self._model: Optional[weakref.ref] = None
         self._signature: Tuple[type, ...] = ()
         self._pairs: List[Tuple[str, str]] = []
+        self._channels_last: Optional[bool] = None  # None: fold_batchnorm's default
+        self._checked = False
 
-    def __call__(self, model: nn.Module) -> nn.Module:
-        """`fold_batchnorm(model)`, reusing the pairs traced for the same model."""
+    def __call__(self, model: nn.Module, example: Optional[torch.Tensor] = None) -> nn.Module:
+        """`fold_batchnorm(model)`, reusing the pairs traced for the same model.
+
+        Args:
+            model: The model, in the mode and route it will be attacked in.
+            example: Inputs the folded copy will see (one sample is used), for the check of a new structure.
+        """
         signature = tuple(type(m) for m in model.modules())
         if self._model is None or self._model() is not model or signature != self._signature:
             self._model, self._signature, self._pairs = weakref.ref(model), signature, find_conv_bn_pairs(model)
-        return fold_batchnorm(model, self._pairs)
+            self._channels_last, self._checked = None, False
+        folded = fold_batchnorm(model, self._pairs, self._channels_last)
+        if self._checked or folded is model or example is None or not len(example):
+            return folded
+        self._checked = True
+        example = example[:1].detach()
+        if _agrees_on(folded, model, example):
+            return folded
+        self._channels_last = False
+        folded = fold_batchnorm(model, self._pairs, channels_last=False)
+        if _agrees_on(folded, model, example):
+            return folded
+        _logger.warning('BN folding disabled for %s: the folded copy does not compute the same function.',
+                        type(model).__name__)
+        self._pairs = []
+        return model
