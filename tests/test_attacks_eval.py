@@ -235,6 +235,28 @@ def test_autoattack_worst_case_is_no_better_than_any_component(model, batch):
     assert robust < 1.0
 
 
+class _LogitShift(nn.Module):
+    """Adds a constant to every logit: no prediction changes, but the attacks' rounding tolerance grows with it."""
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits + 1e4
+
+
+def test_autoattack_scores_misclassification_whatever_the_logit_scale(model, data):
+    """As in the reference, a sample counts as fooled once misclassified, even within the rounding tolerance."""
+    shifted = nn.Sequential(model, _LogitShift()).eval()
+    x, y = data(32, seed=5)
+    with attack_context(shifted):
+        result = autoattack(shifted, x, y, space=SPACE, eps=4, steps=5, n_target_classes=2, n_queries=30,
+                            generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        clean_fooled, adv_fooled = is_fooled(shifted(x), y), is_fooled(shifted(result.x_adv), y)
+    assert clean_fooled.any()
+    assert torch.equal(result.fooled_by == 0, clean_fooled)
+    assert torch.equal(result.fooled_by >= 0, adv_fooled)
+    assert result.robust_accuracy_after('square') == pytest.approx(1 - adv_fooled.float().mean().item())
+
+
 def test_autoattack_run_reports_stages(model, batch):
     x, y = batch
     attack = AutoAttack(SPACE, **CONFIGS['autoattack'], seed=0)

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from .apgd import apgd, apgd_targeted
 from .base import hard_labels
-from .core import attack_context, is_clearly_fooled
+from .core import attack_context, is_clearly_fooled, is_fooled
 from .eval_attack import EvalAttack, forward_logits
 from .fab import fab_targeted
 from .fold_bn import fold_batchnorm
@@ -34,10 +34,11 @@ class AutoAttackResult(NamedTuple):
     """Output of `autoattack`.
 
     Attributes:
-        x_adv: Adversarial inputs (normalized): for each fooled sample the first successful attack's output, for
-            each robust one the first attack's output (APGD-CE: its highest-loss point).
-        fooled_by: (B,) long: index into `stages` of what fooled each sample (0: the clean input is misclassified),
-            -1 for robust samples.
+        x_adv: Adversarial inputs (normalized): for each fooled sample the first successful attack's output (a later
+            one that fools it by more than rounding replaces a marginal fool), for each robust one the first
+            attack's output (APGD-CE: its highest-loss point).
+        fooled_by: (B,) long: index into `stages` of the first that misclassifies each sample (argmax, as the
+            reference scores; 0: the clean input), -1 for robust samples.
         stages: ``('clean', *attacks)``.
     """
 
@@ -115,22 +116,31 @@ def autoattack(
     attacks = _check_attacks(attacks)
     x_in, labels = x.detach(), hard_labels(y)
     x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    clean_fooled = is_clearly_fooled(forward_logits(model, x, autocast_dtype), labels, autocast_dtype=autocast_dtype)
-    fooled_by = torch.where(clean_fooled, 0, -1)
+    fooled, clearly = _fooling(model, x, labels, autocast_dtype)
+    fooled_by = torch.where(fooled, 0, -1)
     x_adv = x.clone()
     for stage, name in enumerate(attacks, start=1):
-        rows = (fooled_by < 0).nonzero().squeeze(1)
+        rows = (~clearly).nonzero().squeeze(1)
         if not rows.numel():
             break
         out = _run_component(name, model, x[rows], labels[rows], space, eps, steps, n_target_classes, n_queries,
                              generator, autocast_dtype)
-        fooled = is_clearly_fooled(forward_logits(model, out, autocast_dtype), labels[rows],
-                                   autocast_dtype=autocast_dtype)
-        if stage == 1:
-            x_adv[rows] = out
-        x_adv[rows[fooled]] = out[fooled]
-        fooled_by[rows[fooled]] = stage
+        out_fooled, out_clearly = _fooling(model, out, labels[rows], autocast_dtype)
+        # a clear fool beats a marginal one; the first attack's output stands for samples nothing has fooled yet
+        take = out_clearly | (~fooled[rows] & (out_fooled | (stage == 1)))
+        x_adv[rows[take]] = out[take]
+        fooled_by[rows[out_fooled & ~fooled[rows]]] = stage
+        fooled[rows] |= out_fooled
+        clearly[rows] |= out_clearly
     return AutoAttackResult(x_adv.to(x_in.dtype), fooled_by, ('clean',) + attacks)
+
+
+def _fooling(model: nn.Module, x: torch.Tensor, labels: torch.Tensor,
+             autocast_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per sample: misclassified (what is scored, as in the reference), and misclassified past the rounding tolerance
+    (what needs no further attack: a marginal fool may flip when the evaluator scores at another precision)."""
+    logits = forward_logits(model, x, autocast_dtype)
+    return is_fooled(logits, labels), is_clearly_fooled(logits, labels, autocast_dtype=autocast_dtype)
 
 
 @register_attack('autoattack')
