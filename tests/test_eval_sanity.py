@@ -140,14 +140,15 @@ def test_randomized_outputs_are_flagged(trained, digits):
 
 
 def _synthetic_plan(accuracies, linf=None, n=100):
-    """A plan without sanity probes, and a table where each attack has the given accuracy on `n` samples."""
+    """A plan without sanity probes, and a table where each attack has the given accuracy on `n` samples (the
+    correct ones of a lower accuracy are among those of a higher one), or the given per-sample correctness."""
     specs = (AttackSpec('pgd-5', 'pgd', 8.0, dict(steps=5)), AttackSpec('pgd-10', 'pgd', 8.0, dict(steps=10)),
              AttackSpec('square', 'square', 8.0, dict(n_queries=10), threat='black-box'))
     plan = build_plan(Protocol('test', 'test', 'test', specs), sanity_samples=0)
     positions = torch.arange(n)
     records = [make_record('model', 'clean', 0, dict(position=positions, correct=torch.ones(n, dtype=torch.bool)))]
     for label, accuracy in accuracies.items():
-        correct = positions < round(accuracy * n)
+        correct = accuracy if isinstance(accuracy, torch.Tensor) else positions < round(accuracy * n)
         size = torch.full((n,), linf if linf is not None else 8.0)
         records.append(make_record('model', label, 0, dict(
             position=positions, attacked=torch.ones(n, dtype=torch.bool), correct=correct, pred=positions,
@@ -171,6 +172,21 @@ def test_rises_within_sampling_noise_are_not_findings():
     plan, table = _synthetic_plan(dict(zip(('pgd-5', 'pgd-10', 'square'), (0.25, 0.5, 0.5))), n=8)
     checks = {c.name: c for c in run_sanity_checks(table, 'model', plan, 10, (3, 16, 16))}
     assert checks['more_iterations_do_not_help'].status == 'pass'  # 2 of 8 samples: noise
+
+
+def test_rises_are_judged_sample_by_sample():
+    """The same 10 of 64 images all flipping to correct is a finding (sign test p < 0.001), though the two accuracies
+    as independent estimates would differ by less than 2 standard errors; flips both ways that cancel are not."""
+    plan, table = _synthetic_plan(dict(zip(('pgd-5', 'pgd-10', 'square'), (19 / 64, 29 / 64, 19 / 64))), n=64)
+    checks = {c.name: c for c in run_sanity_checks(table, 'model', plan, 10, (3, 16, 16))}
+    assert checks['more_iterations_do_not_help'].status == 'fail'
+    assert checks['blackbox_not_stronger'].status == 'pass'
+
+    first_half = torch.arange(64) < 32
+    plan, table = _synthetic_plan(dict(zip(('pgd-5', 'pgd-10', 'square'), (first_half, ~first_half, first_half))),
+                                  n=64)
+    checks = {c.name: c for c in run_sanity_checks(table, 'model', plan, 10, (3, 16, 16))}
+    assert checks['more_iterations_do_not_help'].status == 'pass'
 
 
 def test_a_perturbation_beyond_its_budget_is_reported():

@@ -9,7 +9,8 @@ reads the per-sample results of one variant and returns a `Check`:
 * ``gradients_not_masked``: few samples have a zero or non-finite input gradient (quantized inputs, saturated
   softmax);
 * ``accuracy_falls_to_zero``: accuracy under PGD at a huge L∞ budget (128/255) is ~0;
-* ``accuracy_decreases_with_eps``: accuracy does not rise with ε (beyond a slack and sampling noise, as below);
+* ``accuracy_decreases_with_eps``: accuracy does not rise with ε (beyond a slack and sampling noise: the two
+  accuracies are compared sample by sample, on the samples both scored, by the samples that flip between them);
 * ``more_iterations_do_not_help``: more iterations never raise accuracy (sanity probe, and every group of the
   protocol's attacks that differ only in iterations, e.g. the PGD-10...2000 sweep of ``xie2020``);
 * ``blackbox_not_stronger``: a black-box attack (Square) does not beat the white-box ones;
@@ -42,8 +43,9 @@ class SanityThresholds:
     Args:
         zero_accuracy: Largest accuracy at the huge budget still counted as ~0.
         monotonic: Slack for "does not rise" (independent random starts make small rises possible).
-        z: A rise must also exceed this many standard errors of the difference of the two accuracies: on a
-            64-sample sanity prefix one sample is 1.6 points, sampling noise rather than a finding.
+        z: A rise must also exceed this many standard errors of the paired difference of the two accuracies
+            (McNemar: from the samples that flip either way), so that a flip or two on a small prefix is noise,
+            while the same images flipping one way in numbers is a finding.
         masked_fraction: Largest fraction of zero/non-finite input gradients.
         determinism: Largest relative logit change between two identical forwards.
         budget: Slack on ε (0-255 scale) for rounding in normalized space.
@@ -74,14 +76,21 @@ def _accuracy(table: ResultTable, variant: str, stage: str) -> float:
     return float(np.mean(table.column(variant, stage, 'correct')))
 
 
-def _samples(table: ResultTable, variant: str, stage: str) -> int:
-    return len(table.get(variant, stage)['position'])
+def _rises(table: ResultTable, variant: str, before: str, after: str, thresholds: SanityThresholds) -> bool:
+    """Whether accuracy rises from stage `before` to stage `after` beyond the slack and beyond sampling noise.
 
-
-def _rises(before: float, after: float, samples: int, thresholds: SanityThresholds) -> bool:
-    """Whether an accuracy rises from `before` to `after` beyond the slack and beyond sampling noise."""
-    noise = math.sqrt((before * (1 - before) + after * (1 - after)) / max(samples, 1))
-    return after > before + max(thresholds.monotonic, thresholds.z * noise)
+    Both are measured on the same images, so the difference is judged by the samples that flip: with ``up`` of
+    them correct only after and ``down`` only before, out of ``n`` scored by both, the standard error of the
+    difference of accuracies is ``sqrt(up + down - (up - down)**2 / n) / n``.
+    """
+    first, second = table.get(variant, before), table.get(variant, after)
+    _, i, j = np.intersect1d(first['position'], second['position'], assume_unique=True, return_indices=True)
+    if not len(i):
+        return False
+    was, now = first['correct'][i].astype(bool), second['correct'][j].astype(bool)
+    n, up, down = len(i), int(np.sum(now & ~was)), int(np.sum(was & ~now))
+    noise = math.sqrt(max(up + down - (up - down) ** 2 / n, 0.0)) / n
+    return (up - down) / n > max(thresholds.monotonic, thresholds.z * noise)
 
 
 def _outputs_not_random(table, variant, num_classes) -> Check:
@@ -133,9 +142,9 @@ def _falls_to_zero(table, variant, plan, thresholds) -> Check:
 
 
 def _decreases_with_eps(table, variant, plan, thresholds) -> Check:
+    stages = [stage for _, stage in plan.sanity.sweep]
     curve = [(eps, _accuracy(table, variant, stage)) for eps, stage in plan.sanity.sweep]
-    samples = _samples(table, variant, plan.sanity.sweep[0][1])
-    rises = [(a, b) for (_, a), (_, b) in zip(curve, curve[1:]) if _rises(a, b, samples, thresholds)]
+    rises = [pair for pair in zip(stages, stages[1:]) if _rises(table, variant, *pair, thresholds)]
     return Check('accuracy_decreases_with_eps', FAIL if rises else PASS,
                  'accuracy rises with eps' if rises else 'accuracy does not rise with eps',
                  dict(curve=[dict(eps=e, accuracy=a) for e, a in curve]))
@@ -162,13 +171,19 @@ def _more_iterations(table, variant, plan, thresholds) -> Check:
         curves += [[spec.label for spec in group] for group in _step_groups(plan)]
     if not curves:
         return Check('more_iterations_do_not_help', SKIP, 'no attacks differing in iterations')
-    curves = [[(stage, _accuracy(table, variant, stage), _samples(table, variant, stage)) for stage in curve]
-              for curve in curves]
-    rises = [(a, b) for curve in curves for a, b in zip(curve, curve[1:]) if _rises(a[1], b[1], b[2], thresholds)]
-    message = ', '.join(f'{a[0]} {a[1]:.3f} -> {b[0]} {b[1]:.3f}' for a, b in rises) if rises else \
-        'accuracy never rises with more iterations'
+    rises = [pair for curve in curves for pair in zip(curve, curve[1:]) if _rises(table, variant, *pair, thresholds)]
+    message = ', '.join(f'{a} {_accuracy(table, variant, a):.3f} -> {b} {_accuracy(table, variant, b):.3f}'
+                        for a, b in rises) if rises else 'accuracy never rises with more iterations'
     return Check('more_iterations_do_not_help', FAIL if rises else PASS, message,
-                 dict(curves=[[dict(stage=s, accuracy=a) for s, a, _ in curve] for curve in curves]))
+                 dict(curves=[[dict(stage=s, accuracy=_accuracy(table, variant, s)) for s in curve]
+                              for curve in curves]))
+
+
+def _against_whitebox(table, variant, blackbox: str, whitebox: Sequence[str], thresholds) -> Dict[str, Any]:
+    """The black-box stage against the strongest white-box one: may its accuracy be lower beyond noise?"""
+    best = min(whitebox, key=lambda stage: _accuracy(table, variant, stage))
+    return dict(blackbox=blackbox, accuracy=_accuracy(table, variant, blackbox),
+                best_whitebox=_accuracy(table, variant, best), ok=not _rises(table, variant, blackbox, best, thresholds))
 
 
 def _blackbox(table, variant, plan, thresholds) -> Check:
@@ -180,22 +195,17 @@ def _blackbox(table, variant, plan, thresholds) -> Check:
             if spec.threat == 'black-box':
                 survived, accuracy = _accuracy(table, variant, before.label), _accuracy(table, variant, spec.label)
                 comparisons.append(dict(blackbox=spec.label, extra_broken=survived - accuracy, ok=not _rises(
-                    accuracy, survived, _samples(table, variant, spec.label), thresholds)))
+                    table, variant, spec.label, before.label, thresholds)))
     else:
         for spec in specs:
             if spec.threat != 'black-box':
                 continue
             rivals = [s.label for s in specs if s.threat == 'white-box' and s.eps == spec.eps]
             if rivals:
-                best = min(_accuracy(table, variant, label) for label in rivals)
-                accuracy = _accuracy(table, variant, spec.label)
-                comparisons.append(dict(blackbox=spec.label, accuracy=accuracy, best_whitebox=best, ok=not _rises(
-                    accuracy, best, _samples(table, variant, spec.label), thresholds)))
+                comparisons.append(_against_whitebox(table, variant, spec.label, rivals, thresholds))
     if plan.sanity is not None and plan.sanity.blackbox is not None:
-        accuracy = _accuracy(table, variant, plan.sanity.blackbox)
-        best = min(_accuracy(table, variant, stage) for stage in plan.sanity.more_iterations)
-        comparisons.append(dict(blackbox=plan.sanity.blackbox, accuracy=accuracy, best_whitebox=best, ok=not _rises(
-            accuracy, best, _samples(table, variant, plan.sanity.blackbox), thresholds)))
+        comparisons.append(_against_whitebox(table, variant, plan.sanity.blackbox, plan.sanity.more_iterations,
+                                             thresholds))
     if not comparisons:
         return Check('blackbox_not_stronger', SKIP, 'no black-box attack ran')
     ok = all(c['ok'] for c in comparisons)
