@@ -191,8 +191,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('several --steps make a sweep of --attacks; a --protocol takes one count')
     if args.verify_amp and not args.amp:
         parser.error('--verify-amp checks an --amp evaluation; add --amp')
-    if args.num_samples < 0 or args.batch_size < 1 or args.sanity_samples < 0 or args.verify_amp < 0:
-        parser.error('--num-samples, --sanity-samples and --verify-amp must be >= 0, --batch-size >= 1')
+    if args.num_samples < 0 or args.sanity_samples < 0 or args.verify_amp < 0:
+        parser.error('--num-samples, --sanity-samples and --verify-amp must be >= 0')
+    if args.batch_size < 1 or args.sanity_steps < 1:
+        parser.error('--batch-size and --sanity-steps must be >= 1')
     return args
 
 

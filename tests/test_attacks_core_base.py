@@ -32,6 +32,7 @@ def test_random_l2_start_lies_in_the_pixel_ball():
     norms = pixel_l2_norm(delta, std)
     assert norms.max() <= 0.5 + 1e-6
     assert norms.min() > 0.4, 'uniform in a 192-dim ball puts almost all mass near the sphere'
+    assert random_l2_start(x[:0], 0.5, std, torch.Generator().manual_seed(0)).shape == x[:0].shape
 
 
 def test_projections_bound_the_perturbation():

@@ -138,7 +138,7 @@ def test_bad_input_is_a_one_line_error(digits_dir, tmp_path, capsys, extra, mess
 @pytest.mark.parametrize('extra', [
     ['--protocol', 'madry'], ['--protocol', 'xie2020', '--attacks', 'pgd'], ['--verify-amp', '4'],
     ['--targeted'], ['--num-samples', '-1'], ['--model', ''], ['--attacks', 'pgd', '--steps', '5', '5'],
-    ['--protocol', 'xie2020', '--steps', '5', '10']])
+    ['--protocol', 'xie2020', '--steps', '5', '10'], ['--sanity-steps', '0'], ['--batch-size', '0']])
 def test_bad_arguments_are_a_one_line_usage_error(capsys, extra):
     with pytest.raises(SystemExit) as exit_info:
         validate_adv.parse_args(['--model', 'test_mbn_resnet', *extra])

@@ -11,6 +11,7 @@ Random draws come from an optional `torch.Generator` (on any device; the draw is
 seeded attack is reproducible on CPU and GPU alike.
 """
 import logging
+import math
 from typing import Callable, Iterable, Optional, Sequence, TypeVar, Union
 
 import torch
@@ -126,7 +127,7 @@ def random_l2_start(
     Direction: a normalized Gaussian; length: ``radius * u ** (1 / d)`` for uniform volume in d dimensions.
     """
     gauss = normal(x.shape, x, generator)
-    dims = gauss[0].numel()
+    dims = math.prod(x.shape[1:])
     direction = gauss / gauss.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (x.dim() - 1)))
     length = radius * uniform((x.shape[0],), x, generator) ** (1.0 / dims)
     return direction * length.view(-1, *([1] * (x.dim() - 1))) / std

@@ -222,8 +222,9 @@ def pgd_budgets(
 class PGD(Attack):
     """Configured PGD attack (see `pgd`); ``PGD(space)(model, x, y)`` returns adversarial inputs.
 
-    Defaults follow the evaluation attacker of Xie & Yuille (2020) with 10 iterations: L∞ ε=16, step 1 with the
-    ``max(step, ε / N)`` rule, random start, best iterate. Their training attacker is
+    Defaults follow the evaluation attacker of Xie & Yuille (2020) with 10 iterations (L∞ ε=16, step 1 with the
+    ``max(step, ε / N)`` rule, random start, best iterate) except that it is untargeted unless ``targeted=True``:
+    their evaluation is targeted (the `xie2020` protocol sets it). Their training attacker is
     ``PGD(space, eps=16, step=1, steps=30, targeted=True, clean_start_prob=0.2, best_iterate=False)``.
 
     Args:

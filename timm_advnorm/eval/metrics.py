@@ -9,8 +9,10 @@
   last iterate (pushed past the boundary, not stopped on it), use a pixel-scale L2 radius of 1.0 and step 0.2, and
   integrate with 128 evenly spaced points. ``j`` is the attack's target, which is the prediction on ``x*`` whenever
   the attack succeeds (NoFrost states it that way). We measure ``||x - x*||_2`` on the [0, 1] pixel scale, so values
-  do not depend on the model's normalization; Yang et al. and NoFrost measure in their normalized input units
-  (larger by about 1/std ≈ 4.4 for ImageNet statistics). Larger is better.
+  do not depend on the model's normalization, and are at most the radius, 1.0. NoFrost's ImageNet values (Table 5:
+  13.8-31.5) cannot come from that radius even in normalized units (at most about 1/std ≈ 4.4): they used a larger
+  one, which the paper does not state, so our values compare models with each other, not with Table 5. Larger is
+  better.
 * **Smoothness** (Zhang et al. 2019, TRADES): ``D(x) = KL(p(x) || p(x*))`` with ``x*`` the last iterate of an
   untargeted L∞ PGD-20 at the protocol's ε (NoFrost's white-box budget). Smaller is better.
 """
