@@ -331,7 +331,7 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
 
     dataset = create_eval_dataset(args, data_config, dist_info)
     indices = seeded_subset(len(dataset), args.num_samples, args.seed)
-    start, stop = shard_range(len(indices), dist_info.rank, dist_info.world_size)
+    start, stop = shard_range(len(indices), dist_info.rank, dist_info.world_size, args.batch_size)
     loader = DataLoader(IndexedSubset(dataset, indices, range(start, stop)), batch_size=args.batch_size,
                         shuffle=False, num_workers=args.workers, pin_memory=args.pin_mem)
 

@@ -47,11 +47,12 @@ def _protocol(aggregation='independent') -> Protocol:
     return Protocol('test', 'test', 'test', specs, aggregation=aggregation, worst_case=True, headline='worst-case')
 
 
-def _run(model, data, protocol, positions=range(NUM_SAMPLES), batch_size=8, state=None, sanity_samples=0):
+def _run(model, data, protocol, positions=range(NUM_SAMPLES), batch_size=8, state=None, sanity_samples=0,
+         **plan_kwargs):
     x, y = data
     indices = seeded_subset(len(x), NUM_SAMPLES, seed=0)
     loader = DataLoader(IndexedSubset(TensorDataset(x, y), indices, positions), batch_size=batch_size)
-    plan = build_plan(protocol, sanity_samples=sanity_samples, sanity_steps=2, sanity_queries=5)
+    plan = build_plan(protocol, sanity_samples=sanity_samples, sanity_steps=2, sanity_queries=5, **plan_kwargs)
     ctx = EvalContext(InputSpace(), (3, 16, 16))
     evaluator = RobustEvaluator(model, model_variants(model), plan.stages, ctx, NUM_CLASSES, NUM_SAMPLES, seed=0,
                                 device=torch.device('cpu'), state=state)
@@ -83,21 +84,26 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped(model, data, tmp_pat
     _assert_same_tables(ResultTable(full), ResultTable(again))
 
 
-def test_disjoint_shards_reproduce_the_single_process_run(model, data):
+@pytest.mark.parametrize('batch_size, world_size', [(4, 2), (5, 2), (7, 3)])
+def test_disjoint_shards_reproduce_the_single_process_run(model, data, batch_size, world_size):
+    """Also when the shards' sizes are not multiples of the batch size (24 samples in batches of 5 or 7)."""
     protocol = _protocol()
-    _, single = _run(model, data, protocol, batch_size=4)
+    _, single = _run(model, data, protocol, batch_size=batch_size)
     shards = []
-    for rank in range(2):
-        start, stop = shard_range(NUM_SAMPLES, rank, 2)
-        shards += _run(model, data, protocol, positions=range(start, stop), batch_size=4)[1]
+    for rank in range(world_size):
+        start, stop = shard_range(NUM_SAMPLES, rank, world_size, batch_size)
+        shards += _run(model, data, protocol, positions=range(start, stop), batch_size=batch_size)[1]
     _assert_same_tables(ResultTable(single), ResultTable(shards))
 
 
-def test_shard_ranges_are_disjoint_and_cover_the_subset():
-    for n, world in ((10, 3), (2, 4), (24, 2)):
-        ranges = [shard_range(n, r, world) for r in range(world)]
+def test_shard_ranges_are_whole_batches_covering_the_subset():
+    for n, world, batch in ((10, 3, 1), (2, 4, 1), (24, 2, 5), (24, 3, 7), (5, 4, 2)):
+        ranges = [shard_range(n, r, world, batch) for r in range(world)]
         covered = [p for start, stop in ranges for p in range(start, stop)]
         assert covered == list(range(n))
+        assert all(start % batch == 0 for start, stop in ranges if stop > start)
+        counts = [-(-(stop - start) // batch) for start, stop in ranges]
+        assert max(counts) - min(counts) <= 1
 
 
 def test_cascade_attacks_only_the_survivors(model, data):
@@ -137,11 +143,14 @@ def test_unit_seeds_are_stable_and_distinct():
     assert 0 <= derive_seed('x') < 2 ** 63
 
 
-def test_seeded_subset_is_reproducible_sorted_and_complete_when_asked():
+def test_seeded_subset_is_reproducible_complete_when_asked_and_in_random_order():
     subset = seeded_subset(1000, 50, seed=3)
-    assert subset == seeded_subset(1000, 50, seed=3) and subset == sorted(subset) and len(set(subset)) == 50
+    assert subset == seeded_subset(1000, 50, seed=3) and len(set(subset)) == 50
     assert subset != seeded_subset(1000, 50, seed=4)
-    assert seeded_subset(10, 0, seed=0) == list(range(10))
+    assert sorted(seeded_subset(10, 0, seed=0)) == list(range(10))
+    # a dataset listed class by class (100 images per class): any prefix, e.g. the sanity one, spans the classes
+    prefix_classes = {index // 100 for index in seeded_subset(1000, 0, seed=0)[:64]}
+    assert len(prefix_classes) == 10
 
 
 def test_model_mode_is_restored(model, data):
@@ -193,3 +202,15 @@ def test_budgets_read_off_one_run_are_those_attacks_and_never_help_the_model(mod
     for name in RESULT_COLUMNS + ('attacked', 'position'):
         np.testing.assert_allclose(shared.column('model', 'pgd-5', name), reference.column('model', 'pgd-8', name),
                                    atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize('protocol', [_protocol(), _sweep_protocol()], ids=['attack', 'shared-budget'])
+def test_the_fp32_reference_attack_starts_where_the_checked_one_did(model, data, protocol):
+    """Without autocast the AMP check compares fp32 with fp32, so it must agree sample for sample: it may only
+    differ by precision, not by random start (also when the checked attack is read off a longer run)."""
+    _, records = _run(model, data, protocol, amp_samples=NUM_SAMPLES)
+    table = ResultTable(records)
+    checked = protocol.attacks[0].label
+    for column in ('correct', 'pred', 'linf'):
+        np.testing.assert_array_equal(table.column('model', f'amp-fp32/{checked}', column),
+                                      table.column('model', checked, column))

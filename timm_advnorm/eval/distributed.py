@@ -1,8 +1,8 @@
 """Sharded evaluation under ``torchrun``: one process per device, each on a disjoint shard, results gathered.
 
-Each rank evaluates its own contiguous range of the seeded subset (`data.shard_range`) and keeps its own state
-file; at the end every rank's per-sample records are gathered (``all_gather_object``: works with NCCL and gloo) and
-rank 0 summarizes them exactly as it would a single-process run.
+Each rank evaluates its own contiguous run of whole batches of the seeded subset (`data.shard_range`) and keeps its
+own state file; at the end every rank's per-sample records are gathered (``all_gather_object``: works with NCCL and
+gloo) and rank 0 summarizes them exactly as it would a single-process run.
 """
 import logging
 import os

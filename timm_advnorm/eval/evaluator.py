@@ -101,7 +101,7 @@ class RobustEvaluator:
             return None
         record = self.state.get(variant.name, stage.name, start) if self.state is not None else None
         if record is None:
-            seed = derive_seed(self.seed, variant.name, stage.name, start)
+            seed = derive_seed(self.seed, variant.name, stage.seed_name or stage.name, start)
             columns = stage.run(net, batch.select(rows), previous, self.ctx, seed)
             record = make_record(variant.name, stage.name, start, columns)
             self.computed += 1

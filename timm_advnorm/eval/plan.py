@@ -175,7 +175,8 @@ def build_plan(
             for Square to beat even a masked model reliably).
         metrics: Robustness metrics to compute (default: the protocol's); ``margin`` comes with the clean stage.
         metric_samples: Compute thickness and smoothness on this prefix only (``None``: every sample).
-        amp_samples: With autocast, check bf16 against fp32 on this prefix (0: no check).
+        amp_samples: With autocast, check bf16 against fp32 on this prefix (0: no check); the fp32 attack starts
+            where the attack it checks started.
         share_budgets: Read PGD attacks that differ only in iterations off one run of the longest (``False``: each
             its own run, with its own random start).
     """
@@ -199,7 +200,9 @@ def build_plan(
         reference = next((spec for spec in protocol.attacks if spec.threat == 'white-box'), None)
         if reference is not None:
             name = f'amp-fp32/{reference.label}'
+            checked = next(stage for stage in stages if stage.name == reference.label)
             stages.append(AttackStage(reference, after='amp-fp32/clean', attack_all=reference.targeted, name=name,
-                                      limit=amp_samples, full_precision=True))
+                                      limit=amp_samples, full_precision=True,
+                                      seed_name=getattr(checked, 'source', checked.name)))
             amp_pairs.append((reference.label, name))
     return EvalPlan(protocol, tuple(stages), sanity, metrics, tuple(amp_pairs), amp_samples)

@@ -84,10 +84,13 @@ class Stage:
     Attributes:
         name: Results key (``clean``, ``pgd-t-2000``, ``sanity/gradient``).
         limit: Run only on samples at subset positions below this (sanity and verification subsets).
+        seed_name: Draw the random numbers of the stage of this name (``None``: its own), so that an fp32
+            reference of an attack starts where the attack it checks started.
     """
 
     name: str = ''
     limit: Optional[int] = None
+    seed_name: Optional[str] = None
 
     def rows(self, positions: torch.Tensor) -> torch.Tensor:
         """Boolean mask of the batch rows this stage covers."""
@@ -162,13 +165,15 @@ class AttackStage(Stage):
         full_precision: Ignore the context's autocast.
         shorter_budgets: With a PGD `spec`, also score its results after these fewer iterations, read off the same
             run (`PGD.at_budgets`), as the result columns suffixed ``@N`` (for `BudgetStage`).
+        seed_name: See `Stage`.
     """
 
     def __init__(self, spec: AttackSpec, after: str = 'clean', attack_all: bool = False, name: Optional[str] = None,
-                 limit: Optional[int] = None, full_precision: bool = False, shorter_budgets: Sequence[int] = ()):
+                 limit: Optional[int] = None, full_precision: bool = False, shorter_budgets: Sequence[int] = (),
+                 seed_name: Optional[str] = None):
         self.spec, self.after, self.attack_all = spec, after, attack_all
         self.name, self.limit, self.full_precision = name or spec.label, limit, full_precision
-        self.shorter_budgets = tuple(shorter_budgets)
+        self.shorter_budgets, self.seed_name = tuple(shorter_budgets), seed_name
 
     def run(self, model, batch, previous, ctx, seed):
         autocast_dtype = None if self.full_precision else ctx.autocast_dtype
