@@ -10,7 +10,7 @@ written atomically by timm's `CheckpointSaver`.
 """
 import logging
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
@@ -81,6 +81,23 @@ def _check_args(args) -> None:
         raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
 
 
+def epoch_schedule(args, passes_per_image: float) -> Tuple[int, List[int], int]:
+    """Epochs, decay milestones and running-statistics epochs of the run.
+
+    With ``--same-budget`` all three are divided by the method's passes per image, so that the run costs what
+    ``--epochs`` of vanilla training would and keeps the recipe's proportions (Xie & Yuille's last 10 of 110 epochs).
+    """
+    epochs, milestones, running = args.epochs, list(args.decay_milestones), args.running_stats_epochs
+    if not args.same_budget:
+        return epochs, milestones, running
+
+    def scaled(n: int) -> int:
+        return max(1, int(round(n / passes_per_image)))
+
+    epochs = scaled(epochs)
+    return epochs, [scaled(m) for m in milestones], min(epochs, scaled(running)) if running else 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     setup_default_logging()
     args, args_text = parse_args(argv)
@@ -121,10 +138,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         criterion_kwargs=dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None), device=device,
         verbose=args.rank == 0, **_method_kwargs(args, space, num_classes))
     task.to(device)
-    if args.method == 'fast_advprop' and args.shuffle_bn and not args.distributed:
-        _logger.warning('Fast AdvProp in one process: shuffle BN needs several (torchrun), so adversarial rows are '
-                        'normalized with the statistics of the batch they were made from (label leaking, Mei et '
-                        'al. Sec. 3.2.1).')
+    if args.method == 'fast_advprop' and args.shuffle_bn and (not args.distributed or args.sync_bn):
+        _logger.warning('Fast AdvProp %s: adversarial rows are normalized with statistics of the batch they were '
+                        'made from, so shuffle BN cannot prevent label leaking (Mei et al. Sec. 3.2.1).',
+                        'with --sync-bn' if args.distributed else 'in one process (shuffle BN needs torchrun)')
 
     optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
                                     momentum=args.momentum)
@@ -137,12 +154,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                          log_info=args.rank == 0)
         start_epoch = resumed or 0
 
-    epochs = args.epochs
-    milestones = list(args.decay_milestones)
-    if args.same_budget:
-        scale = task.passes_per_image
-        epochs = max(1, int(round(args.epochs / scale)))
-        milestones = [max(1, int(round(m / scale))) for m in milestones]
+    epochs, milestones, running_stats_epochs = epoch_schedule(args, task.passes_per_image)
 
     batch_size = int(round(args.batch_size * getattr(task, 'batch_scale', 1.0)))
     train_set = create_dataset(dataset_name, root=root, split=args.train_split, is_training=True,
@@ -195,7 +207,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for epoch in range(start_epoch, epochs):
         if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
             loader_train.sampler.set_epoch(epoch)
-        running = running_stats_active(epoch, epochs, args.running_stats_epochs)
+        running = running_stats_active(epoch, epochs, running_stats_epochs)
         train_metrics = train_one_epoch(
             epoch, task, loader_train, optimizer, device, lr_scheduler=scheduler, amp_dtype=amp_dtype,
             clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,

@@ -217,9 +217,14 @@ def test_fast_advprop_without_rescaling_keeps_the_unsynchronized_ratio():
         torch.testing.assert_close(p_plain, p_synced * expected_ratio[groups[name]], rtol=1e-5, atol=1e-7)
 
 
-def test_fast_advprop_rejects_weights_that_give_the_attacked_rows_no_importance():
-    with pytest.raises(ValueError, match='positive sum'):
-        FastAdvPropTask(_model(), space=SPACE, noise_weight=0.0, adv_weight=0.0)
+def test_fast_advprop_rejects_a_zero_noise_weight_and_batches_without_clean_rows():
+    """The attack steps along the gradient of the weighted noisy loss: weight 0 would leave it a random start."""
+    with pytest.raises(ValueError, match='noise_weight must be > 0'):
+        FastAdvPropTask(_model(), space=SPACE, noise_weight=0.0, adv_weight=0.5)
+    task = FastAdvPropTask(_model(), space=SPACE, eps=1.0)
+    task.train()
+    with pytest.raises(ValueError, match='no clean row'):
+        task(*_batch(1))
 
 
 def _free_port() -> int:
@@ -248,3 +253,43 @@ def test_shuffle_bn_permutation_is_shared_and_lossless(tmp_path):
     assert rows.tolist() != list(range(12)), 'nothing was shuffled'
     expected = torch.randperm(12, generator=torch.Generator().manual_seed(123))
     assert torch.equal(rows, expected), 'ranks did not use the one shared permutation'
+
+
+def _ddp_worker(rank: int, world_size: int, port: int, method: str, out_dir: str):
+    """Two DDP steps of `method` on this rank's own batch; saves the DDP gradients and the local ones of a plain copy
+    that saw the same batch and draws (the average of the local ones over ranks is what DDP must produce)."""
+    import torch.distributed as dist
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=world_size)
+    torch.set_num_threads(1)
+    tasks = []
+    for wrap in (True, False):
+        model = _model()
+        task = (create_task(method, model, space=SPACE, eps=4.0, shuffle_bn=False, seed=0) if method == 'fast_advprop'
+                else create_task(method, model, attack=_attack()))
+        task.train()
+        if wrap:
+            task.prepare_distributed()
+        tasks.append((task, model))
+    grads = {}
+    for step in range(2):
+        x, y = _batch(10, seed=10 * step + rank)
+        for (task, model), name in zip(tasks, ('ddp', 'local')):
+            model.zero_grad(set_to_none=True)
+            task(x, y)['loss'].backward()
+            grads[f'{name}{step}'] = [p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+                                      for p in model.parameters()]
+    torch.save(grads, os.path.join(out_dir, f'rank{rank}.pt'))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('method', ['fast_advprop', 'madry'])
+def test_ddp_averages_the_gradients_of_single_route_passes(tmp_path, method):
+    """Fast AdvProp's adversarial pass leaves the clean BN unused, Madry on an MBN model the adversarial BN: DDP
+    must neither fail on the next step nor drop those gradients."""
+    mp.spawn(_ddp_worker, args=(2, _free_port(), method, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f'rank{r}.pt') for r in range(2)]
+    for step in range(2):
+        for ddp_0, ddp_1, local_0, local_1 in zip(ranks[0][f'ddp{step}'], ranks[1][f'ddp{step}'],
+                                                  ranks[0][f'local{step}'], ranks[1][f'local{step}']):
+            torch.testing.assert_close(ddp_0, ddp_1)
+            torch.testing.assert_close(ddp_0, (local_0 + local_1) / 2, rtol=1e-4, atol=1e-6)

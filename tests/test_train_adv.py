@@ -64,7 +64,7 @@ def test_yaml_config_and_fast_advprop_same_budget(tmp_path, digits_dir, caplog):
     rows = _summary(run)
     assert len(rows) == round(3 / 1.4)  # the command line overrides the YAML, then the budget scales epochs
     assert float(rows[0]["train_passes_per_image"]) == pytest.approx(1.4)  # p_adv * K + 1 with K = 2
-    assert 'shuffle BN needs several' in caplog.text, 'a single process must say that shuffle BN cannot work'
+    assert 'shuffle BN cannot prevent label leaking' in caplog.text, 'a single process must say that shuffle BN cannot work'
 
 
 def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
@@ -107,3 +107,16 @@ def test_torchcompile_trains_through_every_route(tmp_path, digits_dir):
     assert float(_summary(run)[0]['eval_adv_branch_top1']) > 0
     checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=False)
     assert not any('_orig_mod' in k for k in checkpoint['state_dict'])
+
+
+def test_same_budget_scales_epochs_milestones_and_running_statistics_epochs():
+    """Xie & Yuille's running statistics in the last 10 of 110 epochs stay a share of the run, not all of it."""
+    import argparse
+
+    import train_adv
+    args = argparse.Namespace(epochs=110, decay_milestones=[35, 70, 95], running_stats_epochs=10, same_budget=True)
+    assert train_adv.epoch_schedule(args, 31.0) == (4, [1, 2, 3], 1)
+    assert train_adv.epoch_schedule(args, 2.0) == (55, [18, 35, 48], 5)
+    assert train_adv.epoch_schedule(argparse.Namespace(**{**vars(args), 'running_stats_epochs': 0}), 31.0)[2] == 0
+    assert train_adv.epoch_schedule(argparse.Namespace(**{**vars(args), 'same_budget': False}), 31.0) == (
+        110, [35, 70, 95], 10)

@@ -13,7 +13,7 @@ from timm.task import ClassificationTask
 from timm.utils.model import unwrap_model
 
 from ..attacks.base import Attack, hard_labels
-from ..layers.routing import route
+from ..layers.routing import has_mixture_bn, route
 
 __all__ = ['AdversarialClassificationTask', 'MixFn']
 
@@ -32,6 +32,9 @@ class AdversarialClassificationTask(ClassificationTask):
     """
 
     method: str = ''
+    #: Whether each training forward runs both branches of a mixture-BN model (the fused MBN pass); otherwise a
+    #: pass on one route leaves the other branch's parameters without gradients, which DDP must be told.
+    uses_both_branches: bool = False
 
     def __init__(
             self,
@@ -62,6 +65,12 @@ class AdversarialClassificationTask(ClassificationTask):
         ``p_adv * K + 1``. Logged with every run.
         """
         raise NotImplementedError
+
+    def prepare_distributed(self, device_ids: Optional[list] = None, **ddp_kwargs) -> 'AdversarialClassificationTask':
+        """Wrap the model in DDP; with a mixture-BN model and single-route passes, finding unused parameters."""
+        if has_mixture_bn(self.trainable_module) and not self.uses_both_branches:
+            ddp_kwargs.setdefault('find_unused_parameters', True)
+        return super().prepare_distributed(device_ids=device_ids, **ddp_kwargs)
 
     def attack_module(self) -> nn.Module:
         """The unwrapped model the attack runs on (no DDP reducer or compiled graph in the attack loop)."""

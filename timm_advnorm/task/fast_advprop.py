@@ -95,7 +95,8 @@ class FastAdvPropTask(AdversarialClassificationTask):
         rescale_grads: Divide each parameter group's gradient by the share of the importance reaching it.
         num_classes: Classes, to one-hot the adversarial rows' targets when Mixup makes the clean ones soft.
         label_smoothing: Smoothing of those one-hot targets (match the Mixup's).
-        seed: Seeds the random start and the shuffle permutation (with the step counter).
+        seed: Seeds the random start (with the step counter and the rank: every sample its own start) and the shuffle
+            permutation (with the step counter: the same on every rank).
     """
 
     method = 'fast_advprop'
@@ -123,9 +124,9 @@ class FastAdvPropTask(AdversarialClassificationTask):
             raise ValueError(f'p_adv must be in (0, 1), got {p_adv}.')
         if steps < 1:
             raise ValueError(f'steps must be >= 1, got {steps}.')
-        if min(noise_weight, adv_weight) < 0 or noise_weight + adv_weight <= 0:
-            raise ValueError(f'noise_weight and adv_weight must be >= 0 with a positive sum, got {noise_weight} '
-                             f'and {adv_weight}.')
+        if noise_weight <= 0 or adv_weight < 0:
+            raise ValueError(f'noise_weight must be > 0 (the attack steps along the gradient of the weighted noisy '
+                             f'loss) and adv_weight >= 0, got {noise_weight} and {adv_weight}.')
         super().__init__(model, attack=None, **kwargs)
         self.space = space
         self.eps = eps
@@ -182,9 +183,12 @@ class FastAdvPropTask(AdversarialClassificationTask):
                 torch._foreach_mul_(grads, self.group_scales[name])
 
     def split_batch(self, input: torch.Tensor, target: torch.Tensor):
-        """Clean rows first, then the ``p_adv`` share to attack."""
+        """Clean rows first, then the ``p_adv`` share to attack (at least one row each)."""
         n_adv = max(1, int(round(self.p_adv * input.shape[0])))
         n_clean = input.shape[0] - n_adv
+        if n_clean < 1:
+            raise ValueError(f'Fast AdvProp needs clean and attacked rows in every batch: a batch of '
+                             f'{input.shape[0]} at p_adv={self.p_adv} leaves no clean row.')
         return input[:n_clean], target[:n_clean], input[n_clean:], target[n_clean:]
 
     def _adv_targets(self, target: torch.Tensor, soft_like: torch.Tensor) -> torch.Tensor:
@@ -212,7 +216,8 @@ class FastAdvPropTask(AdversarialClassificationTask):
         """
         model = self.attack_module()
         self.step_count += 1
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step_count)
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + self.step_count) * 4099 + rank)
         x_clean, y_clean, x_att, y_att = self.split_batch(input, target)
         x_clean, y_clean = self.mix(x_clean, y_clean)
         y_att = self._adv_targets(y_att, y_clean)
@@ -226,18 +231,18 @@ class FastAdvPropTask(AdversarialClassificationTask):
         loss_noise_total = torch.zeros((), device=input.device)
         for k in range(self.steps):
             x_noisy = (x_att + delta).requires_grad_(True)
-            if k == 0:
-                with route(model, 'split', n_clean=n_clean):
-                    output = self.trainable_module(torch.cat([x_clean, x_noisy]))
-                out_clean, out_noisy = output[:n_clean], output[n_clean:]
-                loss_clean = self.criterion(out_clean, y_clean)
-                weighted_clean = share['clean'] * loss_clean
-            else:
-                with route(model, 'adv'):
-                    out_noisy = self.trainable_module(x_noisy)
-            loss_noisy = self.criterion(out_noisy, y_att)
-            reused = noise_share * loss_noisy + (weighted_clean if k == 0 else 0.0)
-            with self.no_sync():
+            with self.no_sync():  # forward included: DDP decides at the forward whether the backward all-reduces
+                if k == 0:
+                    with route(model, 'split', n_clean=n_clean):
+                        output = self.trainable_module(torch.cat([x_clean, x_noisy]))
+                    out_clean, out_noisy = output[:n_clean], output[n_clean:]
+                    loss_clean = self.criterion(out_clean, y_clean)
+                    weighted_clean = share['clean'] * loss_clean
+                else:
+                    with route(model, 'adv'):
+                        out_noisy = self.trainable_module(x_noisy)
+                loss_noisy = self.criterion(out_noisy, y_att)
+                reused = noise_share * loss_noisy + (weighted_clean if k == 0 else 0.0)
                 reused.backward()
             delta = self._step(x_att, delta.detach(), x_noisy.grad)
             loss_noise_total = loss_noise_total + loss_noisy.detach() / self.steps

@@ -28,6 +28,7 @@ class MbnTask(AdversarialClassificationTask):
     """
 
     method = 'mbn'
+    uses_both_branches = True
 
     def __init__(self, model, *args, alpha: float = 0.5, pairing_weight: float = 0.0, **kwargs):
         if not has_mixture_bn(model):

@@ -113,7 +113,8 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--rescale-grads', action=argparse.BooleanOptionalAction, default=True,
                        help='Fast AdvProp: per-group gradient rescaling (synchronized update speed).')
     group.add_argument('--same-budget', action='store_true',
-                       help='Divide epochs and milestones by the method\'s passes per image (equal-budget runs).')
+                       help='Divide epochs, milestones and --running-stats-epochs by the method\'s passes per image '
+                            '(equal-budget runs).')
     group.add_argument('--running-stats-epochs', type=int, default=0, metavar='N',
                        help='Train with BN running statistics in the last N epochs (Xie & Yuille §4.3).')
     group.add_argument('--val-attack-steps', type=int, default=10, help='PGD iterations of the per-epoch robust eval.')
