@@ -1,11 +1,29 @@
 """Evaluation protocols: the papers' budgets as data, overrides, reduction, and agreement with the attack registry."""
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
 from timm_advnorm.attacks import InputSpace, create_attack
+from timm_advnorm.attacks.registry import attack_threat
+from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (
     PROTOCOLS, AttackSpec, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol, resolve_eps)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import validate_adv  # noqa: E402
+
+
+def _cli_protocol(*argv):
+    """The protocol `validate_adv.py` builds from these attack options."""
+    args = validate_adv.parse_args(['--model', 'test_mbn_resnet', '--dataset', 'digits', *argv])
+    return validate_adv.build_protocol(args)
+
+
+def _built(spec: AttackSpec):
+    """The attack a spec configures, as the evaluation builds it."""
+    return create_attack(spec.attack, space=InputSpace(), eps=resolve_eps(spec, (3, 32, 32)), seed=0, **spec.kwargs)
 
 
 def test_xie2020_is_targeted_pgd_eps16_step1_over_the_paper_iterations():
@@ -63,7 +81,7 @@ def test_explicit_step_disables_the_step_rule():
 
 def test_reduce_caps_budgets_keeps_labels_and_marks_the_protocol():
     full = get_protocol('xie2020')
-    reduced = reduce_protocol(full, max_steps=3, max_queries=7)
+    reduced = reduce_protocol(full, max_steps=3)
     assert reduced.reduced and not full.reduced
     assert [s.label for s in reduced.attacks] == [s.label for s in full.attacks]
     assert all(s.kwargs['steps'] == 3 for s in reduced.attacks)
@@ -93,7 +111,8 @@ def test_several_iteration_counts_make_a_sweep_of_every_attack():
         protocol_from_attacks(['pgd'], steps=[5, 5])
 
 
-@pytest.mark.parametrize('bad', [dict(threat='grey-box'), dict(eps_rule='cubic'), dict(eps=-1.0)])
+@pytest.mark.parametrize('bad', [dict(threat='grey-box'), dict(eps_rule='cubic'), dict(eps=-1.0),
+                                 dict(eps=float('nan')), dict(eps=float('inf')), dict(kwargs=dict(step=float('nan')))])
 def test_invalid_specs_are_rejected(bad):
     with pytest.raises(ValueError):
         AttackSpec(**dict(dict(label='a', attack='pgd', eps=1.0), **bad))
@@ -111,3 +130,113 @@ def test_every_protocol_attack_builds_from_the_registry(name):
     for spec in get_protocol(name).attacks:
         attack = create_attack(spec.attack, space=space, eps=resolve_eps(spec, (3, 32, 32)), seed=0, **spec.kwargs)
         assert callable(attack)
+
+
+def test_attacks_at_their_default_budget_record_it_and_caps_apply_to_it():
+    """`--attacks pgd apgd-ce square --max-queries 50` used to run Square with 5000 queries and record none."""
+    protocol = protocol_from_attacks(['pgd', 'apgd-ce', 'square'])
+    for spec in protocol.attacks:  # the recorded budget is the one the built attack runs with
+        attack = _built(spec)
+        assert spec.steps == getattr(attack, 'n_queries' if spec.attack == 'square' else 'steps')
+    assert [s.steps for s in protocol.attacks] == [10, 100, 5000]
+    capped = reduce_protocol(protocol, max_steps=3, max_queries=50)
+    assert [s.steps for s in capped.attacks] == [3, 3, 50] and capped.reduced
+    assert [s.steps for s in reduce_protocol(protocol, root=3).attacks] == [2, 5, 17]
+    cli = _cli_protocol('--attacks', 'pgd', 'apgd-ce', 'square', '--max-queries', '50')
+    assert [s.to_dict()['kwargs'] for s in cli.attacks] == [dict(steps=10), dict(steps=100), dict(n_queries=50)]
+    assert [s.steps for s in _cli_protocol('--attacks', 'pgd', 'square', '--reduced').attacks] == [2, 17]
+
+
+@pytest.mark.parametrize('protocol, cap', [
+    (protocol_from_attacks(['pgd', 'apgd-ce']), dict(max_queries=50)),
+    (get_protocol('xie2020'), dict(max_queries=7)),
+    (protocol_from_attacks(['square']), dict(max_steps=3)),
+    (get_protocol('corruptions'), dict(max_steps=3)),
+])
+def test_a_cap_no_attack_has_a_budget_for_is_an_error(protocol, cap):
+    with pytest.raises(ValueError, match=f'{next(iter(cap))}=.* would cap no attack'):
+        reduce_protocol(protocol, **cap)
+
+
+@pytest.mark.parametrize('name, override, option', [
+    ('xie2020', dict(norm='l2'), 'norm'),
+    ('nofrost', dict(norm='l2'), 'norm'),
+    ('robustbench', dict(step=2.0), 'step'),
+    ('corruptions', dict(steps=5), 'steps'),
+    ('corruptions', dict(eps=8.0), 'eps'),
+])
+def test_an_override_that_changes_no_attack_is_an_error(name, override, option):
+    """`--protocol xie2020 --norm l2` used to run the L-inf protocol without a word."""
+    with pytest.raises(ValueError, match=f'^{option}=.* would change no attack of protocol {name!r}'):
+        override_protocol(get_protocol(name), **override)
+
+
+def test_the_cli_names_an_override_no_attack_takes():
+    with pytest.raises(ValueError, match="norm='l2' would change no attack of protocol 'xie2020'"):
+        _cli_protocol('--protocol', 'xie2020', '--norm', 'l2')
+    with pytest.raises(ValueError, match="step=2.0 rejected: none of the attacks square takes 'step'"):
+        _cli_protocol('--attacks', 'square', '--step', '2')
+    with pytest.raises(ValueError, match=r"steps=\[5\] rejected: none of the attacks square, fgsm takes 'steps'"):
+        _cli_protocol('--attacks', 'square', 'fgsm', '--steps', '5')
+
+
+def test_an_override_applies_wherever_some_attack_has_the_knob():
+    nofrost = override_protocol(get_protocol('nofrost'), steps=5)  # Square has queries, not iterations
+    assert [s.kwargs.get('steps') for s in nofrost.attacks] == [5, 5, 5, 5, 5, None]
+    assert nofrost.attacks[-1].kwargs['n_queries'] == 400
+    robustbench = override_protocol(get_protocol('robustbench'), eps=8.0, steps=5)
+    assert all(s.eps == 8.0 for s in robustbench.attacks) and robustbench.attacks[-1].kwargs == dict(
+        get_protocol('robustbench').attacks[-1].kwargs)
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf', '-inf'])
+@pytest.mark.parametrize('argv', [['--protocol', 'xie2020'], ['--attacks', 'pgd']])
+@pytest.mark.parametrize('option', ['--eps', '--step'])
+def test_a_non_finite_eps_or_step_is_an_error(argv, option, value):
+    """`--eps nan` passed `eps < 0` and gave a meaningless number with exit 0."""
+    with pytest.raises(ValueError, match=f'{option[2:]} must be a finite number'):
+        _cli_protocol(*argv, f'{option}={value}')
+
+
+def test_non_finite_budgets_are_rejected_by_the_protocol_functions():
+    with pytest.raises(ValueError, match='eps must be a finite number'):
+        protocol_from_attacks(['pgd'], eps=float('nan'))
+    with pytest.raises(ValueError, match='eps must be a finite number'):
+        override_protocol(get_protocol('galloway'), eps=float('nan'))
+    with pytest.raises(ValueError, match='step must be a finite number'):
+        override_protocol(get_protocol('xie2020'), step=float('nan'))
+
+
+@pytest.mark.parametrize('name', sorted(PROTOCOLS))
+def test_protocol_threats_are_the_attacks_own(name):
+    assert all(spec.threat == attack_threat(spec.attack) for spec in get_protocol(name).attacks)
+
+
+def test_an_attack_list_takes_each_attacks_threat_and_noise_runs_as_in_galloway():
+    """`--attacks gaussian-noise` was white-box at eps 16: noise on correct samples only, a false budget failure."""
+    listed = protocol_from_attacks(['gaussian-noise', 'corruption', 'square', 'pgd'], eps=8.0)
+    assert [(s.threat, s.eps) for s in listed.attacks] == [('noise', 0.0), ('noise', 0.0), ('black-box', 8.0),
+                                                           ('white-box', 8.0)]
+    noise = protocol_from_attacks(['gaussian-noise'])
+    galloway = get_protocol('galloway').attacks[0]
+    spec = noise.attacks[0]
+    assert (spec.label, spec.attack, spec.eps, spec.threat, spec.eps_rule, spec.success_rate) == (
+        galloway.label, galloway.attack, galloway.eps, galloway.threat, galloway.eps_rule, galloway.success_rate)
+    assert _built(spec).std == _built(galloway).std
+    stages = [build_plan(p, sanity_samples=0).stage('gaussian-noise') for p in (noise, get_protocol('galloway'))]
+    assert [(stage.attack_all, stage.after, stage.limit) for stage in stages] == [(True, 'clean', None)] * 2
+
+
+def test_the_readme_attack_list_gives_each_attack_the_options_it_takes():
+    """README: `--attacks pgd apgd-ce square --eps 8 --steps N --step S --norm l2 --targeted` used to be rejected."""
+    protocol = _cli_protocol('--attacks', 'pgd', 'apgd-ce', 'square', '--eps', '8', '--steps', '20', '--step', '2',
+                             '--norm', 'l2', '--targeted')
+    pgd, apgd, square = protocol.attacks
+    assert dict(pgd.kwargs) == dict(steps=20, step=2.0, norm='l2', targeted=True) and pgd.success_rate
+    assert dict(apgd.kwargs) == dict(steps=20) and not apgd.targeted and not apgd.success_rate
+    assert dict(square.kwargs) == dict(n_queries=5000) and not square.success_rate
+    for spec in protocol.attacks:
+        assert callable(_built(spec))
+    sweep = protocol_from_attacks(['pgd', 'square'], eps=8.0, attack_kwargs=dict(step=1.0), steps=[20, 100])
+    assert [(s.label, s.steps) for s in sweep.attacks] == [('pgd-20', 20), ('pgd-100', 100), ('square', 5000)]
+    assert 'step' not in sweep.attacks[-1].kwargs

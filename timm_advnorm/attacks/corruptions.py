@@ -127,6 +127,8 @@ class Corruption(EvalAttack):
         ImportError: At construction, when `imagecorruptions-imaug` is not installed.
     """
 
+    threat = 'noise'
+
     def __init__(
             self,
             space: InputSpace,

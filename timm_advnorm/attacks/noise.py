@@ -70,6 +70,8 @@ class GaussianNoise(EvalAttack):
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack` (only `seed` matters).
     """
 
+    threat = 'noise'
+
     def __init__(
             self,
             space: InputSpace,

@@ -167,6 +167,8 @@ class Square(EvalAttack):
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
+    threat = 'black-box'
+
     def __init__(
             self,
             space: InputSpace,

@@ -22,11 +22,13 @@ with `override_protocol`, and both record what actually ran.
 
 Budgets are on the 0-255 pixel scale (`timm_advnorm.attacks.space`); L2 budgets are pixel-scale norms times 255.
 """
+import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..attacks.bim import galloway_l2_eps
 from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
+from ..attacks.registry import attack_arguments, attack_threat
 
 __all__ = [
     'AttackSpec', 'Protocol', 'PROTOCOLS', 'AGGREGATIONS', 'THREATS', 'get_protocol', 'list_protocols',
@@ -76,8 +78,12 @@ class AttackSpec:
             raise ValueError(f'eps_rule must be one of {EPS_RULES}, got {self.eps_rule!r}.')
         if self.step_rule is not None and self.step_rule not in STEP_RULES:
             raise ValueError(f'step_rule must be one of {tuple(STEP_RULES)}, got {self.step_rule!r}.')
+        _check_finite(f'{self.label}: eps', self.eps)
         if self.eps < 0:
             raise ValueError(f'{self.label}: eps must be >= 0, got {self.eps}.')
+        step = self.kwargs.get('step')
+        if isinstance(step, (int, float)):
+            _check_finite(f'{self.label}: step', step)
 
     @property
     def targeted(self) -> bool:
@@ -96,6 +102,22 @@ class AttackSpec:
         """JSON-serialisable description, as recorded in results and state files."""
         return dict(label=self.label, attack=self.attack, eps=self.eps, eps_rule=self.eps_rule, threat=self.threat,
                     step_rule=self.step_rule, success_rate=self.success_rate, kwargs=dict(self.kwargs))
+
+
+def _check_finite(name: str, value: float) -> None:
+    """Reject NaN and infinite budgets: every comparison with NaN is False, so it would pass the range checks."""
+    if not math.isfinite(value):
+        raise ValueError(f'{name} must be a finite number, got {value}.')
+
+
+def _with_budget(spec: AttackSpec) -> AttackSpec:
+    """Write the iterations and queries the attack runs with by default into the spec's kwargs, where unset.
+
+    Results then state the budget that actually ran, and caps (`reduce_protocol`) find a budget to cap.
+    """
+    defaults = attack_arguments(spec.attack)
+    missing = {key: defaults[key] for key in STEP_KEYS + QUERY_KEYS if key in defaults and key not in spec.kwargs}
+    return replace(spec, kwargs=dict(spec.kwargs, **missing)) if missing else spec
 
 
 def _nofrost_step(eps: float, steps: int) -> float:
@@ -251,6 +273,23 @@ def get_protocol(name: str) -> Protocol:
     return PROTOCOLS[name]
 
 
+def _list_specs(name: str, eps: float, kwargs: Mapping[str, Any], counts: Sequence[int]) -> List[AttackSpec]:
+    """The specs of attack `name` in an attack list: the options it takes, its own threat, and its budget recorded.
+
+    Noise has no ε (as in `galloway`). With several iteration counts, an attack that has iterations gets one spec
+    per count, labelled ``name-N``; the others run once.
+    """
+    arguments = attack_arguments(name)
+    own = {key: value for key, value in kwargs.items() if key in arguments}
+    threat = attack_threat(name)
+    spec = AttackSpec(name, name, 0.0 if threat == 'noise' else eps, own, threat=threat,
+                      success_rate=bool(own.get('targeted', False)))
+    if not counts or 'steps' not in arguments:
+        return [_with_budget(spec)]
+    return [_with_budget(replace(spec, label=name if len(counts) == 1 else f'{name}-{n}', kwargs=dict(own, steps=n)))
+            for n in counts]
+
+
 def protocol_from_attacks(
         attacks: Sequence[str],
         eps: float = 16.0,
@@ -258,29 +297,40 @@ def protocol_from_attacks(
         aggregation: str = 'independent',
         steps: Sequence[int] = (),
 ) -> Protocol:
-    """An ad-hoc protocol from registered attack names, all at budget `eps` with the same extra arguments.
+    """An ad-hoc protocol from registered attack names, all at budget `eps`, each with the options it takes.
+
+    An option goes to the attacks that have it (``steps`` to PGD and APGD, not to Square) and is recorded in
+    their specs; one that no attack of the list takes is an error, as ignoring it would run something else than
+    asked. Every spec also records the iterations or queries its attack runs with by default.
 
     Args:
         attacks: Registered attack names; repeating a name is an error (give one spec per configuration).
-        eps: Budget on the 0-255 scale.
-        attack_kwargs: Constructor arguments given to every attack (``step``, ``norm``, ``targeted``, ...).
+        eps: Budget on the 0-255 scale (noise has none).
+        attack_kwargs: Constructor arguments (``step``, ``norm``, ``targeted``, ...) for the attacks that take them.
         aggregation: See `Protocol`.
-        steps: Iterations: one count for every attack, or several for a sweep, one spec per attack and count
-            labelled ``name-N`` (PGD budgets of a sweep then share one run, see `plan`).
+        steps: Iterations of the attacks that have iterations: one count, or several for a sweep, one spec per
+            attack and count labelled ``name-N`` (PGD budgets of a sweep then share one run, see `plan`).
+
+    Raises:
+        ValueError: Unknown attack, non-finite `eps` or step, repeated counts, or an option no attack takes.
     """
+    _check_finite('eps', eps)
     kwargs = dict(attack_kwargs or {})
-    targeted = bool(kwargs.get('targeted', False))
-    counts = [None] if not steps else list(steps)
+    counts = [int(n) for n in steps]
     if len(set(counts)) != len(counts):
         raise ValueError(f'Iteration counts must differ, got {list(steps)}.')
-    specs = tuple(
-        AttackSpec(name if len(counts) == 1 else f'{name}-{n}', name, eps,
-                   kwargs if n is None else dict(kwargs, steps=int(n)),
-                   threat='black-box' if name == 'square' else 'white-box', success_rate=targeted)
-        for name in attacks for n in counts)
+    specs = tuple(spec for name in attacks for spec in _list_specs(name, float(eps), kwargs, counts))
+    for key, value in dict(kwargs, **({'steps': counts} if counts else {})).items():
+        if not any(key in spec.kwargs for spec in specs):
+            raise ValueError(f'{key}={value!r} rejected: none of the attacks {", ".join(attacks)} takes {key!r}.')
     several = len(specs) > 1
     return Protocol('custom', f'Attacks {", ".join(attacks)} at eps={eps:g}.', 'command line', specs,
                     aggregation=aggregation, worst_case=several, headline='worst-case' if several else 'last')
+
+
+def _takes(spec: AttackSpec, option: str) -> bool:
+    """Whether override `option` applies to `spec`: ε to every attack but noise, the rest where the spec sets them."""
+    return spec.threat != 'noise' if option == 'eps' else option in spec.kwargs
 
 
 def override_protocol(
@@ -294,20 +344,27 @@ def override_protocol(
 
     ε applies to every attack with a budget; `step`, `steps` and `norm` only where the attack's configuration has
     them (an explicit `step` also disables the spec's step rule, otherwise the rule recomputes the step).
+
+    Raises:
+        ValueError: A non-finite `eps` or `step`, or an option that would change no attack of the protocol (``norm``
+            with ``xie2020``, whose PGD is configured L∞ only): ignoring it would run something else than asked.
     """
+    given = (('eps', eps, float), ('step', step, float), ('steps', steps, int), ('norm', norm, str))
+    options = {option: convert(value) for option, value, convert in given if value is not None}
+    for option in ('eps', 'step'):
+        if option in options:
+            _check_finite(option, options[option])
+    for option, value in options.items():
+        if not any(_takes(spec, option) for spec in protocol.attacks):
+            names = ', '.join(dict.fromkeys(spec.attack for spec in protocol.attacks))
+            raise ValueError(f'{option}={value!r} would change no attack of protocol {protocol.name!r}: none of its '
+                             f'attacks ({names}) has {"a budget" if option == "eps" else repr(option)} to override.')
     specs = []
     for spec in protocol.attacks:
-        kwargs = dict(spec.kwargs)
-        new_eps = spec.eps if eps is None or spec.threat == 'noise' else float(eps)
-        step_rule = spec.step_rule
-        if steps is not None and 'steps' in kwargs:
-            kwargs['steps'] = int(steps)
-        if norm is not None and 'norm' in kwargs:
-            kwargs['norm'] = norm
-        if step is not None and 'step' in kwargs:
-            kwargs['step'] = float(step)
-            step_rule = None
-        specs.append(_with_step(replace(spec, eps=new_eps, kwargs=kwargs, step_rule=step_rule)))
+        changes = {option: value for option, value in options.items() if _takes(spec, option)}
+        new_eps = changes.pop('eps', spec.eps)
+        step_rule = None if 'step' in changes else spec.step_rule
+        specs.append(_with_step(replace(spec, eps=new_eps, kwargs=dict(spec.kwargs, **changes), step_rule=step_rule)))
     return replace(protocol, attacks=tuple(specs))
 
 
@@ -320,19 +377,30 @@ def reduce_protocol(
     """Shrink a protocol for smoke tests: take a root of every budget, then cap iterations and queries.
 
     A root keeps the order of a sweep (cube roots of 10, 20, 100, 500, 2000 iterations are 2, 3, 5, 8, 13), so
-    plots and checks that compare budgets still see distinct points. Attack labels are kept, the budgets that
-    actually run are recorded in each spec, and the protocol is marked ``reduced``.
+    plots and checks that compare budgets still see distinct points. Attacks left at their default budget are
+    reduced from it. Attack labels are kept, the budgets that actually run are recorded in each spec, and the
+    protocol is marked ``reduced``.
 
     Args:
         protocol: The protocol.
         max_steps: Cap on iterations.
         max_queries: Cap on queries.
         root: Replace every budget n by ``max(1, round(n ** (1 / root)))``.
+
+    Raises:
+        ValueError: A cap that no attack of the protocol has a budget for (``max_queries`` without a query attack).
     """
+    full = [_with_budget(spec) for spec in protocol.attacks]
+    caps = ((STEP_KEYS, 'max_steps', max_steps), (QUERY_KEYS, 'max_queries', max_queries))
+    for keys, option, cap in caps:
+        if cap is not None and not any(key in spec.kwargs for spec in full for key in keys):
+            names = ', '.join(dict.fromkeys(spec.attack for spec in full))
+            raise ValueError(f'{option}={cap} would cap no attack of protocol {protocol.name!r}: none of its attacks '
+                             f'({names}) has {" or ".join(keys)}.')
     specs = []
-    for spec in protocol.attacks:
+    for spec in full:
         kwargs = dict(spec.kwargs)
-        for keys, cap in ((STEP_KEYS, max_steps), (QUERY_KEYS, max_queries)):
+        for keys, _, cap in caps:
             for key in keys:
                 if key not in kwargs:
                     continue
