@@ -15,6 +15,7 @@ Examples:
 """
 import argparse
 import hashlib
+import importlib
 import json
 import logging
 import sys
@@ -23,13 +24,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
+import yaml
 from torch.utils.data import DataLoader, IterableDataset
 
 from timm.data import create_dataset, create_transform, resolve_data_config
 from timm.utils import ParseKwargs, setup_default_logging
 
-import timm_advnorm  # noqa: F401  (registers the models)
-from timm_advnorm.attacks import InputSpace
+from timm_advnorm.attacks import InputSpace  # importing the package also registers its models with timm
 from timm_advnorm.cli import set_yaml_defaults
 from timm_advnorm.data import DIGITS_NUM_CLASSES, resolve_dataset
 from timm_advnorm.eval.bn_stats import collect_bn_stats, summarize_bn_stats
@@ -37,7 +38,7 @@ from timm_advnorm.eval.data import IndexedSubset, seeded_subset, shard_range
 from timm_advnorm.eval.distributed import (
     DistributedInfo, cleanup_distributed, gather_records, init_distributed, primary_first)
 from timm_advnorm.eval.evaluator import RobustEvaluator, show_progress
-from timm_advnorm.eval.plan import build_plan
+from timm_advnorm.eval.plan import EvalPlan, build_plan
 from timm_advnorm.eval.plots import PLOT_NAMES, write_plots
 from timm_advnorm.eval.protocols import (
     Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks, reduce_protocol)
@@ -45,9 +46,9 @@ from timm_advnorm.eval.records import ResultTable
 from timm_advnorm.eval.results import check_writable, csv_rows, write_csv, write_json
 from timm_advnorm.eval.sanity import run_sanity_checks, summarize_checks
 from timm_advnorm.eval.stages import EvalContext
-from timm_advnorm.eval.state import EvalState
+from timm_advnorm.eval.state import EvalState, check_state_path
 from timm_advnorm.eval.summary import amp_report, summarize_variant
-from timm_advnorm.eval.variants import INTERPOLATIONS, model_variants
+from timm_advnorm.eval.variants import INTERPOLATIONS, Variant, model_variants
 from timm_advnorm.hub import create_model_from_name_or_checkpoint, split_source
 
 _logger = logging.getLogger('validate_adv')
@@ -56,6 +57,8 @@ PROG = 'validate_adv.py'
 #: ``--reduced`` (smoke tests) takes this root of every iteration and query budget; marked in the results.
 REDUCED_ROOT = 3
 AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
+#: Folder names timm's split search (``timm.data.dataset_factory._search_split``) accepts for one another.
+SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'))
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -76,7 +79,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     group.add_argument('--data-dir', metavar='DIR', help='Dataset root.')
     group.add_argument('--dataset', default='', metavar='NAME',
                        help='"digits" (built in, no download) or any timm dataset name (default: image folder).')
-    group.add_argument('--split', default='validation', metavar='NAME', help='Dataset split (default: validation).')
+    group.add_argument('--split', default='validation', metavar='NAME',
+                       help='Dataset split (default: validation); of a folder dataset, a subfolder that must exist '
+                            '(val, valid, validation, eval, evaluation stand for one another; \'\' is the root).')
     group.add_argument('--class-map', default='', metavar='FILENAME', help='Class map file for folder datasets.')
     group.add_argument('--num-samples', type=int, default=0, metavar='N',
                        help='Size of the seeded evaluation subset (0: the whole split).')
@@ -175,7 +180,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = get_args_parser()
     config_args, _ = parser.parse_known_args(argv)
     if config_args.config:
-        set_yaml_defaults(parser, config_args.config)
+        _load_config(parser, config_args.config)
     args = parser.parse_args(argv)
     if not args.model and not args.checkpoint:
         parser.error('give --model, --checkpoint, or both')
@@ -195,7 +200,52 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error('--num-samples, --sanity-samples and --verify-amp must be >= 0')
     if args.batch_size < 1 or args.sanity_steps < 1:
         parser.error('--batch-size and --sanity-steps must be >= 1')
+    _check_setup_args(parser, args)
     return args
+
+
+def _one_line(error: BaseException) -> str:
+    """`error`'s message on one line (YAML and some library errors span several), or its type when it has none."""
+    return ' '.join(str(error).split()) or type(error).__name__
+
+
+def _load_config(parser: argparse.ArgumentParser, path: str) -> None:
+    """Make the YAML file at `path` the parser's defaults; a file that is not a YAML mapping is a usage error."""
+    try:
+        set_yaml_defaults(parser, path)
+    except yaml.YAMLError as e:
+        mark = getattr(e, 'problem_mark', None)
+        where = f' (line {mark.line + 1}, column {mark.column + 1})' if mark is not None else ''
+        parser.error(f'config file {path} is not valid YAML: {getattr(e, "problem", None) or _one_line(e)}{where}')
+    except (TypeError, ValueError) as e:  # a list or scalar instead of a mapping, or not text
+        parser.error(f'config file {path} must map argument names to values ({_one_line(e)})')
+    except OSError as e:
+        parser.error(f'cannot read config file {path}: {e.strerror or e}')
+
+
+def _needs_data_dir(dataset: str) -> bool:
+    """Whether `dataset` needs ``--data-dir``: all but the built-in digits (rendered into the user cache) and
+    Hugging Face ``hfds/`` datasets (read through the Hugging Face cache)."""
+    return dataset != 'digits' and not dataset.lower().startswith('hfds/')
+
+
+def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see, caught before anything is loaded: the device, the normalization
+    lengths (timm would only assert) and a dataset root that is needed but not given."""
+    try:
+        torch.device(args.device)
+    except (RuntimeError, TypeError):
+        parser.error(f'--device {args.device!r} is not a device (cpu, cuda, cuda:N, ...)')
+    channels = args.input_size[0] if args.input_size else 3  # as timm's resolve_data_config counts them
+    for name in ('mean', 'std'):
+        values = getattr(args, name)
+        if isinstance(values, (int, float)):  # a single value from a YAML config
+            values = [values]
+            setattr(args, name, values)
+        if values is not None and len(values) not in (1, channels):
+            parser.error(f'--{name} takes 1 value or one per input channel ({channels}), got {len(values)}')
+    if not (args.data_dir or args.data) and _needs_data_dir(args.dataset):
+        parser.error(f'dataset {args.dataset or "folder"!r} needs --data-dir')
 
 
 def create_eval_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, str]:
@@ -232,15 +282,44 @@ def _results_paths(results_file: str):
     return path.with_suffix('.json'), path.with_suffix('.csv'), path.with_suffix('.bn_stats.json')
 
 
-def _fingerprint(args, model_name, protocol, variants, plan, indices, data_config, rank, world_size) -> Dict[str, Any]:
+def _weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of the model's state dict (names, dtypes, shapes and bytes): the identity of the weights evaluated.
+
+    Hashing the loaded weights rather than the checkpoint file covers every source with one rule: a file overwritten
+    in place, an export folder, an ``hf-hub:`` name whose revision moved, ``--use-ema``, ``--branch``, a seeded
+    random initialization. A file's size and mtime would be cheaper but say nothing about hub or pretrained weights;
+    the hash costs one pass over the weights in memory (about a second per GB), nothing next to an evaluation long
+    enough to need ``--resume-state``, and is only computed with it.
+    """
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f'{name}:{tensor.dtype}:{tuple(tensor.shape)};'.encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def _fingerprint(args: argparse.Namespace, model_name: str, weights: str, protocol: Protocol,
+                 variants: Sequence[Variant], plan: EvalPlan, indices: Sequence[int], data_config: Dict[str, Any],
+                 dist_info: DistributedInfo) -> Dict[str, Any]:
+    """What makes two evaluations the same one: `EvalState` refuses to resume a state file written by another.
+
+    The model (name, source, digest of its weights, construction arguments), the data (dataset, resolved root,
+    split, class map, seeded subset, preprocessing), the attacks, and how the work is cut (batch size, ranks).
+    """
+    data_dir = args.data_dir or args.data
     subset = hashlib.sha256(json.dumps(indices).encode()).hexdigest()
-    return dict(model=model_name, checkpoint=str(Path(args.checkpoint).resolve()) if args.checkpoint else '',
-                pretrained=args.pretrained, use_ema=args.use_ema, branch=args.branch, protocol=protocol.to_dict(),
+    return dict(model=model_name, source=args.model or '', weights=weights,
+                checkpoint=str(Path(args.checkpoint).resolve()) if args.checkpoint else '',
+                pretrained=args.pretrained, use_ema=args.use_ema, branch=args.branch,
+                model_kwargs=dict(args.model_kwargs), num_classes=args.num_classes,
+                dataset=args.dataset, data_dir=str(Path(data_dir).resolve()) if data_dir else '', split=args.split,
+                class_map=args.class_map, protocol=protocol.to_dict(),
                 variants=[v.name for v in variants], subset=subset, seed=args.seed,
                 stages=[[s.name, s.limit, getattr(s, 'source', None)] for s in plan.stages],
                 batch_size=args.batch_size, amp=args.amp_dtype if args.amp else None,
                 data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
-                rank=rank, world_size=world_size)
+                rank=dist_info.rank, world_size=dist_info.world_size)
 
 
 def _summarize(table: ResultTable, variant, plan, num_classes: int, input_size) -> Dict[str, Any]:
@@ -288,34 +367,125 @@ def build_protocol(args: argparse.Namespace) -> Protocol:
     return protocol
 
 
+def _is_folder_dataset(name: str) -> bool:
+    """Whether timm reads the dataset `name` from an image folder, searching it for the split's subfolder."""
+    return '/' not in name or name.lower() in ('torch/image_folder', 'torch/folder')
+
+
+def _split_folder(root: Path, split: str) -> Path:
+    """The folder of `split` under the folder dataset `root`, found as timm's split search finds it.
+
+    timm falls back to `root` itself when no folder matches, so a mistyped ``--split`` would silently evaluate every
+    image under it, training images included: here that is an error. ``--split ''`` names `root` itself.
+
+    Raises:
+        ValueError: `root` holds no folder of `split`.
+    """
+    name = split.split('[')[0]
+    candidates = [name] + next(([s for s in synonyms if s != name] for synonyms in SPLIT_SYNONYMS
+                                if name in synonyms), [])
+    for candidate in candidates:
+        if (root / candidate).exists():
+            return root / candidate
+    raise ValueError(f'no folder of split {split!r} under {root} (looked for {", ".join(candidates)}); name an '
+                     "existing split folder with --split, or pass --split '' to evaluate every image under the root")
+
+
 def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], dist_info: DistributedInfo):
-    """The evaluation split with the model's eval transform (which normalizes: the only normalization)."""
+    """The evaluation split with the model's eval transform (which normalizes: the only normalization).
+
+    Raises:
+        FileNotFoundError: The dataset root does not exist.
+        ValueError: The split folder is missing, or timm cannot load the dataset (its assertion or error, on one line).
+    """
     with primary_first(dist_info):  # the built-in digits are rendered on first use: once, by rank 0
         dataset_name, root = resolve_dataset(args.dataset, args.data_dir or args.data,
                                              img_size=data_config['input_size'][-1])
     if root is not None and not Path(root).exists():
         raise FileNotFoundError(f'dataset root {root} not found')
-    dataset = create_dataset(dataset_name, root=root, split=args.split, class_map=args.class_map,
-                             is_training=False, batch_size=args.batch_size)
+    search_split = True
+    if root is not None and _is_folder_dataset(dataset_name) and Path(root).is_dir():
+        root, search_split = str(_split_folder(Path(root), args.split)), False
+    try:
+        dataset = create_dataset(dataset_name, root=root, split=args.split, search_split=search_split,
+                                 class_map=args.class_map, is_training=False, batch_size=args.batch_size)
+    except (AssertionError, RuntimeError, OSError) as e:  # unknown name, no images, class map missing, ...
+        raise ValueError(f'cannot load dataset {args.dataset or "folder"!r} from {root}: {_one_line(e)}') from e
     if isinstance(dataset, IterableDataset):
         raise ValueError(f'dataset {args.dataset!r} is iterable; robust evaluation needs a map-style dataset')
     dataset.transform = create_transform(**data_config, is_training=False)
     return dataset
 
 
+def _state_path(args: argparse.Namespace, dist_info: DistributedInfo) -> str:
+    """This process's ``--resume-state`` file (one per rank under torchrun)."""
+    return args.resume_state + (f'.rank{dist_info.rank}' if dist_info.distributed else '')
+
+
+def _open_state(path: str, fingerprint: Dict[str, Any]) -> EvalState:
+    """The state file at `path`, created or resumed; a file that cannot be read or written is a usage error."""
+    try:
+        return EvalState(path, fingerprint)
+    except OSError as e:
+        raise ValueError(f'cannot use the state file {path}: {e.strerror or e}') from e
+
+
+def _check_matplotlib() -> None:
+    """``--plot-dir`` needs matplotlib, an optional dependency: say so before the evaluation, not after it."""
+    try:
+        importlib.import_module('matplotlib')
+    except ImportError:
+        raise ValueError('--plot-dir needs matplotlib: pip install "timm-advnorm[plots]" (or pip install matplotlib)'
+                         ) from None
+
+
+def _check_outputs(args: argparse.Namespace, dist_info: DistributedInfo) -> None:
+    """Create the output folders and probe every output now, so that an output that cannot be written (or a
+    missing matplotlib) ends the run before the evaluation and not after it, losing its results.
+
+    Raises:
+        FileExistsError: An output exists and ``--overwrite`` is not given.
+        ValueError: An output cannot be written, or ``--plot-dir`` is given without matplotlib.
+    """
+    if args.resume_state:
+        check_state_path(_state_path(args, dist_info))
+    if not dist_info.is_primary:
+        return
+    outputs = [path for path in _results_paths(args.results_file) if path is not None]
+    if args.plot_dir:
+        _check_matplotlib()
+        outputs += [Path(args.plot_dir) / name for name in PLOT_NAMES]
+    for path in outputs:
+        check_writable(path, args.overwrite)
+
+
+def _write_outputs(args: argparse.Namespace, results: Dict[str, Any], bn_stats: Optional[Dict[str, Any]],
+                   paths: Tuple[Optional[Path], Optional[Path], Optional[Path]]) -> None:
+    """JSON + CSV first and plots last, so that a failing plot never costs the results; the JSON is then
+    rewritten (atomically) to list the plots."""
+    json_path, csv_path, bn_path = paths
+    if json_path is not None:
+        if bn_stats:
+            results['bn_stats']['file'] = bn_path.name
+            write_json(bn_path, bn_stats)
+        write_json(json_path, results)
+        write_csv(csv_path, csv_rows(results))
+        _logger.info('Wrote %s and %s', json_path, csv_path)
+    if args.plot_dir:
+        results['plots'] = write_plots(results, args.plot_dir, bn_stats, args.bn_layer)
+        if json_path is not None:
+            write_json(json_path, results)
+
+
 def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     """Run the evaluation `args` describe; returns the results dict on rank 0 (None on other ranks)."""
     started = time.perf_counter()
     dist_info = init_distributed(args.device)
-    json_path, csv_path, bn_path = _results_paths(args.results_file)
-    if dist_info.is_primary:
-        outputs = [json_path, csv_path, bn_path] + [Path(args.plot_dir) / name for name in PLOT_NAMES if args.plot_dir]
-        for path in outputs:
-            if path is not None:
-                check_writable(path, args.overwrite)
+    _check_outputs(args, dist_info)
 
     torch.manual_seed(args.seed)  # a randomly initialized model (no checkpoint) is then reproducible too
     model, model_name = create_eval_model(args)
+    weights = _weights_digest(model) if args.resume_state else ''
     data_config = resolve_data_config(vars(args), model=model, use_test_size=True)
     input_size = tuple(data_config['input_size'])
     protocol = build_protocol(args)
@@ -341,9 +511,8 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     num_classes = model.num_classes
     state = None
     if args.resume_state:
-        path = args.resume_state + (f'.rank{dist_info.rank}' if dist_info.distributed else '')
-        state = EvalState(path, _fingerprint(args, model_name, protocol, variants, plan, indices, data_config,
-                                             dist_info.rank, dist_info.world_size))
+        state = _open_state(_state_path(args, dist_info), _fingerprint(
+            args, model_name, weights, protocol, variants, plan, indices, data_config, dist_info))
     _logger.info('Evaluating %s (%s) on %d samples (%d on this rank): protocol %s, variants %s.', model_name,
                  args.checkpoint or 'no checkpoint', len(indices), stop - start, protocol.name,
                  ', '.join(v.name for v in variants))
@@ -377,15 +546,7 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
         images_per_second=round(len(indices) * len(variants) / max(eval_seconds, 1e-9), 3),
         total_seconds=round(time.perf_counter() - started, 3),
     )
-    if args.plot_dir:
-        results['plots'] = write_plots(results, args.plot_dir, bn_stats, args.bn_layer)
-    if json_path is not None:
-        if bn_stats:
-            results['bn_stats']['file'] = bn_path.name
-            write_json(bn_path, bn_stats)
-        write_json(json_path, results)
-        write_csv(csv_path, csv_rows(results))
-        _logger.info('Wrote %s and %s', json_path, csv_path)
+    _write_outputs(args, results, bn_stats, _results_paths(args.results_file))
     _log_summary(results)
     return results
 
@@ -398,7 +559,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         results = validate(args)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
-        sys.stderr.write(f'{PROG}: error: {e}\n')
+        sys.stderr.write(f'{PROG}: error: {_one_line(e)}\n')
         return 2
     if results is not None and args.strict_sanity and not results['sanity_passed']:
         return 1

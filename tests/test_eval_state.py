@@ -1,13 +1,15 @@
 """Resumable state file, per-sample records and atomic result files."""
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
 import torch
 
 from timm_advnorm.eval.records import ResultTable, make_record
-from timm_advnorm.eval.results import atomic_write, check_writable
-from timm_advnorm.eval.state import EvalState
+from timm_advnorm.eval.results import atomic_write, check_writable, write_csv, write_json
+from timm_advnorm.eval.state import EvalState, check_state_path
 
 FINGERPRINT = dict(model='m', protocol=dict(name='p', attacks=[1, 2]), seed=0)
 
@@ -99,3 +101,49 @@ def test_results_are_never_clobbered_nor_half_written(tmp_path):
         atomic_write(path, crash)
     assert path.read_text() == 'first'
     assert sorted(p.name for p in tmp_path.iterdir()) == ['results.json']
+
+
+@pytest.mark.parametrize('line', [
+    '{"variant": "model", "stage": "clean"}', '[1, 2]',
+    '{"variant": "model", "stage": "clean", "start": "0", "columns": {}}'])
+def test_a_line_that_is_no_record_is_an_error_naming_it(tmp_path, line):
+    path = tmp_path / 'state.jsonl'
+    state = EvalState(path, FINGERPRINT)
+    state.append(_record('clean', 0))
+    with path.open('a') as f:
+        f.write(line + '\n')
+    with pytest.raises(ValueError, match=f'{path}: line 3 is not an evaluation record'):
+        EvalState(path, FINGERPRINT)
+
+
+def test_a_state_path_must_be_a_usable_file(tmp_path):
+    with pytest.raises(ValueError, match='is a folder'):
+        check_state_path(tmp_path)
+    check_state_path(tmp_path / 'new' / 'state.jsonl')  # creates the folder, leaves no file
+    assert list((tmp_path / 'new').iterdir()) == []
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(ValueError, match='not a folder'):
+        check_state_path(tmp_path / 'file' / 'state.jsonl')
+
+
+def test_outputs_are_probed_up_front_and_nothing_is_left_behind(tmp_path):
+    check_writable(tmp_path / 'a' / 'b' / 'results.json', overwrite=False)
+    assert (tmp_path / 'a' / 'b').is_dir() and list((tmp_path / 'a' / 'b').iterdir()) == []
+    with pytest.raises(ValueError, match='it is a folder'):
+        check_writable(tmp_path / 'a', overwrite=True)
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(ValueError, match='file: it is not a folder'):
+        check_writable(tmp_path / 'file' / 'plot.png', overwrite=True)
+
+
+@pytest.mark.parametrize('umask', [0o022, 0o002, 0o077])
+def test_result_files_get_the_mode_open_would_give(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        write_json(tmp_path / 'results.json', {'a': 1})
+        write_csv(tmp_path / 'results.csv', [])
+        atomic_write(tmp_path / 'plot.png', lambda tmp: tmp.write_bytes(b'png'))
+    finally:
+        os.umask(previous)
+    for path in tmp_path.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path

@@ -11,8 +11,7 @@ import timm
 import torch
 import yaml
 
-import timm_advnorm  # noqa: F401  (registers test_mbn_resnet)
-from timm_advnorm.eval.protocols import get_protocol
+from timm_advnorm.eval.protocols import get_protocol  # importing the package also registers test_mbn_resnet
 from timm_advnorm.layers import mixture_bn_modules
 
 REPO = Path(__file__).resolve().parents[1]
@@ -264,3 +263,129 @@ def test_torchrun_shards_match_a_single_process(digits_dir, tmp_path):
     for key in TIMING_KEYS + ('world_size',):
         one.pop(key), two.pop(key)
     assert one == two
+
+
+def _status(argv) -> int:
+    """main's exit status, usage errors (argparse's SystemExit) included."""
+    try:
+        return _run(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def _file(path: Path, text: str = '') -> Path:
+    path.write_text(text)
+    return path
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _proc(tmp: Path) -> Path:
+    if not Path('/proc').is_dir():
+        pytest.skip('no /proc')
+    return Path('/proc/res.json')
+
+
+BAD_SETUPS = {
+    'device': (lambda tmp: ['--device', 'bogus'], "'bogus' is not a device"),
+    'yaml': (lambda tmp: ['-c', _file(tmp / 'bad.yaml', 'a: [\n')], 'not valid YAML'),
+    'no_data_dir': (lambda tmp: ['--dataset', '', '--data-dir', ''], 'needs --data-dir'),
+    'empty_data_dir': (lambda tmp: ['--dataset', '', '--data-dir', _folder(tmp / 'empty')], 'no folder of split'),
+    'file_data_dir': (lambda tmp: ['--dataset', '', '--data-dir', _file(tmp / 'afile')], 'Found 0 images'),
+    'unknown_dataset': (lambda tmp: ['--dataset', 'torch/nosuch'], 'Unknown torchvision dataset'),
+    'class_map': (lambda tmp: ['--class-map', 'nosuch.txt'], 'class map'),
+    'mean': (lambda tmp: ['--mean', '0.5', '0.5'], '--mean takes 1 value or one per input channel (3), got 2'),
+    'split': (lambda tmp: ['--split', 'nosuch'], "no folder of split 'nosuch'"),
+    'state_is_folder': (lambda tmp: ['--resume-state', tmp], 'is a folder, not a state file'),
+    'plot_dir_is_file': (lambda tmp: ['--plot-dir', _file(tmp / 'afile')], 'afile: it is not a folder'),
+    'results_under_file': (lambda tmp: ['--results-file', _file(tmp / 'afile') / 'res.json'], 'not a folder'),
+    'results_unwritable': (lambda tmp: ['--results-file', _proc(tmp)], 'cannot write into /proc'),
+}
+
+
+@pytest.mark.parametrize('case', list(BAD_SETUPS))
+def test_bad_setup_is_a_one_line_error_before_the_evaluation(digits_dir, tmp_path, capsys, monkeypatch, case):
+    """Bad devices, configs, datasets, normalization, state and output paths: exit 2 with one line, nothing run."""
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError('the evaluation started')
+
+    monkeypatch.setattr(validate_adv, 'RobustEvaluator', no_evaluation)
+    extra, message = BAD_SETUPS[case]
+    out = _folder(tmp_path / 'out')
+    argv = _argv(digits_dir, out, '--model', 'test_mbn_resnet', '--attacks', 'fgsm', '--gammas', '1',
+                 *[str(a) for a in extra(tmp_path)])
+    assert _status(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith('validate_adv.py: error:') and message in err[0], err
+    assert not (out / 'results.json').exists()
+
+
+def test_split_folder_is_found_like_timm_but_never_falls_back_to_the_root(tmp_path):
+    (tmp_path / 'validation').mkdir()
+    assert validate_adv._split_folder(tmp_path, 'val') == tmp_path / 'validation'
+    assert validate_adv._split_folder(tmp_path, 'validation') == tmp_path / 'validation'
+    assert validate_adv._split_folder(tmp_path, '') == tmp_path  # explicitly the root
+    with pytest.raises(ValueError, match="no folder of split 'train'.*train, training"):
+        validate_adv._split_folder(tmp_path, 'train')
+
+
+def test_missing_matplotlib_is_reported_before_the_evaluation(digits_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, 'matplotlib', None)  # import matplotlib now raises ImportError
+    monkeypatch.setattr(validate_adv, 'create_eval_model', None)  # would fail if reached
+    argv = _argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--plot-dir', tmp_path / 'plots')
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'matplotlib' in err[0] and 'timm-advnorm[plots]' in err[0]
+
+
+def test_a_failing_plot_does_not_lose_the_results(digits_dir, tmp_path, monkeypatch):
+    def broken_plots(*args, **kwargs):
+        raise RuntimeError('plotting failed')
+
+    monkeypatch.setattr(validate_adv, 'write_plots', broken_plots)
+    argv = _argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--attacks', 'fgsm', '--gammas', '1',
+                 '--plot-dir', tmp_path / 'plots')
+    with pytest.raises(RuntimeError, match='plotting failed'):  # a genuine failure keeps its traceback
+        _run(argv)
+    assert _results(tmp_path)['variants'] and (tmp_path / 'results.csv').stat().st_size > 0
+
+
+def test_resume_refuses_other_weights_at_the_same_path_and_other_settings(digits_dir, tmp_path, capsys):
+    path = tmp_path / 'model.pth.tar'
+
+    def save(seed: int) -> None:
+        torch.manual_seed(seed)
+        model = timm.create_model('test_mbn_resnet', num_classes=10)
+        torch.save({'state_dict': model.state_dict(), 'arch': 'test_mbn_resnet'}, path)
+
+    save(0)
+    argv = _argv(digits_dir, tmp_path, '--checkpoint', path, '--attacks', 'fgsm', '--gammas', '1',
+                 '--resume-state', tmp_path / 'state.jsonl', '--overwrite')
+    assert _run(argv) == 0
+    changes = [(['--model-kwargs', 'drop_rate=0.5'], 'model_kwargs'), (['--num-classes', '10'], 'num_classes'),
+               (['--split', 'val'], 'split'),
+               (['--dataset', '', '--data-dir', str(digits_dir / 'digits-32px')], 'data_dir, dataset')]
+    for extra, differs in changes:
+        with pytest.raises(ValueError, match=f'different evaluation .*{differs}'):
+            validate_adv.validate(validate_adv.parse_args(argv + extra))
+    save(1)  # the same path, other weights
+    capsys.readouterr()
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'different evaluation (differs in: weights)' in err[0], err
+
+
+def test_a_malformed_state_record_is_a_one_line_error_naming_the_line(digits_dir, tmp_path, capsys):
+    state = tmp_path / 'state.jsonl'
+    argv = _argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--attacks', 'fgsm', '--gammas', '1',
+                 '--resume-state', state, '--overwrite')
+    assert _run(argv) == 0
+    lines = state.read_text().splitlines(keepends=True)
+    state.write_text(''.join(lines[:2]) + '{"variant": "adv", "stage": "clean"}\n' + ''.join(lines[2:]))
+    capsys.readouterr()
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f'{state}: line 3 is not an evaluation record' in err[0], err

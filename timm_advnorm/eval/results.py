@@ -1,43 +1,88 @@
 """Writing results: JSON (everything) and CSV (one row per variant and attack), atomically, never clobbering.
 
 A robust evaluation can take days; its results file must never be half-written (temp file + ``os.replace``) nor
-silently overwritten by the next run (refused unless the caller allows it).
+silently overwritten by the next run (refused unless the caller allows it), and an output that cannot be written must
+be found before the evaluation, not after it (`check_writable`, `check_folder_writable`).
 """
 import csv
 import io
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Union
 
-__all__ = ['check_writable', 'atomic_write', 'write_json', 'write_csv', 'csv_rows', 'CSV_FIELDS']
+__all__ = ['check_writable', 'check_folder_writable', 'atomic_write', 'write_json', 'write_csv', 'csv_rows',
+           'CSV_FIELDS']
 
 CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'threat', 'norm', 'eps', 'steps', 'targeted', 'accuracy',
               'success_rate', 'samples')
 
 
+def _new_temp_file(path: Path) -> Path:
+    """Create an empty, uniquely named hidden file next to `path` and return its path.
+
+    Created with mode 0666 so the umask applies, as with ``open()``: the file then has the permissions any other
+    file the user writes has (`tempfile.mkstemp` always gives 0600, which would make results unreadable to others).
+    """
+    while True:
+        tmp = path.with_name(f'.{path.name}.{secrets.token_hex(6)}{path.suffix}')
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:  # a 48-bit name collision: draw another
+            continue
+
+
+def check_folder_writable(folder: Union[str, Path]) -> None:
+    """Create `folder` (and its parents) when missing, then create and remove a file in it.
+
+    That is what writing into it will do, so a "folder" that is a file, a read-only or pseudo file system, or a
+    missing permission shows up now, before hours of evaluation, and not when the results are written.
+
+    Raises:
+        ValueError: Nothing can be written into `folder`.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f'cannot write into {folder}: it is not a folder.')
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _new_temp_file(folder / 'write-probe').unlink()
+    except OSError as e:
+        raise ValueError(f'cannot write into {folder}: {e.strerror or e}.') from None
+
+
 def check_writable(path: Union[str, Path], overwrite: bool) -> None:
-    """Refuse an existing `path` unless `overwrite` (checked up front, before hours of evaluation).
+    """Check up front that `path` can be written: not an existing file unless `overwrite`, in a writable folder.
+
+    Creates the missing parent folders (see `check_folder_writable`).
 
     Raises:
         FileExistsError: `path` exists and `overwrite` is false.
+        ValueError: `path` is a folder, or its folder cannot be written.
     """
-    if Path(path).exists() and not overwrite:
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f'cannot write {path}: it is a folder.')
+    if path.exists() and not overwrite:
         raise FileExistsError(f'{path} exists; pass --overwrite to replace it.')
+    check_folder_writable(path.parent)
 
 
 def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp_path)`` on a temporary file next to `path`, then rename it over `path` in one step."""
+    """Call ``write(tmp_path)`` on a temporary file next to `path`, then rename it over `path` in one step.
+
+    The file gets the permissions ``open()`` would give it (0666 less the umask).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix=path.suffix)
-    os.close(fd)
+    tmp = _new_temp_file(path)
     try:
-        write(Path(tmp))
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

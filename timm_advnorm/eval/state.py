@@ -15,12 +15,30 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .records import Record
+from .results import check_folder_writable
 
-__all__ = ['EvalState']
+__all__ = ['EvalState', 'check_state_path']
 
 _logger = logging.getLogger(__name__)
 
 _FORMAT = 'timm_advnorm.eval.state/1'
+
+
+def check_state_path(path: Union[str, Path]) -> None:
+    """Check up front that `path` can serve as a state file: an existing file that can be read and appended to,
+    or a new file in a folder that can be written (created if missing).
+
+    Raises:
+        ValueError: `path` is a folder, or it or its folder cannot be used.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f'{path} is a folder, not a state file.')
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise ValueError(f'{path}: the state file cannot be read and appended to (permission denied).')
+    else:
+        check_folder_writable(path.parent)
 
 
 def _canonical(value: Any) -> Any:
@@ -36,7 +54,8 @@ class EvalState:
         fingerprint: JSON-serialisable description of the evaluation; must match the file's.
 
     Raises:
-        ValueError: The file belongs to another evaluation or is not a state file.
+        ValueError: The file belongs to another evaluation, is not a state file, or holds a line that is not a
+            record (the message names the file and the line).
     """
 
     def __init__(self, path: Union[str, Path], fingerprint: Mapping[str, Any]):
@@ -57,14 +76,14 @@ class EvalState:
         for number, line in enumerate(complete):
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON, or not UTF-8
                 if number == len(complete) - 1 and not tail:
                     break  # a damaged last line: treat like a cut-short write
                 raise ValueError(f'{self.path}: line {number + 1} is not valid JSON; the state file is corrupted.')
             if number == 0:
                 self._check_header(entry)
             else:
-                self._records[(entry['variant'], entry['stage'], entry['start'])] = entry
+                self._records[self._record_key(entry, number + 1)] = entry
             good_end += len(line) + 1
         if good_end == 0:
             raise ValueError(f'{self.path} holds no evaluation state header.')
@@ -75,10 +94,25 @@ class EvalState:
                 os.fsync(f.fileno())
         _logger.info('Resuming from %s: %d finished records.', self.path, len(self._records))
 
-    def _check_header(self, header: Mapping[str, Any]) -> None:
-        if header.get('format') != _FORMAT:
-            raise ValueError(f'{self.path} is not an evaluation state file (format {header.get("format")!r}).')
-        stored = header.get('fingerprint', {})
+    def _record_key(self, entry: Any, line: int) -> Tuple[str, str, int]:
+        """The (variant, stage, start) key of the record on `line`; an error naming the line if it is no record.
+
+        Checked on loading, so a damaged or hand-edited file fails here with its line number, not later in the
+        evaluation with a bare ``KeyError``.
+        """
+        fields = (('variant', str), ('stage', str), ('start', int), ('columns', dict))
+        if not (isinstance(entry, dict) and all(isinstance(entry.get(k), t) for k, t in fields)):
+            raise ValueError(f'{self.path}: line {line} is not an evaluation record (needs '
+                             f'{", ".join(k for k, _ in fields)}); the state file is corrupted.')
+        return entry['variant'], entry['stage'], entry['start']
+
+    def _check_header(self, header: Any) -> None:
+        """Refuse a file that is no state file, or the state of another evaluation (naming what differs)."""
+        if not isinstance(header, dict) or header.get('format') != _FORMAT:
+            found = header.get('format') if isinstance(header, dict) else None
+            raise ValueError(f'{self.path} is not an evaluation state file (format {found!r}).')
+        stored = header.get('fingerprint')
+        stored = stored if isinstance(stored, dict) else {}
         if stored != self.fingerprint:
             keys = sorted(k for k in set(stored) | set(self.fingerprint) if stored.get(k) != self.fingerprint.get(k))
             raise ValueError(f'{self.path} was written by a different evaluation (differs in: {", ".join(keys)}); '
