@@ -25,7 +25,7 @@ import timm_advnorm  # noqa: F401  (registers the plugin's models)
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.cli import run_cli
 from timm_advnorm.data import DIGITS_NUM_CLASSES, fixed_subset, resolve_dataset
-from timm_advnorm.hub import create_model_from_name_or_checkpoint
+from timm_advnorm.hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from timm_advnorm.layers import convert_sync_mixture_bn
 from timm_advnorm.task import create_task, running_stats_active, use_running_statistics
 from timm_advnorm.train.args import parse_args
@@ -118,6 +118,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.model, args.initial_checkpoint or None, pretrained=args.pretrained,
         reset_classifier=args.reset_classifier, num_classes=num_classes, drop_rate=args.drop,
         **({'drop_path_rate': args.drop_path} if args.drop_path is not None else {}))
+    # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing and padding
+    setattr(args, MODEL_CONFIG_ARG, model_config(model))
     data_config = resolve_data_config(
         dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
     space = InputSpace.from_data_config(data_config)

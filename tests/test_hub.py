@@ -202,3 +202,41 @@ def test_hub_checkpoint_source_reads_the_cache(tmp_path, mbn, x, monkeypatch):
     model = load_weights(timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES).eval(), 'hf-hub:org/mbn')
     torch.testing.assert_close(_outputs(model, x, 'adv'), _outputs(mbn, x, 'adv'))
     assert timm_advnorm.has_mixture_bn(model)
+
+
+def test_a_model_trained_from_an_export_keeps_its_preprocessing_and_padding(tmp_path, x):
+    """Fine-tuning a converted model (TF padding, its own mean/std) through train_adv's checkpoint, then evaluating
+    or publishing it, must rebuild the model it was trained as, not the registry default of its architecture."""
+    from timm_advnorm.convert.tensorpack import use_tf_same_padding
+    from timm_advnorm.hub import MODEL_CONFIG_ARG, model_config
+    torch.manual_seed(0)
+    source = use_tf_same_padding(timm.create_model('test_resnet', num_classes=NUM_CLASSES)).eval()
+    folder = tmp_path / 'converted'
+    folder.mkdir()
+    write_export(source, folder, data_args=dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+                 plugin_config=dict(padding='tf_same', converted_from=dict(format='test')))
+    name = f'local-dir:{folder}'
+    trained = create_model_from_name_or_checkpoint(name, pretrained=True).eval()
+    args = argparse.Namespace(model=name, num_classes=NUM_CLASSES, **{MODEL_CONFIG_ARG: model_config(trained)})
+    path = tmp_path / 'last.pth.tar'
+    torch.save(dict(epoch=1, arch=name, state_dict=trained.state_dict(), args=args, version=2), path)
+
+    reloaded = create_model_from_name_or_checkpoint(checkpoint=str(path)).eval()
+    assert tuple(reloaded.pretrained_cfg['mean']) == (0.5, 0.5, 0.5)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(x), source(x))
+    export, source_arch = build_export_model(read_checkpoint(path))
+    assert source_arch == 'test_resnet' and tuple(export.pretrained_cfg['mean']) == (0.5, 0.5, 0.5)
+    assert read_checkpoint(path).config['timm_advnorm'] == dict(padding='tf_same')  # provenance stays with the source
+
+
+def test_overwriting_a_symlinked_export_replaces_the_folder_it_points_to(tmp_path):
+    from timm_advnorm.hub import staged_folder
+    real, link = tmp_path / 'real', tmp_path / 'link'
+    real.mkdir()
+    (real / 'old.txt').write_text('old')
+    link.symlink_to(real, target_is_directory=True)
+    with staged_folder(link, overwrite=True) as stage:
+        (stage / 'new.txt').write_text('new')
+    assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == ['new.txt']
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['link', 'real']

@@ -6,8 +6,10 @@ Formats:
 * ``nofrost``: a NoFrost checkpoint to timm's ``nf_resnet26``/``nf_resnet50``;
 * ``tensorpack-resnet``: Feature Denoising's tensorpack ``R152.npz`` (or R50/R101) to timm's ``resnet152``.
 
-DST becomes an export folder (``config.json`` + ``model.safetensors``): ``timm.create_model('local-dir:DST',
-pretrained=True)`` loads it, and ``hub/publish.py DST ...`` publishes it with a model card.
+DST becomes an export folder (``config.json`` + ``model.safetensors``):
+``timm_advnorm.hub.create_model_from_name_or_checkpoint('local-dir:DST')`` loads it as converted (with the TensorFlow
+"SAME" padding a tensorpack conversion records; ``timm.create_model('local-dir:DST', pretrained=True)`` loads the
+weights but not the padding), and ``hub/publish.py DST ...`` publishes it with a model card.
 """
 import argparse
 import logging

@@ -85,5 +85,9 @@ def save_converted(
     """
     with staged_folder(dst, overwrite=overwrite) as stage:
         write_export(model, stage, plugin_config=dict(plugin_config or {}, converted_from=dict(origin)))
-    _logger.info(f'Wrote {dst}: load it with timm.create_model("local-dir:{dst}", pretrained=True).')
+    if plugin_config:  # e.g. TF "SAME" padding, which stock timm does not apply
+        how = f'timm_advnorm.hub.create_model_from_name_or_checkpoint("local-dir:{dst}")'
+    else:
+        how = f'timm.create_model("local-dir:{dst}", pretrained=True)'
+    _logger.info(f'Wrote {dst}: load it with {how}.')
     return Path(dst)

@@ -21,10 +21,13 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
-__all__ = ['Checkpoint', 'read_checkpoint', 'split_source', 'strip_wrapper_prefixes', 'load_torch_file', 'WEIGHT_FILES']
+__all__ = ['Checkpoint', 'read_checkpoint', 'split_source', 'strip_wrapper_prefixes', 'load_torch_file', 'WEIGHT_FILES',
+           'MODEL_CONFIG_ARG']
 
 # Weight files of an exported folder, in the order timm prefers them.
 WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
+# Training argument holding the trained model's `loading.model_config` (timm's CheckpointSaver saves the args).
+MODEL_CONFIG_ARG = 'model_config'
 _WRAPPER_PREFIXES = ('module.', '_orig_mod.')
 _HUB_PREFIX = 'hf-hub:'
 _LOCAL_DIR_PREFIX = 'local-dir:'
@@ -39,10 +42,12 @@ class Checkpoint:
     Attributes:
         state_dict: The model weights, wrapper prefixes removed.
         state_dict_ema: EMA weights of a training checkpoint, if it kept them.
-        arch: Registered architecture name, from the checkpoint (``arch``) or the export's ``config.json``.
+        arch: Registered architecture name, from the export's ``config.json``, the model config a training
+            checkpoint's args record, or its ``arch``.
         args: Training arguments of a `CheckpointSaver` checkpoint, as a dict.
         epoch: Epoch of a training checkpoint.
-        config: The ``config.json`` of an exported folder or Hub repository.
+        config: The ``config.json`` of an exported folder or Hub repository, or its equivalent recorded in a
+            training checkpoint's args (``model_config``).
         source: Where the weights were read from, for messages.
     """
 
@@ -126,12 +131,16 @@ def _from_torch_object(obj: Any, source: str) -> Checkpoint:
         if not _is_state_dict(obj['state_dict']):
             raise ValueError(f'{source}: "state_dict" is not a mapping of names to tensors.')
         ema = obj.get('state_dict_ema')
+        args = _args_dict(obj.get('args'))
+        config = args.get(MODEL_CONFIG_ARG)
+        config = dict(config) if isinstance(config, Mapping) else {}
         return Checkpoint(
             state_dict=strip_wrapper_prefixes(obj['state_dict']),
             state_dict_ema=strip_wrapper_prefixes(ema) if _is_state_dict(ema) else None,
-            arch=obj.get('arch'),
-            args=_args_dict(obj.get('args')),
+            arch=config.get('architecture') or obj.get('arch'),
+            args=args,
             epoch=obj.get('epoch'),
+            config=config,
             source=source,
         )
     if _is_state_dict(obj):

@@ -132,7 +132,7 @@ def staged_folder(target: Union[str, Path], overwrite: bool = False) -> Iterator
     Raises:
         FileExistsError: `target` is a file, or a non-empty folder and `overwrite` is not set.
     """
-    target = Path(target).expanduser().absolute()
+    target = Path(target).expanduser().resolve()  # a symlinked target: replace the folder it points to
     if target.exists() and not target.is_dir():
         raise FileExistsError(f'{target} exists and is not a folder.')
     if target.is_dir() and any(target.iterdir()) and not overwrite:

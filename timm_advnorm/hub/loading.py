@@ -25,13 +25,17 @@ from .checkpoint import Checkpoint, read_checkpoint, split_source, strip_wrapper
 
 __all__ = [
     'load_weights', 'create_model_from_name_or_checkpoint', 'adapt_state_dict', 'check_num_classes',
-    'state_dict_num_classes', 'source_config', 'PLUGIN_CONFIG_KEY',
+    'state_dict_num_classes', 'source_config', 'model_config', 'PLUGIN_CONFIG_KEY',
 ]
 
 _logger = logging.getLogger(__name__)
 
 # Top-level ``config.json`` entry holding what stock timm cannot express (e.g. TF "SAME" padding of a conversion).
 PLUGIN_CONFIG_KEY = 'timm_advnorm'
+# Model attribute holding the plugin config a model was built with, for `model_config`.
+_PLUGIN_CONFIG_ATTR = 'timm_advnorm_config'
+# Plugin-config entries that describe where weights came from, not the model: not carried into a trained model.
+_PROVENANCE_KEYS = ('converted_from',)
 _BN_TENSORS = ('weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked')
 
 StateDict = Dict[str, torch.Tensor]
@@ -192,12 +196,30 @@ def _check_pretrained_classes(source: str, available: Optional[int], requested: 
 
 
 def _apply_plugin_config(model: nn.Module, config: Optional[Mapping[str, Any]]) -> nn.Module:
-    plugin = (config or {}).get(PLUGIN_CONFIG_KEY) or {}
+    plugin = {k: v for k, v in ((config or {}).get(PLUGIN_CONFIG_KEY) or {}).items() if k not in _PROVENANCE_KEYS}
     if plugin.get('padding') == 'tf_same':
         from ..convert.tensorpack import use_tf_same_padding
         _logger.info('Export records TensorFlow "SAME" padding: switching stride-2 layers to it.')
         use_tf_same_padding(model)
+    if plugin:
+        setattr(model, _PLUGIN_CONFIG_ATTR, plugin)
     return model
+
+
+def model_config(model: nn.Module) -> Dict[str, Any]:
+    """How to rebuild `model` as built: its registered architecture, pretrained config (preprocessing, classifier)
+    and plugin config (TF padding), in the layout of an export's ``config.json``.
+
+    A training checkpoint carries it (`train_adv.py`), so that a model trained from a converted or exported one is
+    reloaded, evaluated and published with the preprocessing and padding it was trained with, under its registered
+    architecture rather than the ``hf-hub:``/``local-dir:`` name it was first loaded by.
+    """
+    cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in (getattr(model, 'pretrained_cfg', None) or {}).items()}
+    config: Dict[str, Any] = dict(architecture=cfg.get('architecture'), pretrained_cfg=cfg)
+    plugin = getattr(model, _PLUGIN_CONFIG_ATTR, None)
+    if plugin:
+        config[PLUGIN_CONFIG_KEY] = dict(plugin)
+    return config
 
 
 def create_model_from_name_or_checkpoint(
