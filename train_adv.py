@@ -8,23 +8,27 @@ Each epoch validates clean and robust (PGD) top-1 — on both branches of a mixt
 the method's cost in forward+backward passes per image, to ``summary.csv`` in the run folder. Checkpoints are
 written atomically by timm's `CheckpointSaver`.
 """
+import argparse
 import logging
 import os
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 import torch
 from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
-from timm.task import resume_task_checkpoint
+from timm.task import load_task_ema_checkpoint, resume_task_checkpoint
 from timm.utils import CheckpointSaver, get_outdir, init_distributed_device, random_seed, setup_default_logging
 from timm.utils import update_summary
+from timm.utils.checkpoint_saver import load_checkpoint_metadata
+from timm.utils.summary import trim_summary
 from torch.utils.data import DataLoader
 
 import timm_advnorm  # noqa: F401  (registers the plugin's models)
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.cli import run_cli
-from timm_advnorm.data import DIGITS_NUM_CLASSES, fixed_subset, resolve_dataset
+from timm_advnorm.data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
 from timm_advnorm.hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from timm_advnorm.layers import convert_sync_mixture_bn
 from timm_advnorm.task import create_task, running_stats_active, use_running_statistics
@@ -65,8 +69,9 @@ def _train_attack(args, space: InputSpace, amp_dtype):
 def _val_attack(args, space: InputSpace, amp_dtype):
     targeted = args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted
     return create_attack(
-        'pgd', space=space, eps=args.val_attack_eps or args.attack_eps,
-        step=args.val_attack_step or args.attack_step, steps=args.val_attack_steps, norm=args.attack_norm,
+        'pgd', space=space, eps=args.attack_eps if args.val_attack_eps is None else args.val_attack_eps,
+        step=args.attack_step if args.val_attack_step is None else args.val_attack_step, steps=args.val_attack_steps,
+        norm=args.attack_norm,
         targeted=targeted, random_start=True, best_iterate=True, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
 
 
@@ -77,8 +82,52 @@ def _check_args(args) -> None:
         raise ValueError('--attack-eps must be >= 0, --attack-step > 0 and --attack-steps >= 1.')
     if args.running_stats_epochs < 0 or args.running_stats_epochs > args.epochs:
         raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
+    if args.img_size is not None and args.img_size < 1:
+        raise ValueError('--img-size must be positive.')
+    if args.checkpoint_hist < 1:
+        raise ValueError('--checkpoint-hist must be >= 1.')
+    if not 0.0 <= args.smoothing < 1.0:
+        raise ValueError('--smoothing must be in [0, 1).')
+    if args.model_ema and not 0.0 < args.model_ema_decay < 1.0:
+        raise ValueError('--model-ema-decay must be in (0, 1).')
     if args.resume and not os.path.isfile(args.resume):
         raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
+
+
+# Arguments a resumed run must share with its checkpoint: another value trains something else under the same run
+# (or, for --model-ema, writes summary rows under another header).
+RESUME_FIXED_ARGS = ('model', 'method', 'dataset', 'num_classes', 'model_ema')
+
+
+def _check_resume_args(args, checkpoint_args: dict) -> None:
+    """Refuse to resume with arguments that change what is trained; name the other changes, which take effect."""
+    current = vars(args)
+    fixed = [k for k in RESUME_FIXED_ARGS if k in checkpoint_args and checkpoint_args[k] != current.get(k)]
+    if fixed:
+        raise ValueError(f'--resume {args.resume} was trained with other ' + ', '.join(
+            f'--{k.replace("_", "-")} ({checkpoint_args[k]!r}, now {current.get(k)!r})' for k in fixed))
+    ignored = {'resume', 'epochs', MODEL_CONFIG_ARG, 'rank', 'world_size', 'local_rank', 'device', 'distributed'}
+    changed = sorted(k for k, v in checkpoint_args.items() if k not in ignored and k in current and current[k] != v)
+    if changed:
+        _logger.warning('Resuming with changed arguments: %s (the optimizer state and learning-rate schedule are the '
+                        "checkpoint's).", ', '.join(changed))
+
+
+def _data_roots(dataset_name: str, root, args) -> Tuple[Optional[str], Optional[str], bool]:
+    """Train and validation roots, and whether timm should search them for the split.
+
+    For an image folder both split folders must exist: timm would otherwise fall back to the root for both, and
+    validate on the training images.
+    """
+    if root is None or not is_folder_dataset(dataset_name) or not Path(root).is_dir():
+        return root, root, True
+    return str(split_folder(Path(root), args.train_split)), str(split_folder(Path(root), args.val_split)), False
+
+
+def _dataset_classes(dataset) -> Optional[int]:
+    """The number of classes an image-folder dataset found (None where timm's reader does not say)."""
+    class_to_idx = getattr(getattr(dataset, 'reader', None), 'class_to_idx', None)
+    return len(class_to_idx) if class_to_idx else None
 
 
 def epoch_schedule(args, passes_per_image: float) -> Tuple[int, List[int], int]:
@@ -96,6 +145,22 @@ def epoch_schedule(args, passes_per_image: float) -> Tuple[int, List[int], int]:
 
     epochs = scaled(epochs)
     return epochs, [scaled(m) for m in milestones], min(epochs, scaled(running)) if running else 0
+
+
+def _run_folder(args, args_text: str, start_epoch: int) -> str:
+    """The run folder: a new one under ``--output``, or, when resuming, the checkpoint's own, whose ``args.yaml``
+    is kept (the resumed run's arguments go beside it, named by the epoch it resumes at)."""
+    if args.resume:
+        output_dir = os.path.dirname(os.path.abspath(args.resume))
+        args_file = 'args.yaml' if not os.path.exists(os.path.join(output_dir, 'args.yaml')) else \
+            f'args-resumed-epoch{start_epoch}.yaml'
+    else:
+        output_dir = get_outdir(args.output, args.experiment or f'{args.model.replace("/", "_")}-{args.method}',
+                                inc=True)
+        args_file = 'args.yaml'
+    with open(os.path.join(output_dir, args_file), 'w') as f:
+        f.write(args_text)
+    return output_dir
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -147,21 +212,31 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
                                     momentum=args.momentum)
-    if args.model_ema:
-        task.setup_ema(decay=args.model_ema_decay, device=device)
-
     start_epoch = 0
     if args.resume:
+        _check_resume_args(args, vars(load_checkpoint_metadata(args.resume).get('args') or argparse.Namespace()))
         resumed = resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
                                          log_info=args.rank == 0)
         start_epoch = resumed or 0
+    if args.model_ema:  # after resuming: the EMA starts from the checkpoint's EMA, else from the resumed weights
+        task.setup_ema(decay=args.model_ema_decay, device=device)
+        if args.resume:
+            load_task_ema_checkpoint(task, args.resume)
 
     epochs, milestones, running_stats_epochs = epoch_schedule(args, task.passes_per_image)
 
     batch_size = int(round(args.batch_size * getattr(task, 'batch_scale', 1.0)))
-    train_set = create_dataset(dataset_name, root=root, split=args.train_split, is_training=True,
-                               batch_size=batch_size)
-    val_set = create_dataset(dataset_name, root=root, split=args.val_split, batch_size=batch_size)
+    if mixup_fn is not None and task.mixed_rows(batch_size) % 2:
+        raise ValueError(f'Mixup/CutMix mix pairs of images: the {task.mixed_rows(batch_size)} rows mixed per batch '
+                         f'must be even (change --batch-size).')
+    train_root, val_root, search = _data_roots(dataset_name, root, args)
+    train_set = create_dataset(dataset_name, root=train_root, split=args.train_split, search_split=search,
+                               is_training=True, batch_size=batch_size)
+    val_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
+                             batch_size=batch_size)
+    found = _dataset_classes(train_set)
+    if found is not None and found > num_classes:
+        raise ValueError(f'The training data has {found} classes but the model {num_classes} (--num-classes).')
     common = dict(input_size=data_config['input_size'], interpolation=data_config['interpolation'],
                   mean=data_config['mean'], std=data_config['std'], num_workers=args.workers,
                   distributed=args.distributed, crop_pct=data_config['crop_pct'], device=device,
@@ -172,7 +247,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     loader_val = create_loader(val_set, batch_size=val_batch_size, **common)
     loader_robust = loader_val
     if args.val_samples is not None:
-        robust_set = create_dataset(dataset_name, root=root, split=args.val_split)
+        robust_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search)
         robust_set.transform = create_transform(**{k: data_config[k] for k in (
             'input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')})
         shard = fixed_subset(robust_set, args.val_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
@@ -197,12 +272,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)}.')
     saver = output_dir = None
     if args.rank == 0:
-        name = args.experiment or f'{args.model.replace("/", "_")}-{args.method}'
-        output_dir = get_outdir(args.output, name, inc=not args.resume)
-        with open(os.path.join(output_dir, 'args.yaml'), 'w') as f:
-            f.write(args_text)
+        output_dir = _run_folder(args, args_text, start_epoch)
         saver = CheckpointSaver(model=model, optimizer=optimizer, args=args, task=task, checkpoint_dir=output_dir,
                                 recovery_dir=output_dir, decreasing=False, max_history=args.checkpoint_hist)
+        if args.resume:  # ranked checkpoints and summary rows of the resumed run, up to the resumed epoch
+            saver.load_state_dict_from_checkpoint(args.resume)
+            trim_summary(os.path.join(output_dir, 'summary.csv'), start_epoch)
         _logger.info(f'{args.method}: {task.passes_per_image:g} forward+backward passes per image, '
                      f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget); run in {output_dir}')
 

@@ -32,7 +32,7 @@ from timm.utils import ParseKwargs, setup_default_logging
 
 from timm_advnorm.attacks import InputSpace  # importing the package also registers its models with timm
 from timm_advnorm.cli import set_yaml_defaults
-from timm_advnorm.data import DIGITS_NUM_CLASSES, resolve_dataset
+from timm_advnorm.data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
 from timm_advnorm.eval.bn_stats import collect_bn_stats, summarize_bn_stats
 from timm_advnorm.eval.data import IndexedSubset, seeded_subset, shard_range
 from timm_advnorm.eval.distributed import (
@@ -57,8 +57,6 @@ PROG = 'validate_adv.py'
 #: ``--reduced`` (smoke tests) takes this root of every iteration and query budget; marked in the results.
 REDUCED_ROOT = 3
 AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
-#: Folder names timm's split search (``timm.data.dataset_factory._search_split``) accepts for one another.
-SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'))
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -367,30 +365,6 @@ def build_protocol(args: argparse.Namespace) -> Protocol:
     return protocol
 
 
-def _is_folder_dataset(name: str) -> bool:
-    """Whether timm reads the dataset `name` from an image folder, searching it for the split's subfolder."""
-    return '/' not in name or name.lower() in ('torch/image_folder', 'torch/folder')
-
-
-def _split_folder(root: Path, split: str) -> Path:
-    """The folder of `split` under the folder dataset `root`, found as timm's split search finds it.
-
-    timm falls back to `root` itself when no folder matches, so a mistyped ``--split`` would silently evaluate every
-    image under it, training images included: here that is an error. ``--split ''`` names `root` itself.
-
-    Raises:
-        ValueError: `root` holds no folder of `split`.
-    """
-    name = split.split('[')[0]
-    candidates = [name] + next(([s for s in synonyms if s != name] for synonyms in SPLIT_SYNONYMS
-                                if name in synonyms), [])
-    for candidate in candidates:
-        if (root / candidate).exists():
-            return root / candidate
-    raise ValueError(f'no folder of split {split!r} under {root} (looked for {", ".join(candidates)}); name an '
-                     "existing split folder with --split, or pass --split '' to evaluate every image under the root")
-
-
 def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], dist_info: DistributedInfo):
     """The evaluation split with the model's eval transform (which normalizes: the only normalization).
 
@@ -404,8 +378,8 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
     if root is not None and not Path(root).exists():
         raise FileNotFoundError(f'dataset root {root} not found')
     search_split = True
-    if root is not None and _is_folder_dataset(dataset_name) and Path(root).is_dir():
-        root, search_split = str(_split_folder(Path(root), args.split)), False
+    if root is not None and is_folder_dataset(dataset_name) and Path(root).is_dir():
+        root, search_split = str(split_folder(Path(root), args.split)), False
     try:
         dataset = create_dataset(dataset_name, root=root, split=args.split, search_split=search_split,
                                  class_map=args.class_map, is_training=False, batch_size=args.batch_size)

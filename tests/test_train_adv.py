@@ -55,6 +55,40 @@ def test_resume_continues_from_the_next_epoch(tmp_path, digits_dir):
     assert [row['epoch'] for row in _summary(run)] == ['0', '1']
 
 
+def _ema_distance(a: dict, b: dict) -> float:
+    return sum((a[k].float() - b[k].float()).abs().sum().item() for k in a if a[k].is_floating_point())
+
+
+def test_resume_stays_in_its_run_and_restores_history_ema_and_task_state(tmp_path, digits_dir):
+    """Resuming an earlier epoch of the second of two runs: it continues in that run's folder (the first run and the
+    second's args.yaml untouched), drops the summary rows it redoes, and starts from the checkpoint's EMA."""
+    args = ('--method', 'fast_advprop', '--model-ema', '--epochs', '2')
+    first = _train(tmp_path, digits_dir, *args)
+    _train(tmp_path, digits_dir, *args)
+    second = first.parent / f'{first.name}-1'  # a second run never writes into the first's folder
+    before = {path: path.read_bytes() for path in first.iterdir()}
+    args_yaml = (second / 'args.yaml').read_text()
+    _train(tmp_path, digits_dir, *args, '--resume', str(second / 'checkpoint-0.pth.tar'))
+    assert {path: path.read_bytes() for path in first.iterdir()} == before
+    assert (second / 'args.yaml').read_text() == args_yaml and (second / 'args-resumed-epoch1.yaml').exists()
+    assert [row['epoch'] for row in _summary(second)] == ['0', '1']
+    resumed = torch.load(second / 'last.pth.tar', map_location='cpu', weights_only=False)
+    uninterrupted = torch.load(first / 'last.pth.tar', map_location='cpu', weights_only=False)
+    fresh = torch.load(first / 'checkpoint-0.pth.tar', map_location='cpu', weights_only=False)['state_dict']
+    # the EMA barely moves in an epoch of the digits: resumed from the checkpoint's it stays next to the uninterrupted
+    assert _ema_distance(resumed['state_dict_ema'], uninterrupted['state_dict_ema']) < 0.1 * _ema_distance(
+        uninterrupted['state_dict_ema'], fresh)
+    assert resumed['task_state']['step_count'] == uninterrupted['task_state']['step_count'] > 0
+
+
+def test_resume_refuses_another_method(tmp_path, digits_dir, capsys):
+    run = _train(tmp_path, digits_dir, '--method', 'madry')
+    from train_adv import main
+    with pytest.raises(ValueError, match='--method'):
+        main(['--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, '--method', 'mbn',
+              '--resume', str(run / 'last.pth.tar')])
+
+
 def test_yaml_config_and_fast_advprop_same_budget(tmp_path, digits_dir, caplog):
     caplog.set_level(logging.WARNING, logger='train_adv')
     config = tmp_path / 'fast.yaml'
@@ -76,6 +110,14 @@ def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedP
     (['--attack-steps', '0'], '--attack-steps'),
     (['--eval-metric', 'accuracy'], '--eval-metric'),
     (['--resume', 'missing.pth.tar'], 'not found'),
+    (['--checkpoint-hist', '0'], '--checkpoint-hist'),
+    (['--smoothing', '2'], '--smoothing'),
+    (['--model-ema', '--model-ema-decay', '2'], '--model-ema-decay'),
+    (['--img-size', '0'], '--img-size'),
+    (['--mixup', '0.8', '-b', '31'], 'even'),
+    (['--method', 'fast_advprop', '-b', '1'], 'no clean row'),
+    (['--num-classes', '5'], '10 classes'),
+    (['--val-split', 'valdation'], "no folder of split 'valdation'"),
 ])
 def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir, bad, message):
     result = _run_script('train_adv.py', '--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, *bad)

@@ -11,6 +11,7 @@ import timm
 import torch
 import yaml
 
+from timm_advnorm.data import split_folder
 from timm_advnorm.eval.protocols import get_protocol  # importing the package also registers test_mbn_resnet
 from timm_advnorm.layers import mixture_bn_modules
 
@@ -325,11 +326,11 @@ def test_bad_setup_is_a_one_line_error_before_the_evaluation(digits_dir, tmp_pat
 
 def test_split_folder_is_found_like_timm_but_never_falls_back_to_the_root(tmp_path):
     (tmp_path / 'validation').mkdir()
-    assert validate_adv._split_folder(tmp_path, 'val') == tmp_path / 'validation'
-    assert validate_adv._split_folder(tmp_path, 'validation') == tmp_path / 'validation'
-    assert validate_adv._split_folder(tmp_path, '') == tmp_path  # explicitly the root
+    assert split_folder(tmp_path, 'val') == tmp_path / 'validation'
+    assert split_folder(tmp_path, 'validation') == tmp_path / 'validation'
+    assert split_folder(tmp_path, '') == tmp_path  # explicitly the root
     with pytest.raises(ValueError, match="no folder of split 'train'.*train, training"):
-        validate_adv._split_folder(tmp_path, 'train')
+        split_folder(tmp_path, 'train')
 
 
 def test_missing_matplotlib_is_reported_before_the_evaluation(digits_dir, tmp_path, capsys, monkeypatch):

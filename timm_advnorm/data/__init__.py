@@ -7,7 +7,11 @@ from torch.utils.data import Dataset, Subset
 
 from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
 
-__all__ = ['DIGITS_NUM_CLASSES', 'default_digits_root', 'fixed_subset', 'prepare_digits', 'resolve_dataset']
+__all__ = ['DIGITS_NUM_CLASSES', 'default_digits_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits',
+           'resolve_dataset', 'split_folder']
+
+#: Folder names timm's split search (``timm.data.dataset_factory._search_split``) accepts for one another.
+SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'))
 
 
 def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: int = 32) -> Tuple[str, Optional[str]]:
@@ -23,6 +27,30 @@ def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: int = 32) -
         root = prepare_digits(Path(data_dir) / f'digits-{img_size}px' if data_dir else None, img_size=img_size)
         return '', str(root)
     return dataset, data_dir
+
+
+def is_folder_dataset(name: str) -> bool:
+    """Whether timm reads the dataset `name` from an image folder, searching it for the split's subfolder."""
+    return '/' not in name or name.lower() in ('torch/image_folder', 'torch/folder')
+
+
+def split_folder(root: Path, split: str) -> Path:
+    """The folder of `split` under the folder dataset `root`, found as timm's split search finds it.
+
+    timm falls back to `root` itself when no folder matches, so a mistyped split would silently use every image under
+    it, training and validation images alike: here that is an error. An empty `split` names `root` itself.
+
+    Raises:
+        ValueError: `root` holds no folder of `split`.
+    """
+    name = split.split('[')[0]
+    candidates = [name] + next(([s for s in synonyms if s != name] for synonyms in SPLIT_SYNONYMS
+                                if name in synonyms), [])
+    for candidate in candidates:
+        if (root / candidate).exists():
+            return root / candidate
+    raise ValueError(f'no folder of split {split!r} under {root} (looked for {", ".join(candidates)}); name an '
+                     "existing split folder, or an empty split ('') for every image under the root")
 
 
 def fixed_subset(dataset: Dataset, num_samples: int, seed: int = 0, rank: int = 0, world_size: int = 1) -> Dataset:

@@ -76,6 +76,10 @@ class AdversarialClassificationTask(ClassificationTask):
         """The unwrapped model the attack runs on (no DDP reducer or compiled graph in the attack loop)."""
         return unwrap_model(self.trainable_module)
 
+    def mixed_rows(self, batch_size: int) -> int:
+        """How many rows of a loader batch of `batch_size` Mixup/CutMix mix (timm's batch mixing needs an even count)."""
+        return batch_size
+
     def mix(self, input: torch.Tensor, target: torch.Tensor):
         """Apply Mixup/CutMix when configured; the attack then sees the mixed images and the soft target."""
         if self.mixup_fn is None:

@@ -25,7 +25,7 @@ Its five ingredients, each here:
 Mixup/CutMix apply to the clean rows only; adversarial rows keep their one-hot (smoothed) targets. With equal-budget
 training, the script divides epochs by `passes_per_image` = ``p_adv * K + 1``.
 """
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -182,14 +182,35 @@ class FastAdvPropTask(AdversarialClassificationTask):
             if grads:
                 torch._foreach_mul_(grads, self.group_scales[name])
 
+    def split_sizes(self, batch_size: int) -> Tuple[int, int]:
+        """Clean and attacked rows of a loader batch: the ``p_adv`` share is attacked, at least one row each.
+
+        Raises:
+            ValueError: The batch leaves no clean row.
+        """
+        n_adv = max(1, int(round(self.p_adv * batch_size)))
+        if batch_size - n_adv < 1:
+            raise ValueError(f'Fast AdvProp needs clean and attacked rows in every batch: a batch of {batch_size} at '
+                             f'p_adv={self.p_adv} leaves no clean row.')
+        return batch_size - n_adv, n_adv
+
+    def mixed_rows(self, batch_size: int) -> int:
+        """Only the clean rows are mixed."""
+        return self.split_sizes(batch_size)[0]
+
     def split_batch(self, input: torch.Tensor, target: torch.Tensor):
-        """Clean rows first, then the ``p_adv`` share to attack (at least one row each)."""
-        n_adv = max(1, int(round(self.p_adv * input.shape[0])))
-        n_clean = input.shape[0] - n_adv
-        if n_clean < 1:
-            raise ValueError(f'Fast AdvProp needs clean and attacked rows in every batch: a batch of '
-                             f'{input.shape[0]} at p_adv={self.p_adv} leaves no clean row.')
+        """Clean rows first, then the ``p_adv`` share to attack (`split_sizes`)."""
+        n_clean, _ = self.split_sizes(input.shape[0])
         return input[:n_clean], target[:n_clean], input[n_clean:], target[n_clean:]
+
+    def get_task_state(self, module: Optional[nn.Module] = None, ema: bool = False) -> Dict[str, Any]:
+        """The step counter, which seeds the random starts and the shuffle: a resumed run continues the sequence."""
+        return {} if ema else {'step_count': self.step_count}
+
+    def load_task_state(self, state: Optional[Dict[str, Any]], strict: bool = True, module: Optional[nn.Module] = None,
+                        ema: bool = False) -> None:
+        if state and not ema:
+            self.step_count = int(state.get('step_count', 0))
 
     def _adv_targets(self, target: torch.Tensor, soft_like: torch.Tensor) -> torch.Tensor:
         if soft_like.ndim == target.ndim:
