@@ -90,6 +90,8 @@ def _check_args(args) -> None:
         raise ValueError('--smoothing must be in [0, 1).')
     if args.model_ema and not 0.0 < args.model_ema_decay < 1.0:
         raise ValueError('--model-ema-decay must be in (0, 1).')
+    if args.method == 'fast_advprop' and args.attack_norm != 'linf':
+        raise ValueError("Fast AdvProp's attack is L-inf PGD (its released code): --attack-norm l2 does not apply.")
     if args.resume and not os.path.isfile(args.resume):
         raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
 

@@ -56,7 +56,8 @@ def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp('run')
     model, ema = _mbn_model(0), _mbn_model(1)
     args = argparse.Namespace(model='test_mbn_resnet', num_classes=NUM_CLASSES, mean=[0.5] * 3, std=[0.5] * 3,
-                              interpolation='', method='mbn', epochs=3)
+                              interpolation='', method='mbn', epochs=3, rank=0, world_size=1, local_rank=0,
+                              distributed=False)  # the last four: run-time entries train_adv adds
     torch.save(dict(epoch=2, arch='test_mbn_resnet', state_dict=model.state_dict(), args=args,
                     state_dict_ema=ema.state_dict()), folder / 'last.pth.tar')
     (folder / 'results.json').write_text(json.dumps(RESULTS))
@@ -96,7 +97,7 @@ def test_local_export_holds_weights_config_and_card(tmp_path, run):
     assert metrics['xie2020: clean [clean]'] == 75.0
     assert "timm.create_model('hf-hub:org/test-mbn', pretrained=True)" in readme
     assert "set_route(model, 'adv')" in readme
-    assert 'method: mbn' in readme  # the recipe
+    assert 'method: mbn' in readme and 'world_size' not in readme  # the recipe: options train_adv -c takes
     assert "Robust accuracy on `adv`:** 37.50% (the protocol's headline; worst case leaves 31.25%)" in readme
     assert _same_weights(out, run.model, 'adv')
 

@@ -118,6 +118,7 @@ def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedP
     (['--method', 'fast_advprop', '-b', '1'], 'no clean row'),
     (['--num-classes', '5'], '10 classes'),
     (['--val-split', 'valdation'], "no folder of split 'valdation'"),
+    (['--method', 'fast_advprop', '--attack-norm', 'l2'], '--attack-norm l2'),
 ])
 def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir, bad, message):
     result = _run_script('train_adv.py', '--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, *bad)

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import yaml
 
+from .checkpoint import MODEL_CONFIG_ARG
 from .results import AttackResult, EvalResults
 
 __all__ = ['CardFacts', 'render_model_card', 'front_matter', 'results_table']
@@ -181,14 +182,19 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+# Entries train_adv.py adds to its arguments at run time (not options: `train_adv.py -c` would reject them).
+_RUNTIME_ARGS = ('distributed', 'local_rank', 'rank', 'world_size', MODEL_CONFIG_ARG)
+
+
 def _recipe(facts: CardFacts) -> str:
     parts = []
     if facts.provenance:
         parts.append('Converted from the authors\' released weights:\n\n```yaml\n'
                      + yaml.safe_dump(_plain(facts.provenance), sort_keys=True) + '```')
     if facts.args:
+        recipe = {k: v for k, v in facts.args.items() if k not in _RUNTIME_ARGS}
         parts.append('Trained with `train_adv.py` and these arguments (as a YAML file they can be passed back with '
-                     '`train_adv.py -c`):\n\n```yaml\n' + yaml.safe_dump(_plain(facts.args), sort_keys=True) + '```')
+                     '`train_adv.py -c`):\n\n```yaml\n' + yaml.safe_dump(_plain(recipe), sort_keys=True) + '```')
     return '\n\n'.join(parts) or 'No training arguments were recorded with these weights.'
 
 

@@ -91,15 +91,19 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--attack-eps', type=float, default=16.0, help='Attack budget on the 0-255 scale.')
     group.add_argument('--attack-step', type=float, default=1.0, help='Attack step size on the 0-255 scale.')
     group.add_argument('--attack-steps', type=int, default=30, help='Attack iterations (PGD-N).')
-    group.add_argument('--attack-norm', default='linf', choices=('linf', 'l2'), help='Threat model.')
+    group.add_argument('--attack-norm', default='linf', choices=('linf', 'l2'),
+                       help='Threat model (Fast AdvProp: linf only).')
     group.add_argument('--attack-targeted', action=argparse.BooleanOptionalAction, default=True,
-                       help='Targeted attack, target uniform among the other classes (Xie & Yuille).')
+                       help='Targeted attack, target uniform among the other classes (Xie & Yuille). Not for Fast '
+                            'AdvProp, whose PGD is untargeted from a random start with batch statistics.')
     group.add_argument('--attack-clean-start-prob', type=float, default=0.2,
-                       help='Probability that an attack starts from the clean image instead of a random start.')
+                       help='Probability that an attack starts from the clean image instead of a random start '
+                            '(not for Fast AdvProp).')
     group.add_argument('--attack-step-rule', default='max', choices=('max', 'fixed'),
                        help='"max": step = max(step, eps/N) as in the original code; "fixed": step as given.')
     group.add_argument('--attack-bn-stats', default='running', choices=('running', 'batch'),
-                       help='BN statistics the attack uses: running (eval mode) or batch (train mode).')
+                       help='BN statistics the attack uses: running (eval mode) or batch (train mode; Fast '
+                            'AdvProp always).')
     group.add_argument('--alpha', type=float, default=0.5, help='Clean-loss weight (mixed, alp, mbn).')
     group.add_argument('--clean-ratio', type=float, default=1.0, help='Share of clean images kept (mixed).')
     group.add_argument('--pairing-weight', type=float, default=None,
