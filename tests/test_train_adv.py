@@ -81,7 +81,7 @@ def test_resume_stays_in_its_run_and_restores_history_ema_and_task_state(tmp_pat
     assert resumed['task_state']['step_count'] == uninterrupted['task_state']['step_count'] > 0
 
 
-def test_resume_refuses_another_method(tmp_path, digits_dir, capsys):
+def test_resume_refuses_another_method(tmp_path, digits_dir):
     run = _train(tmp_path, digits_dir, '--method', 'madry')
     from train_adv import main
     with pytest.raises(ValueError, match='--method'):
