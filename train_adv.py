@@ -228,9 +228,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     epochs, milestones, running_stats_epochs = epoch_schedule(args, task.passes_per_image)
 
     batch_size = int(round(args.batch_size * getattr(task, 'batch_scale', 1.0)))
-    if mixup_fn is not None and task.mixed_rows(batch_size) % 2:
-        raise ValueError(f'Mixup/CutMix mix pairs of images: the {task.mixed_rows(batch_size)} rows mixed per batch '
-                         f'must be even (change --batch-size).')
+    mixed_rows = task.mixed_rows(batch_size)  # also checks that the method can split such a batch
+    if mixup_fn is not None and mixed_rows % 2:
+        raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '
+                         f'(change --batch-size).')
     train_root, val_root, search = _data_roots(dataset_name, root, args)
     train_set = create_dataset(dataset_name, root=train_root, split=args.train_split, search_split=search,
                                is_training=True, batch_size=batch_size)

@@ -126,7 +126,7 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir, bad, message):
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith('train_adv.py: error:') and message in lines[-1]
     assert 'Traceback' not in result.stderr
-    assert not any(tmp_path.rglob('*.pth.tar'))
+    assert not any(tmp_path.iterdir()), 'bad input must fail before the run folder is made'
 
 
 def test_torchrun_two_processes_with_sync_mixture_bn(tmp_path, digits_dir):
