@@ -98,7 +98,7 @@ def test_yaml_config_and_fast_advprop_same_budget(tmp_path, digits_dir, caplog):
     rows = _summary(run)
     assert len(rows) == round(3 / 1.4)  # the command line overrides the YAML, then the budget scales epochs
     assert float(rows[0]["train_passes_per_image"]) == pytest.approx(1.4)  # p_adv * K + 1 with K = 2
-    assert 'shuffle BN cannot prevent label leaking' in caplog.text, 'a single process must say that shuffle BN cannot work'
+    assert 'shuffle BN cannot prevent label leaking' in caplog.text, 'one process must say shuffle BN cannot work'
 
 
 def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:

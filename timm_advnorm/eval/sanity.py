@@ -183,7 +183,8 @@ def _against_whitebox(table, variant, blackbox: str, whitebox: Sequence[str], th
     """The black-box stage against the strongest white-box one: may its accuracy be lower beyond noise?"""
     best = min(whitebox, key=lambda stage: _accuracy(table, variant, stage))
     return dict(blackbox=blackbox, accuracy=_accuracy(table, variant, blackbox),
-                best_whitebox=_accuracy(table, variant, best), ok=not _rises(table, variant, blackbox, best, thresholds))
+                best_whitebox=_accuracy(table, variant, best),
+                ok=not _rises(table, variant, blackbox, best, thresholds))
 
 
 def _blackbox(table, variant, plan, thresholds) -> Check:

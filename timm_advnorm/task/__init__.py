@@ -20,7 +20,8 @@ TASKS: Dict[str, Type[AdversarialClassificationTask]] = {
 
 
 def create_task(method: str, *args, **kwargs) -> AdversarialClassificationTask:
-    """Build the task of `method` (``vanilla``, ``madry``, ``mixed``, ``alp``, ``mbn``, ``fast_advprop``, ``nofrost``)."""
+    """Build the task of `method` (``vanilla``, ``madry``, ``mixed``, ``alp``, ``mbn``, ``fast_advprop``,
+    ``nofrost``)."""
     if method not in TASKS:
         raise ValueError(f'Unknown method {method!r}; choose from {", ".join(TASKS)}.')
     return TASKS[method](*args, **kwargs)

@@ -77,7 +77,7 @@ class AdversarialClassificationTask(ClassificationTask):
         return unwrap_model(self.trainable_module)
 
     def mixed_rows(self, batch_size: int) -> int:
-        """How many rows of a loader batch of `batch_size` Mixup/CutMix mix (timm's batch mixing needs an even count)."""
+        """How many rows of a loader batch of `batch_size` Mixup/CutMix mix (timm's mixing needs an even count)."""
         return batch_size
 
     def mix(self, input: torch.Tensor, target: torch.Tensor):
