@@ -13,8 +13,8 @@ if [ -e "$OUT" ]; then
 fi
 EVAL=(--dataset digits --attacks pgd --eps 16 --step 2 --steps 20 --num-samples 359 --workers 0 --no-progress)
 
-"$PY" train_adv.py -c recipes/digits_demo_mbn.yaml --output "$OUT" --experiment adversarial
-"$PY" train_adv.py -c recipes/digits_demo_mbn.yaml --method vanilla --eval-metric top1 \
+"$PY" train_adv.py -c digits_demo_mbn --output "$OUT" --experiment adversarial
+"$PY" train_adv.py -c digits_demo_mbn --method vanilla --eval-metric top1 \
     --output "$OUT" --experiment clean
 "$PY" validate_adv.py "${EVAL[@]}" --checkpoint "$OUT/adversarial/last.pth.tar" --gammas 0 0.5 1 \
     --results-file "$OUT/adversarial/robust.json" --plot-dir "$OUT/adversarial/plots"

@@ -15,14 +15,14 @@ import torchvision
 import timm_advnorm  # noqa: F401  (registers mbn_resnet*)
 from timm_advnorm.convert import (
     read_tensorpack_npz, tensorpack_resnet_layers, tensorpack_resnet_state_dict, use_tf_same_padding)
-from timm_advnorm.convert.cli import main
+from timm_advnorm.convert.cli import run
 from timm_advnorm.convert.common import load_exactly
 from timm_advnorm.hub import create_model_from_name_or_checkpoint
 from timm_advnorm.layers import route
 
 
 def _convert(*argv) -> int:
-    return main([str(a) for a in argv])
+    return run(argv=[str(a) for a in argv])
 
 
 def _images(size: int = 32, n: int = 2) -> torch.Tensor:
@@ -113,7 +113,7 @@ def test_fast_advprop_keys_must_map_one_to_one(tmp_path, fast_advprop, capsys, e
     checkpoint = torch.load(src, weights_only=True)
     edit(checkpoint['state_dict'])
     torch.save(checkpoint, tmp_path / 'edited.pth.tar')
-    assert _convert('fast-advprop', tmp_path / 'edited.pth.tar', tmp_path / 'out') == 1
+    assert _convert('fast-advprop', tmp_path / 'edited.pth.tar', tmp_path / 'out') == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / 'out').exists()
 
@@ -173,12 +173,12 @@ def test_nofrost_converts_to_stock_nf_resnet(tmp_path, nofrost, name):
 
 def test_nofrost_refuses_a_wrong_architecture_or_leftover_keys(tmp_path, nofrost, capsys):
     _, folder = nofrost
-    assert _convert('nofrost', folder / 'best_RA.pth', tmp_path / 'out', '--model', 'nf_resnet50') == 1
+    assert _convert('nofrost', folder / 'best_RA.pth', tmp_path / 'out', '--model', 'nf_resnet50') == 2
     assert 'does not match' in capsys.readouterr().err
     state_dict = torch.load(folder / 'best_RA.pth', weights_only=True)
     state_dict['module.stages.0.0.attn_last.fc.weight'] = torch.zeros(1)
     torch.save(state_dict, tmp_path / 'edited.pth')
-    assert _convert('nofrost', tmp_path / 'edited.pth', tmp_path / 'out') == 1
+    assert _convert('nofrost', tmp_path / 'edited.pth', tmp_path / 'out') == 2
     assert 'unexpected stages.0.0.attn_last.fc.weight' in capsys.readouterr().err
 
 
@@ -291,7 +291,7 @@ def test_tensorpack_npz_converts_to_resnet50_with_tf_padding_applied_on_load(tmp
 ])
 def test_tensorpack_rejects_unmapped_variables(tmp_path, capsys, extra, message):
     np.savez(tmp_path / 'bad.npz', **_tensorpack_variables((2, 2, 2, 2)), **extra)
-    assert _convert('tensorpack-resnet', tmp_path / 'bad.npz', tmp_path / 'out', '--model', 'resnet26') == 1
+    assert _convert('tensorpack-resnet', tmp_path / 'bad.npz', tmp_path / 'out', '--model', 'resnet26') == 2
     assert message in capsys.readouterr().err
 
 

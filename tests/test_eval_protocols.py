@@ -1,7 +1,5 @@
 """Evaluation protocols: the papers' budgets as data, overrides, reduction, and agreement with the attack registry."""
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -10,9 +8,7 @@ from timm_advnorm.attacks.registry import attack_threat
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (
     PROTOCOLS, AttackSpec, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol, resolve_eps)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import validate_adv  # noqa: E402
+from timm_advnorm.eval import script as validate_adv
 
 
 def _cli_protocol(*argv):

@@ -14,11 +14,10 @@ import yaml
 
 from timm_advnorm.hub import parse_eval_results, read_eval_results
 from timm_advnorm.hub import publish as publish_module
-from timm_advnorm.hub.publish import main
+from timm_advnorm.hub.publish import run as run_publish
 from timm_advnorm.layers import MixtureBatchNorm2d, has_mixture_bn, route
 
 REPO = Path(__file__).resolve().parents[1]
-TEMPLATE = REPO / 'hub' / 'model_card_template.md'
 NUM_CLASSES = 5
 def _attack(label, steps, accuracy, success=None):
     return dict(label=label, attack='pgd', threat='white-box', norm='linf', eps=16.0, steps=steps, targeted=True,
@@ -65,7 +64,7 @@ def run(tmp_path_factory):
 
 
 def _publish(*argv) -> int:
-    return main([str(a) for a in argv], default_card_template=TEMPLATE)
+    return run_publish(argv=[str(a) for a in argv])
 
 
 def _front_matter(readme: str) -> dict:
@@ -119,14 +118,14 @@ def test_refuses_to_overwrite_and_leaves_nothing_half_written(tmp_path, run, cap
     out = tmp_path / 'export'
     out.mkdir()
     (out / 'keep.txt').write_text('mine')
-    assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', out) == 1
+    assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', out) == 2
     assert 'pass --overwrite' in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ['keep.txt']
 
     bad_template = tmp_path / 'bad.md'
     bad_template.write_text('$front_matter $no_such_section')
     assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', out, '--overwrite',
-                    '--card-template', bad_template) == 1
+                    '--card-template', bad_template) == 2
     assert [p.name for p in out.iterdir()] == ['keep.txt']
     assert sorted(p.name for p in tmp_path.iterdir()) == ['bad.md', 'export']  # no staging folder left behind
 
@@ -143,7 +142,7 @@ def test_refuses_to_overwrite_and_leaves_nothing_half_written(tmp_path, run, cap
 ])
 def test_bad_input_is_one_line_error(tmp_path, run, capsys, extra, message):
     argv = [run.checkpoint, '--local-dir', tmp_path / 'out', *extra]
-    assert _publish(*argv) == 1
+    assert _publish(*argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and '\n' not in err
     assert not (tmp_path / 'out').exists()
@@ -151,7 +150,7 @@ def test_bad_input_is_one_line_error(tmp_path, run, capsys, extra, message):
 
 def test_bare_state_dict_needs_a_model_name(tmp_path, run, capsys):
     torch.save(run.model.state_dict(), tmp_path / 'bare.pth')
-    assert _publish(tmp_path / 'bare.pth', '--branch', 'clean', '--local-dir', tmp_path / 'a') == 1
+    assert _publish(tmp_path / 'bare.pth', '--branch', 'clean', '--local-dir', tmp_path / 'a') == 2
     assert '--model' in capsys.readouterr().err
     assert _publish(tmp_path / 'bare.pth', '--model', 'test_mbn_resnet', '--branch', 'clean',
                     '--local-dir', tmp_path / 'a') == 0
@@ -199,7 +198,7 @@ def test_upload_sends_the_folder_and_respects_existing_files(tmp_path, run, hub,
     assert upload == [('upload_folder', 'org/m', ['README.md', 'config.json', 'model.safetensors'], None)]
 
     hub.calls, hub.existing = [], ['model.safetensors']
-    assert _publish(run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m') == 1
+    assert _publish(run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m') == 2
     assert 'pass --overwrite' in capsys.readouterr().err
     assert not [c for c in hub.calls if c[0] == 'upload_folder']
     assert _publish(run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m', '--overwrite') == 0
@@ -211,7 +210,7 @@ def test_dry_run_and_missing_token_upload_nothing(tmp_path, run, hub, monkeypatc
                     '--local-dir', tmp_path / 'dry') == 0
     assert hub.calls == []
     monkeypatch.delenv('HF_TOKEN')
-    assert _publish(run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m') == 1
+    assert _publish(run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m') == 2
     assert 'HF_TOKEN' in capsys.readouterr().err
 
 

@@ -11,12 +11,12 @@ import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-attack-steps', '2', '--val-samples', '32',
+FAST = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-attack-steps', '2', '--num-samples', '32',
         '-b', '64', '--workers', '0', '--hflip', '0', '--log-interval', '0']
 
 
 def _train(tmp_path: Path, digits_dir: Path, *extra: str) -> Path:
-    from train_adv import main
+    from timm_advnorm.train.script import main
     out = tmp_path / 'runs'
     assert main(['--data-dir', str(digits_dir), '--output', str(out), '--experiment', 'run', *FAST, *extra]) == 0
     return out / 'run'
@@ -83,7 +83,7 @@ def test_resume_stays_in_its_run_and_restores_history_ema_and_task_state(tmp_pat
 
 def test_resume_refuses_another_method(tmp_path, digits_dir):
     run = _train(tmp_path, digits_dir, '--method', 'madry')
-    from train_adv import main
+    from timm_advnorm.train.script import main
     with pytest.raises(ValueError, match='--method'):
         main(['--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, '--method', 'mbn',
               '--resume', str(run / 'last.pth.tar')])
@@ -156,7 +156,7 @@ def test_same_budget_scales_epochs_milestones_and_running_statistics_epochs():
     """Xie & Yuille's running statistics in the last 10 of 110 epochs stay a share of the run, not all of it."""
     import argparse
 
-    import train_adv
+    from timm_advnorm.train import script as train_adv
     args = argparse.Namespace(epochs=110, decay_milestones=[35, 70, 95], running_stats_epochs=10, same_budget=True)
     assert train_adv.epoch_schedule(args, 31.0) == (4, [1, 2, 3], 1)
     assert train_adv.epoch_schedule(args, 2.0) == (55, [18, 35, 48], 5)

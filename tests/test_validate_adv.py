@@ -15,9 +15,9 @@ from timm_advnorm.data import split_folder
 from timm_advnorm.eval.protocols import get_protocol  # importing the package also registers test_mbn_resnet
 from timm_advnorm.layers import mixture_bn_modules
 
+from timm_advnorm.eval import script as validate_adv
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-import validate_adv  # noqa: E402
 
 TIMING_KEYS = ('eval_seconds', 'total_seconds', 'images_per_second', 'units_computed')
 
@@ -56,14 +56,14 @@ def checkpoint(digits_dir, tmp_path_factory, one_thread, train_briefly) -> Path:
 
 
 def _argv(digits_dir, out: Path, *extra):
-    argv = ['--dataset', 'digits', '--data-dir', digits_dir, '--num-samples', 8, '-b', 8, '-j', 0,
+    argv = ['--dataset', 'digits', '--data-dir', digits_dir, '--num-samples', 8, '--seed', 0, '-b', 8, '-j', 0,
             '--sanity-samples', 8, '--sanity-steps', 2, '--sanity-queries', 5, '--no-progress',
             '--results-file', out / 'results.json', *extra]
     return [str(a) for a in argv]
 
 
 def _run(argv):
-    return validate_adv.main(argv)
+    return validate_adv.run('validate_adv.py', argv)
 
 
 def _results(out: Path):

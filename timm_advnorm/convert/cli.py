@@ -9,28 +9,29 @@ Formats:
 DST becomes an export folder (``config.json`` + ``model.safetensors``):
 ``timm_advnorm.hub.create_model_from_name_or_checkpoint('local-dir:DST')`` loads it as converted (with the TensorFlow
 "SAME" padding a tensorpack conversion records; ``timm.create_model('local-dir:DST', pretrained=True)`` loads the
-weights but not the padding), and ``hub/publish.py DST ...`` publishes it with a model card.
+weights but not the padding), and ``timm-advnorm-publish DST ...`` publishes it with a model card.
 """
-import argparse
 import logging
 import sys
 from typing import List, Optional
 
-from ..hub.publish import one_line
+from ..cli import ArgumentParser, run_cli
 from .fast_advprop import convert_fast_advprop
 from .nofrost import convert_nofrost
 from .tensorpack import convert_tensorpack_resnet
 
-__all__ = ['get_args_parser', 'main']
+__all__ = ['get_args_parser', 'main', 'run']
+
+PROG = 'timm-advnorm-convert'
 
 
-def get_args_parser() -> argparse.ArgumentParser:
+def get_args_parser(prog: str = PROG) -> ArgumentParser:
     """Arguments of the converter command, one sub-command per source format."""
-    parser = argparse.ArgumentParser(
-        prog='timm-advnorm-convert', description="Convert the authors' released robust checkpoints to timm exports.")
+    parser = ArgumentParser(
+        prog=prog, description="Convert the authors' released robust checkpoints to timm exports.")
     formats = parser.add_subparsers(dest='format', required=True, metavar='FORMAT')
 
-    def add(name: str, help_text: str, src_help: str) -> argparse.ArgumentParser:
+    def add(name: str, help_text: str, src_help: str) -> ArgumentParser:
         sub = formats.add_parser(name, help=help_text, description=help_text)
         sub.add_argument('src', metavar='SRC', help=src_help)
         sub.add_argument('dst', metavar='DST', help='export folder to write')
@@ -48,18 +49,24 @@ def get_args_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Command-line entry; bad input gives a one-line error and exit code 1."""
+def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
+    """Parse `argv` and convert; returns the exit status. Bad input raises (see `run`)."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    args = get_args_parser().parse_args(argv)
-    try:
-        if args.format == 'fast-advprop':
-            convert_fast_advprop(args.src, args.dst, args.model, branch=args.branch, overwrite=args.overwrite)
-        elif args.format == 'nofrost':
-            convert_nofrost(args.src, args.dst, args.model, overwrite=args.overwrite)
-        else:
-            convert_tensorpack_resnet(args.src, args.dst, args.model, overwrite=args.overwrite)
-    except (OSError, ValueError, RuntimeError) as e:
-        print(f'timm-advnorm-convert: error: {one_line(e)}', file=sys.stderr)
-        return 1
+    args = get_args_parser(prog).parse_args(argv)
+    if args.format == 'fast-advprop':
+        convert_fast_advprop(args.src, args.dst, args.model, branch=args.branch, overwrite=args.overwrite)
+    elif args.format == 'nofrost':
+        convert_nofrost(args.src, args.dst, args.model, overwrite=args.overwrite)
+    else:
+        convert_tensorpack_resnet(args.src, args.dst, args.model, overwrite=args.overwrite)
     return 0
+
+
+def run(prog: str = PROG, argv: Optional[List[str]] = None) -> int:
+    """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
+    return run_cli(lambda a: main(a, prog=prog), prog, argv)
+
+
+def console_main() -> None:
+    """The ``timm-advnorm-convert`` console command."""
+    sys.exit(run())

@@ -1,10 +1,11 @@
 """Publish a checkpoint to the Hugging Face Hub, or to a local folder: weights, config and model card.
 
-Run it as ``python hub/publish.py`` (the repository's entry point, which supplies the card template)::
+The ``timm-advnorm-publish`` command (also ``python -m timm_advnorm.hub.publish`` and ``hub/publish.py`` in a
+checkout)::
 
-    python hub/publish.py output/train/run/model_best.pth.tar --inference-branch adv \\
+    timm-advnorm-publish output/train/run/model_best.pth.tar --inference-branch adv \\
         --results output/eval/results.json --repo-id org/mbn_resnet152.xie2020_in1k
-    python hub/publish.py CKPT --branch adv --results R.json --local-dir exports/r152-adv --dry-run --repo-id org/x
+    timm-advnorm-publish CKPT --branch adv --results R.json --local-dir exports/r152-adv --dry-run --repo-id org/x
 
 The checkpoint may be a ``train_adv.py`` checkpoint, a bare state dict (``.pth``/``.safetensors``, with
 ``--model``), an export folder (e.g. from ``timm_advnorm.convert``) or an ``hf-hub:``/``local-dir:`` name.
@@ -26,6 +27,7 @@ from huggingface_hub.errors import RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from timm.models import split_model_name_tag
 
+from ..cli import ArgumentParser, add_hidden_alias, run_cli
 from ..layers import has_mixture_bn
 from .card import CardFacts, render_model_card
 from .checkpoint import Checkpoint, read_checkpoint
@@ -33,21 +35,25 @@ from .export import build_export_model, export_data_args, needs_plugin, staged_f
 from .loading import PLUGIN_CONFIG_KEY
 from .results import EvalResults, read_eval_results
 
-__all__ = ['get_args_parser', 'publish', 'upload_export', 'one_line', 'main']
+__all__ = ['get_args_parser', 'publish', 'upload_export', 'main', 'run', 'DEFAULT_CARD_TEMPLATE']
 
 _logger = logging.getLogger(__name__)
 _BRANCHES = ('clean', 'adv')
+PROG = 'timm-advnorm-publish'
+#: The model card template shipped with the package (``--card-template`` replaces it).
+DEFAULT_CARD_TEMPLATE = Path(__file__).resolve().parent / 'model_card_template.md'
 
 
-def get_args_parser() -> argparse.ArgumentParser:
+def get_args_parser(prog: str = PROG) -> ArgumentParser:
     """Arguments of the publishing command."""
-    parser = argparse.ArgumentParser(
-        prog='hub/publish.py', description='Publish a checkpoint (weights, config.json, model card) to the Hugging '
+    parser = ArgumentParser(
+        prog=prog, description='Publish a checkpoint (weights, config.json, model card) to the Hugging '
                                            'Face Hub or a local folder.')
     parser.add_argument('checkpoint', help='train_adv.py checkpoint, state dict (.pth/.safetensors), export folder, '
                                            'hf-hub:org/name or local-dir:PATH')
     parser.add_argument('--model', help='architecture, when the checkpoint does not name it (bare state dicts)')
-    parser.add_argument('--ema', action='store_true', help="publish the checkpoint's EMA weights")
+    parser.add_argument('--use-ema', dest='ema', action='store_true', help="publish the checkpoint's EMA weights")
+    add_hidden_alias(parser, parser, '--ema', 'ema', action='store_true')
     parser.add_argument('--branch', choices=_BRANCHES,
                         help='publish this mixture-BN branch as the plain timm architecture (no plugin needed)')
     parser.add_argument('--inference-branch', choices=_BRANCHES,
@@ -60,7 +66,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--private', action='store_true', help='create the Hub repository as private')
     parser.add_argument('--revision', help='Hub branch to upload to (default: main)')
     parser.add_argument('--commit-message', default='Add timm-advnorm model', help='Hub commit message')
-    parser.add_argument('--card-template', help='model card template (default: hub/model_card_template.md)')
+    parser.add_argument('--card-template', metavar='FILE',
+                        help="model card template (default: the package's model_card_template.md)")
     parser.add_argument('--license', help="card license (default: the weights' pretrained config, e.g. a "
                                           "converted release's license)")
     return parser
@@ -196,25 +203,26 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
         return upload_export(tmp, args.repo_id, args.private, args.revision, args.commit_message, args.overwrite)
 
 
-def one_line(error: BaseException, limit: int = 600) -> str:
-    """An exception as one line of at most `limit` characters, for command-line error messages."""
-    text = ' '.join(str(error).split()) or type(error).__name__
-    return text if len(text) <= limit else text[:limit - 3] + '...'
-
-
-def main(argv: Optional[List[str]] = None, default_card_template: Optional[Union[str, Path]] = None) -> int:
-    """Command-line entry: parse `argv`, publish, and turn any bad input into a one-line error and exit code 1."""
+def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
+    """Parse `argv` and publish; returns the exit status. Bad input raises (see `run`)."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    args = get_args_parser().parse_args(argv)
-    try:
-        template_path = args.card_template or default_card_template
-        if not template_path:
-            raise ValueError('No model card template: pass --card-template (see hub/model_card_template.md).')
-        template = Path(template_path).read_text()
-        url = publish(args, template)
-    except (OSError, ValueError, RuntimeError) as e:
-        print(f'publish: error: {one_line(e)}', file=sys.stderr)
-        return 1
+    args = get_args_parser(prog).parse_args(argv)
+    template = Path(args.card_template).read_text() if args.card_template else DEFAULT_CARD_TEMPLATE.read_text()
+    url = publish(args, template)
     if url:
         _logger.info(f'Uploaded: {url}')
     return 0
+
+
+def run(prog: str = PROG, argv: Optional[List[str]] = None) -> int:
+    """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
+    return run_cli(lambda a: main(a, prog=prog), prog, argv)
+
+
+def console_main() -> None:
+    """The ``timm-advnorm-publish`` console command."""
+    sys.exit(run('timm-advnorm-publish'))
+
+
+if __name__ == '__main__':
+    sys.exit(run('python -m timm_advnorm.hub.publish'))

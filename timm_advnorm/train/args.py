@@ -4,11 +4,13 @@ Config flows one way: a YAML file (``-c``) sets the parser's defaults, the comma
 script turns the namespace into explicit keyword arguments. The parser is importable so tests can drive it.
 """
 import argparse
+import sys
 from typing import List, Optional, Tuple
 
 import yaml
 
-from ..cli import set_yaml_defaults
+from ..cli import ArgumentParser, add_hidden_alias, parse_with_config
+from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import TASKS
 
 __all__ = ['get_args_parser', 'parse_args']
@@ -127,8 +129,9 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
                        help='Robust-eval step (default: attack-step).')
     group.add_argument('--val-attack-targeted', action=argparse.BooleanOptionalAction, default=None,
                        help='Targeted robust eval (default: as training).')
-    group.add_argument('--val-samples', type=int, default=None, metavar='N',
-                       help='Robust-evaluate a fixed subset of N validation images (default: all).')
+    group.add_argument('--num-samples', type=int, default=None, metavar='N',
+                       help='Robust-evaluate a fixed seeded subset of N validation images (default: all).')
+    add_hidden_alias(parser, group, '--val-samples', 'num_samples', type=int)
 
 
 def _misc_group(parser: argparse.ArgumentParser) -> None:
@@ -146,23 +149,32 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--log-interval', type=int, default=50, metavar='N', help='Batches between log lines.')
 
 
-def get_args_parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """The YAML-config pre-parser and the main parser."""
-    config_parser = argparse.ArgumentParser(description='Training config', add_help=False)
-    config_parser.add_argument('-c', '--config', default='', type=str, metavar='FILE',
-                               help='YAML file of argument defaults (keys as the long options, with underscores).')
-    parser = argparse.ArgumentParser(
-        prog='train_adv.py', description='Adversarial training of timm models (timm-advnorm).')
+class _ListRecipes(argparse.Action):
+    """``--list-recipes``: print the packaged recipes (name and what each trains) and exit."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        width = max(len(name) for name in list_recipes())
+        lines = [f'{name:<{width}}  {describe_recipe(name)}' for name in list_recipes()]
+        sys.stdout.write('Packaged recipes (train with -c NAME):\n' + '\n'.join(lines) + '\n')
+        parser.exit(0)
+
+
+def get_args_parser(prog: str = 'train_adv.py') -> ArgumentParser:
+    """The command-line parser (importable, so tests and wrappers can drive it)."""
+    parser = ArgumentParser(prog=prog, description='Adversarial training of timm models (timm-advnorm).')
+    parser.add_argument('-c', '--config', default='', type=str, metavar='FILE',
+                        help='YAML file of argument defaults (keys as the long options, with underscores), or the '
+                             'name of a packaged recipe (see --list-recipes); command-line values win.')
+    parser.add_argument('--list-recipes', action=_ListRecipes, help='List the packaged recipes and exit.')
     for add_group in (_model_group, _data_group, _optim_group, _adversarial_group, _misc_group):
         add_group(parser)
-    return config_parser, parser
+    return parser
 
 
-def parse_args(argv: Optional[List[str]] = None) -> Tuple[argparse.Namespace, str]:
+def parse_args(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> Tuple[argparse.Namespace, str]:
     """Parse `argv` with YAML defaults from ``-c``; returns the namespace and its YAML text (saved with the run)."""
-    config_parser, parser = get_args_parser()
-    args_config, remaining = config_parser.parse_known_args(argv)
-    if args_config.config:
-        set_yaml_defaults(parser, args_config.config)
-    args = parser.parse_args(remaining)
+    args, _ = parse_with_config(get_args_parser(prog), argv, resolve=resolve_config)
     return args, yaml.safe_dump(vars(args), default_flow_style=False)

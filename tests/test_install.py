@@ -1,0 +1,106 @@
+"""The installed product: build the wheel, install it into a fresh virtual environment (reusing this environment's
+torch and other dependencies, no network) and run a short digits demo from a folder outside the checkout with only
+the console commands a user gets from ``pip install timm-advnorm``."""
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = ('timm-advnorm-train', 'timm-advnorm-validate', 'timm-advnorm-publish', 'timm-advnorm-convert')
+
+
+def _run(command, cwd: Path, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, f'{command}: {result.stderr[-3000:]}'
+    return result
+
+
+@pytest.fixture(scope='module')
+def wheel(tmp_path_factory) -> Path:
+    """The wheel of this checkout, built offline with this environment's setuptools."""
+    dist = tmp_path_factory.mktemp('dist')
+    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '--no-index', '-q',
+                    '-w', str(dist), str(REPO)], check=True, capture_output=True, timeout=300)
+    wheels = list(dist.glob('timm_advnorm-*.whl'))
+    assert len(wheels) == 1
+    return wheels[0]
+
+
+@pytest.fixture(scope='module')
+def installed(wheel, tmp_path_factory):
+    """A fresh virtual environment with the wheel installed; its dependencies come from this environment through a
+    ``.pth`` line after the new environment's own site-packages, so the package itself is the installed copy."""
+    venv = tmp_path_factory.mktemp('venv')
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)], check=True, timeout=120)
+    python = venv / 'bin' / 'python'
+    site = Path(subprocess.run([str(python), '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / 'host-dependencies.pth').write_text(sysconfig.get_paths()['purelib'] + '\n')
+    subprocess.run([sys.executable, '-m', 'pip', '--python', str(python), 'install', '--no-index', '--no-deps', '-q',
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    env.update(PATH=f'{venv / "bin"}{os.pathsep}{env.get("PATH", "")}', HF_HUB_OFFLINE='1', OMP_NUM_THREADS='2')
+    return venv, env
+
+
+def test_wheel_ships_the_commands_recipes_and_card_template(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith('.dist-info/METADATA'))).decode()
+        entry_points = archive.read(next(n for n in names if n.endswith('.dist-info/entry_points.txt'))).decode()
+    assert 'timm_advnorm/recipes/digits_demo_mbn.yaml' in names
+    assert 'timm_advnorm/hub/model_card_template.md' in names
+    for command in COMMANDS:
+        assert f'{command} = ' in entry_points
+    # pip install "timm-advnorm[corruptions]" (the README's words) names an extra that exists
+    assert 'Provides-Extra: corruptions' in metadata
+    assert 'extra == "corruptions"' in metadata
+
+
+def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
+    venv, env = installed
+    where = _run([venv / 'bin' / 'python', '-c', 'import timm_advnorm; print(timm_advnorm.__file__)'], tmp_path, env)
+    assert Path(where.stdout.strip()).is_relative_to(venv), 'the installed copy must be the one imported'
+
+    listing = _run(['timm-advnorm-train', '--list-recipes'], tmp_path, env)
+    assert 'digits_demo_mbn' in listing.stdout
+    data = ['--dataset', 'digits', '--data-dir', tmp_path / 'data']
+    _run(['timm-advnorm-train', '-c', 'digits_demo_mbn', *data, '--epochs', '1', '--attack-steps', '1',
+          '--val-attack-steps', '1', '--num-samples', '32', '--output', tmp_path / 'runs', '--experiment', 'adv'],
+         tmp_path, env)
+    checkpoint = tmp_path / 'runs' / 'adv' / 'last.pth.tar'
+    assert checkpoint.is_file()
+    _run(['timm-advnorm-validate', '--checkpoint', checkpoint, *data, '--attacks', 'pgd', '--attack-steps', '2',
+          '--num-samples', '32', '--sanity-samples', '16', '--sanity-steps', '2', '--sanity-queries', '10',
+          '--workers', '0', '--no-progress', '--results-file', tmp_path / 'eval' / 'robust.json'], tmp_path, env)
+    results = json.loads((tmp_path / 'eval' / 'robust.json').read_text())
+    assert results['num_samples'] == 32
+    _run(['timm-advnorm-publish', checkpoint, '--inference-branch', 'adv', '--results', tmp_path / 'eval' /
+          'robust.json', '--local-dir', tmp_path / 'export'], tmp_path, env)
+    assert {p.name for p in (tmp_path / 'export').iterdir()} == {'README.md', 'config.json', 'model.safetensors'}
+
+
+@pytest.mark.parametrize('command', [
+    ['timm-advnorm-convert', '--help'],
+    ['python', '-m', 'timm_advnorm.train', '--help'],
+    ['python', '-m', 'timm_advnorm.eval', '--help'],
+    ['python', '-m', 'timm_advnorm.hub.publish', '--help'],
+    ['python', '-m', 'timm_advnorm.convert', '--help'],
+])
+def test_every_command_and_module_form_answers_help(installed, tmp_path, command):
+    result = _run(command, tmp_path, installed[1])
+    assert result.stdout.startswith('usage:'), result.stdout[:200]
+
+
+def test_bad_input_to_an_installed_command_is_one_line_and_status_2(installed, tmp_path):
+    result = subprocess.run(['timm-advnorm-publish', str(tmp_path / 'missing.pth'), '--local-dir', str(tmp_path)],
+                            cwd=tmp_path, env=installed[1], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith('timm-advnorm-publish: error:')

@@ -1,0 +1,50 @@
+"""Training recipes shipped with the package: YAML files of `train_adv.py` argument defaults.
+
+``timm-advnorm-train -c NAME`` (or ``train_adv.py -c NAME``) takes a packaged recipe by name as well as any YAML
+file by path; ``--list-recipes`` lists them. Each file's leading comment says what it reproduces and from where.
+"""
+from pathlib import Path
+from typing import List
+
+import yaml
+
+__all__ = ['list_recipes', 'recipe_path', 'describe_recipe', 'resolve_config']
+
+_FOLDER = Path(__file__).resolve().parent
+_SUFFIX = '.yaml'
+
+
+def list_recipes() -> List[str]:
+    """Names of the packaged recipes, sorted."""
+    return sorted(path.stem for path in _FOLDER.glob(f'*{_SUFFIX}'))
+
+
+def recipe_path(name: str) -> Path:
+    """The file of the packaged recipe `name` (with or without ``.yaml``).
+
+    Raises:
+        ValueError: No packaged recipe has that name.
+    """
+    stem = name[:-len(_SUFFIX)] if name.endswith(_SUFFIX) else name
+    if stem not in list_recipes():
+        raise ValueError(f'config {name!r} is neither a file nor a packaged recipe ({", ".join(list_recipes())}; '
+                         f'--list-recipes describes them)')
+    return _FOLDER / f'{stem}{_SUFFIX}'
+
+
+def resolve_config(name_or_path: str) -> Path:
+    """A ``-c`` value as a file: an existing path wins, else a packaged recipe name.
+
+    Raises:
+        ValueError: Neither a file nor a packaged recipe.
+    """
+    path = Path(name_or_path).expanduser()
+    return path if path.is_file() else recipe_path(name_or_path)
+
+
+def describe_recipe(name: str) -> str:
+    """One line saying what the packaged recipe `name` trains: model, method, data set and epochs."""
+    config = yaml.safe_load(recipe_path(name).read_text()) or {}
+    data = config.get('dataset') or 'image folder (--data-dir)'
+    return (f"--model {config.get('model')} --method {config.get('method')}, {data}, {config.get('epochs')} epochs, "
+            f"batch {config.get('batch_size')} per process")

@@ -1,0 +1,333 @@
+"""The body of ``timm-advnorm-train`` / ``train_adv.py``: adversarial training of timm models, every method of the
+papers on timm's data, optimizers and `timm.task`.
+
+Single process:  timm-advnorm-train -c digits_demo_mbn   (or python train_adv.py, python -m timm_advnorm.train)
+Many processes:  torchrun --nproc_per_node=8 -m timm_advnorm.train -c xie2020_mbn_resnet152 --data-dir /imagenet
+
+Each epoch validates clean and robust (PGD) top-1 — on both branches of a mixture-BN model — and appends them, with
+the method's cost in forward+backward passes per image, to ``summary.csv`` in the run folder. Checkpoints are
+written atomically by timm's `CheckpointSaver`.
+"""
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import torch
+from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from timm.task import load_task_ema_checkpoint, resume_task_checkpoint
+from timm.utils import CheckpointSaver, get_outdir, init_distributed_device, random_seed, setup_default_logging
+from timm.utils import update_summary
+from timm.utils.checkpoint_saver import load_checkpoint_metadata
+from timm.utils.summary import trim_summary
+from torch.utils.data import DataLoader
+
+from .. import models  # noqa: F401  (registers the plugin's models)
+from ..attacks import InputSpace, create_attack
+from ..cli import one_line, run_cli
+from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
+from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
+from ..layers import convert_sync_mixture_bn
+from ..task import create_task, running_stats_active, use_running_statistics
+from .args import parse_args
+from .loop import branches_of, metric_names, train_one_epoch, validate
+
+__all__ = ['main', 'epoch_schedule', 'run']
+
+_logger = logging.getLogger('train_adv')
+
+
+def _method_kwargs(args, space: InputSpace, num_classes: int) -> dict:
+    """Keyword arguments of the chosen method's task, from the "Adversarial training" argument group."""
+    if args.method == 'mixed':
+        return dict(alpha=args.alpha, clean_ratio=args.clean_ratio)
+    if args.method == 'alp':
+        return dict(alpha=args.alpha, pairing_weight=0.5 if args.pairing_weight is None else args.pairing_weight)
+    if args.method == 'mbn':
+        return dict(alpha=args.alpha, pairing_weight=args.pairing_weight or 0.0)
+    if args.method == 'nofrost':
+        return dict(adv_weight=args.adv_weight)
+    if args.method == 'fast_advprop':
+        return dict(space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
+                    p_adv=args.p_adv, noise_weight=args.noise_weight, adv_weight=args.adv_weight,
+                    shuffle_bn=args.shuffle_bn, rescale_grads=args.rescale_grads, num_classes=num_classes,
+                    label_smoothing=args.smoothing, seed=args.seed)
+    return {}
+
+
+def _train_attack(args, space: InputSpace, amp_dtype):
+    if args.method in ('vanilla', 'fast_advprop'):
+        return None  # no attack / Fast AdvProp runs its PGD inside the training pass (gradient reuse)
+    return create_attack(
+        'pgd', space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
+        norm=args.attack_norm, targeted=args.attack_targeted, random_start=True,
+        clean_start_prob=args.attack_clean_start_prob, step_rule=args.attack_step_rule, best_iterate=False,
+        bn_stats=args.attack_bn_stats, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
+
+
+def _val_attack(args, space: InputSpace, amp_dtype):
+    targeted = args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted
+    return create_attack(
+        'pgd', space=space, eps=args.attack_eps if args.val_attack_eps is None else args.val_attack_eps,
+        step=args.attack_step if args.val_attack_step is None else args.val_attack_step, steps=args.val_attack_steps,
+        norm=args.attack_norm,
+        targeted=targeted, random_start=True, best_iterate=True, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
+
+
+def _check_args(args) -> None:
+    if args.batch_size < 1 or args.epochs < 1:
+        raise ValueError('--batch-size and --epochs must be positive.')
+    if args.attack_eps < 0 or args.attack_step <= 0 or args.attack_steps < 1:
+        raise ValueError('--attack-eps must be >= 0, --attack-step > 0 and --attack-steps >= 1.')
+    if args.running_stats_epochs < 0 or args.running_stats_epochs > args.epochs:
+        raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
+    if args.img_size is not None and args.img_size < 1:
+        raise ValueError('--img-size must be positive.')
+    if args.checkpoint_hist < 1:
+        raise ValueError('--checkpoint-hist must be >= 1.')
+    if not 0.0 <= args.smoothing < 1.0:
+        raise ValueError('--smoothing must be in [0, 1).')
+    if args.model_ema and not 0.0 < args.model_ema_decay < 1.0:
+        raise ValueError('--model-ema-decay must be in (0, 1).')
+    if args.method == 'fast_advprop' and args.attack_norm != 'linf':
+        raise ValueError("Fast AdvProp's attack is L-inf PGD (its released code): --attack-norm l2 does not apply.")
+    if args.resume and not os.path.isfile(args.resume):
+        raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
+
+
+# Arguments a resumed run must share with its checkpoint: another value trains something else under the same run
+# (or, for --model-ema, writes summary rows under another header).
+RESUME_FIXED_ARGS = ('model', 'method', 'dataset', 'num_classes', 'model_ema')
+
+
+def _check_resume_args(args, checkpoint_args: dict) -> None:
+    """Refuse to resume with arguments that change what is trained; name the other changes, which take effect."""
+    current = vars(args)
+    fixed = [k for k in RESUME_FIXED_ARGS if k in checkpoint_args and checkpoint_args[k] != current.get(k)]
+    if fixed:
+        raise ValueError(f'--resume {args.resume} was trained with other ' + ', '.join(
+            f'--{k.replace("_", "-")} ({checkpoint_args[k]!r}, now {current.get(k)!r})' for k in fixed))
+    ignored = {'resume', 'epochs', MODEL_CONFIG_ARG, 'rank', 'world_size', 'local_rank', 'device', 'distributed'}
+    changed = sorted(k for k, v in checkpoint_args.items() if k not in ignored and k in current and current[k] != v)
+    if changed:
+        _logger.warning('Resuming with changed arguments: %s (the optimizer state and learning-rate schedule are the '
+                        "checkpoint's).", ', '.join(changed))
+
+
+def _data_roots(dataset_name: str, root, args) -> Tuple[Optional[str], Optional[str], bool]:
+    """Train and validation roots, and whether timm should search them for the split.
+
+    For an image folder both split folders must exist: timm would otherwise fall back to the root for both, and
+    validate on the training images.
+    """
+    if root is None or not is_folder_dataset(dataset_name) or not Path(root).is_dir():
+        return root, root, True
+    return str(split_folder(Path(root), args.train_split)), str(split_folder(Path(root), args.val_split)), False
+
+
+def _dataset_classes(dataset) -> Optional[int]:
+    """The number of classes an image-folder dataset found (None where timm's reader does not say)."""
+    class_to_idx = getattr(getattr(dataset, 'reader', None), 'class_to_idx', None)
+    return len(class_to_idx) if class_to_idx else None
+
+
+def epoch_schedule(args, passes_per_image: float) -> Tuple[int, List[int], int]:
+    """Epochs, decay milestones and running-statistics epochs of the run.
+
+    With ``--same-budget`` all three are divided by the method's passes per image, so that the run costs what
+    ``--epochs`` of vanilla training would and keeps the recipe's proportions (Xie & Yuille's last 10 of 110 epochs).
+    """
+    epochs, milestones, running = args.epochs, list(args.decay_milestones), args.running_stats_epochs
+    if not args.same_budget:
+        return epochs, milestones, running
+
+    def scaled(n: int) -> int:
+        return max(1, int(round(n / passes_per_image)))
+
+    epochs = scaled(epochs)
+    return epochs, [scaled(m) for m in milestones], min(epochs, scaled(running)) if running else 0
+
+
+def _run_folder(args, args_text: str, start_epoch: int) -> str:
+    """The run folder: a new one under ``--output``, or, when resuming, the checkpoint's own, whose ``args.yaml``
+    is kept (the resumed run's arguments go beside it, named by the epoch it resumes at)."""
+    if args.resume:
+        output_dir = os.path.dirname(os.path.abspath(args.resume))
+        args_file = 'args.yaml' if not os.path.exists(os.path.join(output_dir, 'args.yaml')) else \
+            f'args-resumed-epoch{start_epoch}.yaml'
+    else:
+        output_dir = get_outdir(args.output, args.experiment or f'{args.model.replace("/", "_")}-{args.method}',
+                                inc=True)
+        args_file = 'args.yaml'
+    with open(os.path.join(output_dir, args_file), 'w') as f:
+        f.write(args_text)
+    return output_dir
+
+
+def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
+    """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
+    setup_default_logging()
+    args, args_text = parse_args(argv, prog=prog)
+    _check_args(args)
+    args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    device = init_distributed_device(args)
+    random_seed(args.seed, args.rank)
+    amp_dtype = torch.bfloat16 if args.amp else None
+
+    dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size or 32)
+    num_classes = args.num_classes or (DIGITS_NUM_CLASSES if args.dataset == 'digits' else None)
+    if num_classes is None:
+        raise ValueError('--num-classes is required for datasets other than digits.')
+    if args.dataset == 'digits' and args.img_size is None:
+        args.img_size = 32
+
+    try:
+        model = create_model_from_name_or_checkpoint(
+            args.model, args.initial_checkpoint or None, pretrained=args.pretrained,
+            reset_classifier=args.reset_classifier, num_classes=num_classes, drop_rate=args.drop,
+            **({'drop_path_rate': args.drop_path} if args.drop_path is not None else {}))
+    except RuntimeError as e:  # timm: unknown model name or a state dict that does not fit
+        raise ValueError(f'cannot create the model: {one_line(e)}') from e
+    # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing and padding
+    setattr(args, MODEL_CONFIG_ARG, model_config(model))
+    data_config = resolve_data_config(
+        dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
+    space = InputSpace.from_data_config(data_config)
+
+    if args.sync_bn and args.distributed:
+        model = convert_sync_mixture_bn(model)
+    model.to(device)
+    if args.channels_last:
+        model.to(memory_format=torch.channels_last)
+
+    mixup_fn = None
+    if args.mixup > 0 or args.cutmix > 0:
+        mixup_fn = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, prob=args.mixup_prob,
+                         switch_prob=args.mixup_switch_prob, label_smoothing=args.smoothing, num_classes=num_classes)
+    attack_kwargs = {} if args.method == 'fast_advprop' else {'attack': _train_attack(args, space, amp_dtype)}
+    task = create_task(
+        args.method, model, **attack_kwargs, mixup_fn=mixup_fn,
+        criterion_kwargs=dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None), device=device,
+        verbose=args.rank == 0, **_method_kwargs(args, space, num_classes))
+    task.to(device)
+    if args.method == 'fast_advprop' and args.shuffle_bn and (not args.distributed or args.sync_bn):
+        _logger.warning('Fast AdvProp %s: adversarial rows are normalized with statistics of the batch they were '
+                        'made from, so shuffle BN cannot prevent label leaking (Mei et al. Sec. 3.2.1).',
+                        'with --sync-bn' if args.distributed else 'in one process (shuffle BN needs torchrun)')
+
+    optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
+                                    momentum=args.momentum)
+    start_epoch = 0
+    if args.resume:
+        _check_resume_args(args, vars(load_checkpoint_metadata(args.resume).get('args') or argparse.Namespace()))
+        resumed = resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
+                                         log_info=args.rank == 0)
+        start_epoch = resumed or 0
+    if args.model_ema:  # after resuming: the EMA starts from the checkpoint's EMA, else from the resumed weights
+        task.setup_ema(decay=args.model_ema_decay, device=device)
+        if args.resume:
+            load_task_ema_checkpoint(task, args.resume)
+
+    epochs, milestones, running_stats_epochs = epoch_schedule(args, task.passes_per_image)
+
+    batch_size = int(round(args.batch_size * getattr(task, 'batch_scale', 1.0)))
+    mixed_rows = task.mixed_rows(batch_size)  # also checks that the method can split such a batch
+    if mixup_fn is not None and mixed_rows % 2:
+        raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '
+                         f'(change --batch-size).')
+    train_root, val_root, search = _data_roots(dataset_name, root, args)
+    train_set = create_dataset(dataset_name, root=train_root, split=args.train_split, search_split=search,
+                               is_training=True, batch_size=batch_size)
+    val_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
+                             batch_size=batch_size)
+    found = _dataset_classes(train_set)
+    if found is not None and found > num_classes:
+        raise ValueError(f'The training data has {found} classes but the model {num_classes} (--num-classes).')
+    common = dict(input_size=data_config['input_size'], interpolation=data_config['interpolation'],
+                  mean=data_config['mean'], std=data_config['std'], num_workers=args.workers,
+                  distributed=args.distributed, crop_pct=data_config['crop_pct'], device=device,
+                  use_prefetcher=False, persistent_workers=False)
+    loader_train = create_loader(train_set, batch_size=batch_size, is_training=True, no_aug=args.no_aug,
+                                 scale=args.scale, hflip=args.hflip, **common)
+    val_batch_size = args.validation_batch_size or args.batch_size
+    loader_val = create_loader(val_set, batch_size=val_batch_size, **common)
+    loader_robust = loader_val
+    if args.num_samples is not None:
+        robust_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search)
+        robust_set.transform = create_transform(**{k: data_config[k] for k in (
+            'input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')})
+        shard = fixed_subset(robust_set, args.num_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
+        loader_robust = DataLoader(shard, batch_size=val_batch_size, num_workers=args.workers)
+
+    scheduler, _ = create_scheduler_v2(
+        optimizer, sched=args.sched, num_epochs=epochs, decay_milestones=milestones, decay_rate=args.decay_rate,
+        warmup_epochs=args.warmup_epochs, warmup_lr=args.warmup_lr, min_lr=args.min_lr,
+        updates_per_epoch=len(loader_train))
+    if start_epoch:
+        scheduler.step(start_epoch)
+
+    if args.torchcompile:
+        task.compile(backend=args.torchcompile)
+    if args.distributed:
+        task.prepare_distributed(device_ids=[device.index] if device.type == 'cuda' else None)
+
+    val_attack = _val_attack(args, space, amp_dtype)
+    branches = branches_of(model)
+    known_metrics = metric_names(branches, ema=task.has_ema())
+    if args.eval_metric not in known_metrics:
+        raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)}.')
+    saver = output_dir = None
+    if args.rank == 0:
+        output_dir = _run_folder(args, args_text, start_epoch)
+        saver = CheckpointSaver(model=model, optimizer=optimizer, args=args, task=task, checkpoint_dir=output_dir,
+                                recovery_dir=output_dir, decreasing=False, max_history=args.checkpoint_hist)
+        if args.resume:  # ranked checkpoints and summary rows of the resumed run, up to the resumed epoch
+            saver.load_state_dict_from_checkpoint(args.resume)
+            trim_summary(os.path.join(output_dir, 'summary.csv'), start_epoch)
+        _logger.info(f'{args.method}: {task.passes_per_image:g} forward+backward passes per image, '
+                     f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget); run in {output_dir}')
+
+    for epoch in range(start_epoch, epochs):
+        if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
+            loader_train.sampler.set_epoch(epoch)
+        running = running_stats_active(epoch, epochs, running_stats_epochs)
+        train_metrics = train_one_epoch(
+            epoch, task, loader_train, optimizer, device, lr_scheduler=scheduler, amp_dtype=amp_dtype,
+            clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
+            before_forward=(lambda: use_running_statistics(model)) if running else None,
+            log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed)
+        train_metrics['running_stats'] = float(running)
+        eval_metrics = validate(model, loader_val, device, val_attack, robust_loader=loader_robust,
+                                branches=branches, amp_dtype=amp_dtype,
+                                channels_last=args.channels_last, distributed=args.distributed)
+        if task.has_ema():
+            ema_metrics = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
+                                   robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype,
+                                   channels_last=args.channels_last, distributed=args.distributed)
+            eval_metrics.update((f'ema_{k}', v) for k, v in ema_metrics.items())
+        scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
+        if args.rank == 0:
+            _logger.info('Validation: ' + ', '.join(f'{k}: {v:.2f}' for k, v in eval_metrics.items()))
+            update_summary(epoch, train_metrics, eval_metrics, os.path.join(output_dir, 'summary.csv'),
+                           lr=train_metrics['lr'])
+            saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric])
+    if args.rank == 0 and saver.best_metric is not None:
+        _logger.info(f'*** Best {args.eval_metric}: {saver.best_metric:.2f} (epoch {saver.best_epoch}); '
+                     f'run in {output_dir}')
+    if args.distributed:
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+def run(prog: str = 'train_adv.py', argv: Optional[List[str]] = None) -> int:
+    """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
+    return run_cli(lambda a: main(a, prog=prog), prog, argv)
+
+
+def console_main() -> None:
+    """The ``timm-advnorm-train`` console command."""
+    sys.exit(run('timm-advnorm-train'))
