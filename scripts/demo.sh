@@ -11,11 +11,11 @@ if [ -e "$OUT" ]; then
   echo "demo.sh: error: $OUT already exists; set DEMO_OUT to a new folder" >&2
   exit 2
 fi
-EVAL=(--dataset digits --attacks pgd --eps 16 --step 2 --steps 20 --num-samples 359 --workers 0 --no-progress)
+EVAL=(--dataset digits --attacks pgd --attack-eps 16 --attack-step 2 --attack-steps 20 --num-samples 359 --workers 0
+      --no-progress)
 
 "$PY" train_adv.py -c digits_demo_mbn --output "$OUT" --experiment adversarial
-"$PY" train_adv.py -c digits_demo_mbn --method vanilla --eval-metric top1 \
-    --output "$OUT" --experiment clean
+"$PY" train_adv.py -c digits_demo_mbn --method vanilla --output "$OUT" --experiment clean
 "$PY" validate_adv.py "${EVAL[@]}" --checkpoint "$OUT/adversarial/last.pth.tar" --gammas 0 0.5 1 \
     --results-file "$OUT/adversarial/robust.json" --plot-dir "$OUT/adversarial/plots"
 "$PY" validate_adv.py "${EVAL[@]}" --checkpoint "$OUT/clean/last.pth.tar" --gammas 0 \

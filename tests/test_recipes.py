@@ -85,3 +85,11 @@ def test_help_shows_defaults_and_the_config_option(capsys):
     assert '-c FILE, --config FILE' in help_text
     assert '--attack-steps ATTACK_STEPS Attack iterations (PGD-N). (default: 30)' in help_text
     assert '--attack-eps ATTACK_EPS Attack budget on the 0-255 scale. (default: 16.0)' in help_text
+
+
+def test_agc_without_a_threshold_clips_with_timms_default_factor():
+    """``--clip-mode agc`` alone used to clip nothing (no --clip-grad); it now gets AGC's usual clip factor."""
+    args, args_text = parse_args(['--clip-mode', 'agc'])
+    assert args.clip_grad == 0.01 and 'clip_grad: 0.01' in args_text
+    assert parse_args(['--clip-mode', 'agc', '--clip-grad', '0.05'])[0].clip_grad == 0.05
+    assert parse_args(['--clip-mode', 'norm'])[0].clip_grad is None

@@ -62,7 +62,6 @@ def test_every_method_trains_a_few_steps(method, mixup):
         optimizer.step()
         assert torch.isfinite(result['loss'])
         assert result['output'].shape[-1] == NUM_CLASSES
-        assert any(k.startswith('loss_') for k in result)
     changed = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.equal(v, before[k])]
     assert changed, 'training did not change any weight'
     assert task.passes_per_image >= 1.0
@@ -78,6 +77,60 @@ def test_cost_model_in_passes_per_image():
     fast = create_task('fast_advprop', model, space=SPACE, p_adv=0.2, steps=1)
     assert fast.passes_per_image == pytest.approx(1.2)
     assert fast.batch_scale == pytest.approx(1.25)
+
+
+def _reaches(params) -> bool:
+    return any(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
+
+
+@pytest.mark.parametrize('method, branches', [
+    ('vanilla', ('clean',)), ('madry', ('clean',)), ('mixed', ('clean',)), ('alp', ('clean',)),
+    ('mbn', ('clean', 'adv')), ('fast_advprop', ('clean', 'adv'))])
+def test_validated_branches_are_those_a_training_step_reaches(method, branches):
+    """A single-route method leaves the adversarial BN of a mixture-BN model untouched: validating it would log, and
+    rank checkpoints by, accuracies of weights that never trained."""
+    model = _model()
+    task = _make_task(method, model, mixup=False)
+    assert task.validated_branches == branches
+    task.train()
+    task(*_batch(10))['loss'].backward()
+    groups = parameter_groups(model)
+    assert _reaches(groups['clean']) == ('clean' in branches)
+    assert _reaches(groups['adv']) == ('adv' in branches)
+
+
+def test_a_model_without_mixture_bn_validates_its_clean_route_only():
+    assert create_task('nofrost', _model('test_nfr_resnet'), attack=_attack()).validated_branches == ('clean',)
+    assert create_task('madry', _model('test_resnet'), attack=_attack()).validated_branches == ('clean',)
+
+
+@pytest.mark.parametrize('method, metric', [
+    ('vanilla', 'top1'), ('madry', 'robust_top1'), ('mixed', 'robust_top1'), ('alp', 'robust_top1'),
+    ('nofrost', 'robust_top1'), ('mbn', 'adv_branch_robust_top1'), ('fast_advprop', 'top1')])
+def test_default_eval_metric_is_what_the_methods_papers_report(method, metric):
+    """Xie & Yuille report robustness (of the adversarial branch for MBN_adv); AdvProp and Fast AdvProp infer on
+    the clean branch and report clean accuracy; vanilla training is ranked by clean accuracy."""
+    assert TASKS[method].default_eval_metric == metric
+
+
+@pytest.mark.parametrize('method, kwargs, parts', [
+    ('vanilla', {}, set()),
+    ('madry', {}, set()),
+    ('mixed', {}, {'loss_clean', 'loss_adv'}),
+    ('mixed', {'clean_ratio': 0.0}, set()),
+    ('alp', {}, {'loss_clean', 'loss_adv', 'loss_pair'}),
+    ('mbn', {}, {'loss_clean', 'loss_adv'}),
+    ('fast_advprop', {}, {'loss_total', 'loss_clean', 'loss_noise', 'loss_adv'}),
+], ids=['vanilla', 'madry', 'mixed', 'mixed_no_clean', 'alp', 'mbn', 'fast_advprop'])
+def test_no_loss_part_repeats_the_whole_loss(method, kwargs, parts):
+    """A part that is the whole loss by construction (vanilla's clean loss, Madry's adversarial loss) is not
+    returned beside it, so the logs and summary.csv hold each quantity once."""
+    model = _model()
+    task = (create_task(method, model, space=SPACE, eps=1.0) if method == 'fast_advprop'
+            else create_task(method, model, attack=_attack(), **kwargs))
+    task.train()
+    result = task(*_batch(10))
+    assert {k for k in result if k.startswith('loss_')} == parts
 
 
 def test_mbn_and_nofrost_reject_the_wrong_model():

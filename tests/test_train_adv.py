@@ -1,5 +1,6 @@
 """train_adv.py end to end on the built-in digits data: single process, resume, torchrun, configs and bad input."""
 import csv
+import json
 import logging
 import socket
 import subprocess
@@ -139,7 +140,8 @@ def test_torchrun_two_processes_with_sync_mixture_bn(tmp_path, digits_dir):
         str(tmp_path), '--experiment', 'ddp', *FAST, '-b', '32')
     assert result.returncode == 0, result.stderr[-3000:]
     rows = _summary(tmp_path / 'ddp')
-    assert float(rows[0]['eval_robust_samples']) == 32  # one seeded subset, sharded across the two ranks
+    assert 'robust_samples' not in ''.join(rows[0])  # a count, not a metric
+    assert 'robust top-1 on 32 images' in result.stderr  # one seeded subset, sharded across the two ranks
     checkpoint = torch.load(tmp_path / 'ddp' / 'last.pth.tar', map_location='cpu', weights_only=False)
     assert not any(k.startswith('module.') for k in checkpoint['state_dict'])
 
@@ -163,3 +165,41 @@ def test_same_budget_scales_epochs_milestones_and_running_statistics_epochs():
     assert train_adv.epoch_schedule(argparse.Namespace(**{**vars(args), 'running_stats_epochs': 0}), 31.0)[2] == 0
     assert train_adv.epoch_schedule(argparse.Namespace(**{**vars(args), 'same_budget': False}), 31.0) == (
         110, [35, 70, 95], 10)
+
+
+def test_evaluation_uses_the_preprocessing_the_checkpoint_was_trained_with(tmp_path, digits_dir):
+    """test_resnet's registry default is 160 px with mean = std = 0.5: a run at 32 px with ImageNet statistics must
+    be evaluated at 32 px with ImageNet statistics unless the user overrides a value, and the results say which."""
+    from timm_advnorm.eval.script import run as run_validate
+    imagenet = (['--mean', '0.485', '0.456', '0.406', '--std', '0.229', '0.224', '0.225'])
+    run = _train(tmp_path, digits_dir, '--model', 'test_resnet', '--method', 'vanilla', '--img-size', '32', *imagenet)
+    common = ['--checkpoint', str(run / 'last.pth.tar'), '--dataset', 'digits', '--data-dir', str(digits_dir),
+              '--attacks', 'fgsm', '--sanity-samples', '0', '--workers', '0', '--no-progress']
+    assert run_validate('validate_adv.py', common + ['--results-file', str(tmp_path / 'as_trained.json')]) == 0
+    results = json.loads((tmp_path / 'as_trained.json').read_text())
+    assert results['data_config']['input_size'] == [3, 32, 32]
+    assert results['data_config']['mean'] == pytest.approx([0.485, 0.456, 0.406])
+    assert results['preprocessing'] == {'source': 'the checkpoint', 'overridden': []}
+    # the whole validation split as training validated it: the same clean accuracy, to the image
+    assert results['variants'][0]['clean'] == pytest.approx(float(_summary(run)[0]['eval_top1']), abs=1e-3)
+
+    assert run_validate('validate_adv.py', common + ['--img-size', '48', '--results-file',
+                                                     str(tmp_path / 'overridden.json')]) == 0
+    results = json.loads((tmp_path / 'overridden.json').read_text())
+    assert results['data_config']['input_size'] == [3, 48, 48]
+    assert results['data_config']['mean'] == pytest.approx([0.485, 0.456, 0.406])
+    assert results['preprocessing'] == {'source': 'the checkpoint', 'overridden': ['--img-size']}
+
+
+def test_vanilla_on_a_mixture_bn_model_neither_logs_nor_ranks_by_the_untrained_branch(tmp_path, digits_dir):
+    """The adversarial BN of a model trained on clean images only is never trained: its chance-level accuracy is
+    not logged, and checkpoints are ranked by the method's own metric (clean top-1 for vanilla)."""
+    run = _train(tmp_path, digits_dir, '-c', 'digits_demo_mbn', '--method', 'vanilla', '--epochs', '2')
+    rows = _summary(run)
+    assert not any('adv_branch' in column for column in rows[0])
+    assert [c for c in rows[0] if c.startswith('train_loss')] == ['train_loss']  # loss_clean would repeat it
+    assert 'train_lr' not in rows[0] and 'lr' in rows[0]
+    best = torch.load(run / 'model_best.pth.tar', map_location='cpu', weights_only=False)
+    assert best['args'].eval_metric == 'top1'
+    assert best['metric'] == max(float(row['eval_top1']) for row in rows)
+    assert yaml.safe_load((run / 'args.yaml').read_text())['eval_metric'] == 'top1'

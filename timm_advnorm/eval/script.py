@@ -33,6 +33,7 @@ from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
 from ..cli import ArgumentParser, add_hidden_alias, one_line, parse_with_config, run_cli
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
+from ..data.preprocessing import explicit_preprocessing
 from .bn_stats import collect_bn_stats, summarize_bn_stats
 from .data import IndexedSubset, seeded_subset, shard_range
 from .distributed import (
@@ -256,6 +257,26 @@ def create_eval_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, str]:
     return model, name
 
 
+def _preprocessing_provenance(args: argparse.Namespace) -> Dict[str, Any]:
+    """Where the evaluated preprocessing came from: the checkpoint's record (what it was trained with), an export's
+    config, or the registry's defaults; and which values the command line overrode."""
+    if args.checkpoint:
+        source = 'the checkpoint'
+    elif args.model and split_source(args.model)[0] != 'path':
+        source = f'the config of {args.model}'
+    else:
+        source = 'the model registry'
+    overridden = [f'--{key.replace("_", "-")}' for key in explicit_preprocessing(vars(args))]
+    return dict(source=source, overridden=overridden)
+
+
+def _shown(data_config: Dict[str, Any]) -> str:
+    """The preprocessing in one line, for the log."""
+    keys = ('input_size', 'interpolation', 'crop_pct', 'mean', 'std')
+    return ', '.join(f'{key} {tuple(data_config[key]) if isinstance(data_config[key], list) else data_config[key]}'
+                     for key in keys if key in data_config)
+
+
 def _results_paths(results_file: str):
     """JSON, CSV and BN-statistics paths of ``--results-file`` (all None without one)."""
     if not results_file:
@@ -446,6 +467,10 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     model, model_name = create_eval_model(args)
     weights = _weights_digest(model) if args.resume_state else ''
     data_config = resolve_data_config(vars(args), model=model, use_test_size=True)
+    preprocessing = _preprocessing_provenance(args)
+    _logger.info('Preprocessing %s, from %s%s.', _shown(data_config), preprocessing['source'],
+                 f" with {', '.join(preprocessing['overridden'])} from the command line"
+                 if preprocessing['overridden'] else '')
     input_size = tuple(data_config['input_size'])
     protocol = build_protocol(args)
     variants = model_variants(model, args.gammas, args.interpolations)
@@ -494,7 +519,7 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
         model=model_name, checkpoint=args.checkpoint, dataset=args.dataset or 'folder', split=args.val_split,
         num_samples=len(indices), seed=args.seed, img_size=data_config['input_size'][-1],
         data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
-        protocol=protocol.to_dict(), amp=args.amp_dtype if args.amp else None, world_size=dist_info.world_size,
+        preprocessing=preprocessing, protocol=protocol.to_dict(), amp=args.amp_dtype if args.amp else None, world_size=dist_info.world_size,
         primary_variant=primary['name'], top1=primary['clean'], robust_top1=primary['robust'],
         sanity_passed=all(s['sanity']['passed'] for s in summaries),
         masked_gradients_suspected=any(s['sanity']['masked_gradients_suspected'] for s in summaries),

@@ -1,11 +1,14 @@
 """The base of every adversarial training method: a timm `ClassificationTask` that owns its attack.
 
 A method is a subclass whose `forward(input, target)` returns ``loss`` (to back-propagate), ``output`` (logits for
-train-time metrics) and its loss parts (``loss_clean``, ``loss_adv``, ...) for logging. The training loop never
-branches on the method. The task also owns Mixup/CutMix, because where mixing happens is part of a method (Fast
-AdvProp mixes clean rows only; the others mix first and attack the mixed images with the soft target).
+train-time metrics) and its loss parts (``loss_clean``, ``loss_adv``, ...) for logging; a part that is the whole loss
+by construction is left out, so each quantity is logged once. The class also says what the script validates and
+ranks by: the mixture-BN branches its training pass routes rows through (`trained_branches`) and the metric its
+papers report (`default_eval_metric`). The training loop never branches on the method. The task also owns
+Mixup/CutMix, because where mixing happens is part of a method (Fast AdvProp mixes clean rows only; the others mix
+first and attack the mixed images with the soft target).
 """
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -35,6 +38,12 @@ class AdversarialClassificationTask(ClassificationTask):
     #: Whether each training forward runs both branches of a mixture-BN model (the fused MBN pass); otherwise a
     #: pass on one route leaves the other branch's parameters without gradients, which DDP must be told.
     uses_both_branches: bool = False
+    #: Branches of a mixture-BN model whose BN the training step routes rows through (over all its passes, unlike
+    #: `uses_both_branches`), in validation order. A branch no row reaches keeps its initial weights and statistics:
+    #: its accuracies say nothing about the run, and ranking checkpoints by them keeps whichever epoch chance favoured.
+    trained_branches: Tuple[str, ...] = ('clean',)
+    #: Validation metric that ranks checkpoints unless the user names one: the accuracy the method's papers report.
+    default_eval_metric: str = 'robust_top1'
 
     def __init__(
             self,
@@ -65,6 +74,12 @@ class AdversarialClassificationTask(ClassificationTask):
         ``p_adv * K + 1``. Logged with every run.
         """
         raise NotImplementedError
+
+    @property
+    def validated_branches(self) -> Tuple[str, ...]:
+        """Branches validated each epoch: the trained ones, or the clean route alone on a model without mixture BN
+        (which has no other)."""
+        return self.trained_branches if has_mixture_bn(self.attack_module()) else ('clean',)
 
     def prepare_distributed(self, device_ids: Optional[list] = None, **ddp_kwargs) -> 'AdversarialClassificationTask':
         """Wrap the model in DDP; with a mixture-BN model and single-route passes, finding unused parameters."""

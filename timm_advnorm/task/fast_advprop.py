@@ -100,6 +100,8 @@ class FastAdvPropTask(AdversarialClassificationTask):
     """
 
     method = 'fast_advprop'
+    trained_branches = ('clean', 'adv')
+    default_eval_metric = 'top1'  # inference on the clean branch; the paper reports clean accuracy
 
     def __init__(
             self,

@@ -25,5 +25,4 @@ class MadryTask(AdversarialClassificationTask):
         input, target = self.mix(input, target)
         x_adv = self.adversarial(input, target)
         output = self.trainable_module(x_adv)
-        loss = self.criterion(output, target)
-        return {'loss': loss, 'output': output, **self.loss_parts(loss_adv=loss)}
+        return {'loss': self.criterion(output, target), 'output': output}  # the adversarial loss is the whole loss

@@ -29,6 +29,8 @@ class MbnTask(AdversarialClassificationTask):
 
     method = 'mbn'
     uses_both_branches = True
+    trained_branches = ('clean', 'adv')
+    default_eval_metric = 'adv_branch_robust_top1'  # Xie & Yuille's MBN_adv: the adversarial branch's robustness
 
     def __init__(self, model, *args, alpha: float = 0.5, pairing_weight: float = 0.0, **kwargs):
         if not has_mixture_bn(model):

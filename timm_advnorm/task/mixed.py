@@ -43,8 +43,8 @@ class MixedTask(AdversarialClassificationTask):
         output = self.trainable_module(torch.cat([input[:n_clean], x_adv]))
         out_clean, out_adv = output[:n_clean], output[n_clean:]
         loss_adv = self.criterion(out_adv, target)
-        if n_clean == 0:
-            return {'loss': loss_adv, 'output': out_adv, **self.loss_parts(loss_adv=loss_adv)}
+        if n_clean == 0:  # Madry's objective: the adversarial loss is the whole loss
+            return {'loss': loss_adv, 'output': out_adv}
         loss_clean = self.criterion(out_clean, target[:n_clean])
         loss = self.alpha * loss_clean + (1.0 - self.alpha) * loss_adv
         return {'loss': loss, 'output': out_adv, **self.loss_parts(loss_clean=loss_clean, loss_adv=loss_adv)}

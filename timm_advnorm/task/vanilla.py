@@ -15,6 +15,7 @@ class VanillaTask(AdversarialClassificationTask):
     """Standard training on clean images; no attack runs (the attack argument is ignored)."""
 
     method = 'vanilla'
+    default_eval_metric = 'top1'
 
     def __init__(self, model, attack=None, **kwargs):
         super().__init__(model, attack=None, **kwargs)
@@ -30,5 +31,4 @@ class VanillaTask(AdversarialClassificationTask):
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
         input, target = self.mix(input, target)
         output = self.trainable_module(input)
-        loss = self.criterion(output, target)
-        return {'loss': loss, 'output': output, **self.loss_parts(loss_clean=loss)}
+        return {'loss': self.criterion(output, target), 'output': output}  # the clean loss is the whole loss

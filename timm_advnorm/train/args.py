@@ -13,7 +13,11 @@ from ..cli import ArgumentParser, add_hidden_alias, parse_with_config
 from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import TASKS
 
-__all__ = ['get_args_parser', 'parse_args']
+__all__ = ['get_args_parser', 'parse_args', 'AGC_CLIP_FACTOR']
+
+#: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
+#: (Brock et al., NFNets); without it AGC would silently clip nothing.
+AGC_CLIP_FACTOR = 0.01
 
 
 def _model_group(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +77,9 @@ def _optim_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--lr', type=float, default=0.1, metavar='LR', help='Learning rate.')
     group.add_argument('--momentum', type=float, default=0.9, metavar='M', help='Optimizer momentum.')
     group.add_argument('--weight-decay', type=float, default=1e-4, help='Weight decay.')
-    group.add_argument('--clip-grad', type=float, default=None, metavar='NORM', help='Gradient clipping value.')
+    group.add_argument('--clip-grad', type=float, default=None, metavar='NORM',
+                       help=f'Gradient clipping value (default: no clipping; {AGC_CLIP_FACTOR} with --clip-mode agc, '
+                            f'the clip factor of timm\'s and the NFNet paper\'s AGC).')
     group.add_argument('--clip-mode', type=str, default='norm', choices=('norm', 'value', 'agc'),
                        help='Gradient clipping mode; agc = adaptive gradient clipping (NF-ResNets, NoFrost).')
     group.add_argument('--sched', type=str, default='cosine', metavar='SCHEDULER', help='timm scheduler name.')
@@ -143,8 +149,9 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--model-ema-decay', type=float, default=0.9998, help='EMA decay.')
     group.add_argument('--output', default='output/train', type=str, metavar='DIR', help='Output root folder.')
     group.add_argument('--experiment', default='', type=str, metavar='NAME', help='Run folder name under --output.')
-    group.add_argument('--eval-metric', default='robust_top1', type=str, metavar='METRIC',
-                       help='Validation metric that ranks checkpoints.')
+    defaults = ', '.join(f'{name}: {task.default_eval_metric}' for name, task in TASKS.items())
+    group.add_argument('--eval-metric', default=None, type=str, metavar='METRIC',
+                       help=f'Validation metric that ranks checkpoints (default: the method\'s; {defaults}).')
     group.add_argument('--checkpoint-hist', type=int, default=3, metavar='N', help='Checkpoints kept.')
     group.add_argument('--log-interval', type=int, default=50, metavar='N', help='Batches between log lines.')
 
@@ -177,4 +184,6 @@ def get_args_parser(prog: str = 'train_adv.py') -> ArgumentParser:
 def parse_args(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> Tuple[argparse.Namespace, str]:
     """Parse `argv` with YAML defaults from ``-c``; returns the namespace and its YAML text (saved with the run)."""
     args, _ = parse_with_config(get_args_parser(prog), argv, resolve=resolve_config)
+    if args.clip_mode == 'agc' and args.clip_grad is None:
+        args.clip_grad = AGC_CLIP_FACTOR
     return args, yaml.safe_dump(vars(args), default_flow_style=False)

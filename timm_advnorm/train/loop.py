@@ -3,7 +3,7 @@ import logging
 import time
 from collections import OrderedDict
 from contextlib import nullcontext
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -12,10 +12,10 @@ from timm.utils import AverageMeter, dispatch_clip_grad, reduce_tensor
 from timm.utils.model import unwrap_model
 
 from ..attacks.base import Attack
-from ..layers.routing import has_mixture_bn, route
+from ..layers.routing import route
 from ..task import AdversarialClassificationTask
 
-__all__ = ['train_one_epoch', 'validate', 'branches_of', 'metric_names']
+__all__ = ['Validation', 'eval_metric_for', 'metric_names', 'train_one_epoch', 'validate', 'validation_message']
 
 _logger = logging.getLogger(__name__)
 
@@ -91,24 +91,42 @@ def train_one_epoch(
 
 def _logged_losses(result: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """The loss parts of a task's result; ``loss`` is the whole objective (``loss_total`` when the task reports one,
-    as Fast AdvProp does because part of its loss is back-propagated inside the task)."""
+    as Fast AdvProp does because part of its loss is back-propagated inside the task). A task leaves out a part that
+    is its whole loss, so nothing is logged twice."""
     parts = {name: value for name, value in result.items() if name.startswith('loss_') and name != 'loss_total'}
     return {'loss': result.get('loss_total', result['loss']), **parts}
 
 
-def branches_of(model: nn.Module) -> Sequence[str]:
-    """Validation branches: the clean route for every model, plus the adversarial route for mixture-BN models."""
-    return ('clean', 'adv') if has_mixture_bn(model) else ('clean',)
-
-
-def _accuracy_names(branches: Sequence[str]) -> List[str]:
-    return [('' if b == 'clean' else 'adv_branch_') + m for b in branches for m in ('top1', 'robust_top1')]
+# Metric names carry the branch they measure: none for the clean (inference) branch of every model.
+_BRANCH_PREFIXES = {'clean': '', 'adv': 'adv_branch_'}
 
 
 def metric_names(branches: Sequence[str], ema: bool = False) -> List[str]:
     """Names of the metrics `validate` reports for `branches` (with ``ema_`` twins when an EMA is validated too)."""
-    names = _accuracy_names(branches) + ['robust_samples']
+    names = [_BRANCH_PREFIXES[b] + m for b in branches for m in ('top1', 'robust_top1')]
     return names + [f'ema_{n}' for n in names] if ema else names
+
+
+def eval_metric_for(task: AdversarialClassificationTask) -> str:
+    """The metric ranking `task`'s checkpoints when the user names none: the task's `default_eval_metric`, or, when
+    that names a branch the task does not validate (a model without mixture BN), the same accuracy of the clean
+    branch."""
+    metric = task.default_eval_metric
+    if metric in metric_names(task.validated_branches):
+        return metric
+    return metric.removeprefix(_BRANCH_PREFIXES['adv'])
+
+
+class Validation(NamedTuple):
+    """One validation pass: accuracies in percent by metric name (what ranks and summarizes a run), and the number
+    of attacked images behind the robust ones (a count, reported beside the metrics rather than among them)."""
+    metrics: Dict[str, float]
+    robust_samples: int
+
+
+def validation_message(metrics: Dict[str, float], robust_samples: int) -> str:
+    """One log line of validation metrics, saying how many images the robust accuracies were measured on."""
+    return ', '.join(f'{k}: {v:.2f}' for k, v in metrics.items()) + f' (robust top-1 on {robust_samples} images)'
 
 
 def _count_correct(logits: torch.Tensor, target: torch.Tensor) -> float:
@@ -143,15 +161,16 @@ def validate(
         amp_dtype: Optional[torch.dtype] = None,
         channels_last: bool = False,
         distributed: bool = False,
-) -> Dict[str, float]:
+) -> Validation:
     """Clean top-1 on `loader` and robust top-1 on `robust_loader` (default: `loader`) for each branch, in eval mode.
 
-    Metric names: ``top1``/``robust_top1`` for the clean branch, ``adv_branch_top1``/``adv_branch_robust_top1`` for
-    the adversarial branch of a mixture-BN model; ``robust_samples`` counts the attacked images (all ranks).
+    Metric names (`metric_names`): ``top1``/``robust_top1`` for the clean branch, ``adv_branch_top1``/
+    ``adv_branch_robust_top1`` for the adversarial branch of a mixture-BN model. The attacked images are counted
+    over all ranks.
     """
     model = unwrap_model(model)
     model.eval()
-    names = _accuracy_names(branches)
+    names = metric_names(branches)
     counts = []
     for branch in branches:
         with route(model, branch):
@@ -163,5 +182,4 @@ def validate(
     totals = totals.tolist()
     metrics = OrderedDict(
         (name, 100.0 * totals[2 * i] / max(totals[2 * i + 1], 1.0)) for i, name in enumerate(names))
-    metrics['robust_samples'] = totals[3]
-    return metrics
+    return Validation(metrics, robust_samples=int(totals[3]))

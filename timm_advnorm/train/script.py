@@ -4,7 +4,7 @@ papers on timm's data, optimizers and `timm.task`.
 Single process:  timm-advnorm-train -c digits_demo_mbn   (or python train_adv.py, python -m timm_advnorm.train)
 Many processes:  torchrun --nproc_per_node=8 -m timm_advnorm.train -c xie2020_mbn_resnet152 --data-dir /imagenet
 
-Each epoch validates clean and robust (PGD) top-1 — on both branches of a mixture-BN model — and appends them, with
+Each epoch validates clean and robust (PGD) top-1 — on the branches the method trains — and appends them, with
 the method's cost in forward+backward passes per image, to ``summary.csv`` in the run folder. Checkpoints are
 written atomically by timm's `CheckpointSaver`.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 import torch
+import yaml
 from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
@@ -30,11 +31,12 @@ from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace, create_attack
 from ..cli import one_line, run_cli
 from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
+from ..data.preprocessing import record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..layers import convert_sync_mixture_bn
 from ..task import create_task, running_stats_active, use_running_statistics
 from .args import parse_args
-from .loop import branches_of, metric_names, train_one_epoch, validate
+from .loop import eval_metric_for, metric_names, train_one_epoch, validate, validation_message
 
 __all__ = ['main', 'epoch_schedule', 'run']
 
@@ -192,10 +194,11 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
             **({'drop_path_rate': args.drop_path} if args.drop_path is not None else {}))
     except RuntimeError as e:  # timm: unknown model name or a state dict that does not fit
         raise ValueError(f'cannot create the model: {one_line(e)}') from e
-    # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing and padding
-    setattr(args, MODEL_CONFIG_ARG, model_config(model))
     data_config = resolve_data_config(
         dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
+    record_preprocessing(model, data_config)
+    # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing and padding
+    setattr(args, MODEL_CONFIG_ARG, model_config(model))
     space = InputSpace.from_data_config(data_config)
 
     if args.sync_bn and args.distributed:
@@ -214,6 +217,10 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
         criterion_kwargs=dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None), device=device,
         verbose=args.rank == 0, **_method_kwargs(args, space, num_classes))
     task.to(device)
+    if args.eval_metric is None:  # the method's own; resolved before the resume check and saved with the run
+        args.eval_metric = eval_metric_for(task)
+        args_text = yaml.safe_dump({**yaml.safe_load(args_text), 'eval_metric': args.eval_metric},
+                                   default_flow_style=False)
     if args.method == 'fast_advprop' and args.shuffle_bn and (not args.distributed or args.sync_bn):
         _logger.warning('Fast AdvProp %s: adversarial rows are normalized with statistics of the batch they were '
                         'made from, so shuffle BN cannot prevent label leaking (Mei et al. Sec. 3.2.1).',
@@ -276,10 +283,11 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
         task.prepare_distributed(device_ids=[device.index] if device.type == 'cuda' else None)
 
     val_attack = _val_attack(args, space, amp_dtype)
-    branches = branches_of(model)
+    branches = task.validated_branches
     known_metrics = metric_names(branches, ema=task.has_ema())
     if args.eval_metric not in known_metrics:
-        raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)}.')
+        raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)} '
+                         f'(what --method {args.method} validates).')
     saver = output_dir = None
     if args.rank == 0:
         output_dir = _run_folder(args, args_text, start_epoch)
@@ -289,7 +297,9 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
             saver.load_state_dict_from_checkpoint(args.resume)
             trim_summary(os.path.join(output_dir, 'summary.csv'), start_epoch)
         _logger.info(f'{args.method}: {task.passes_per_image:g} forward+backward passes per image, '
-                     f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget); run in {output_dir}')
+                     f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget), validating the '
+                     f'{" and ".join(branches)} branch{"es" if len(branches) > 1 else ""}, checkpoints ranked by '
+                     f'{args.eval_metric}; run in {output_dir}')
 
     for epoch in range(start_epoch, epochs):
         if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
@@ -301,19 +311,20 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
             before_forward=(lambda: use_running_statistics(model)) if running else None,
             log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed)
         train_metrics['running_stats'] = float(running)
-        eval_metrics = validate(model, loader_val, device, val_attack, robust_loader=loader_robust,
-                                branches=branches, amp_dtype=amp_dtype,
-                                channels_last=args.channels_last, distributed=args.distributed)
+        validation = validate(model, loader_val, device, val_attack, robust_loader=loader_robust,
+                              branches=branches, amp_dtype=amp_dtype,
+                              channels_last=args.channels_last, distributed=args.distributed)
+        eval_metrics = validation.metrics
         if task.has_ema():
-            ema_metrics = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
-                                   robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype,
-                                   channels_last=args.channels_last, distributed=args.distributed)
-            eval_metrics.update((f'ema_{k}', v) for k, v in ema_metrics.items())
+            ema = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
+                           robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype,
+                           channels_last=args.channels_last, distributed=args.distributed)
+            eval_metrics.update((f'ema_{k}', v) for k, v in ema.metrics.items())
         scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
         if args.rank == 0:
-            _logger.info('Validation: ' + ', '.join(f'{k}: {v:.2f}' for k, v in eval_metrics.items()))
+            _logger.info('Validation: ' + validation_message(eval_metrics, validation.robust_samples))
             update_summary(epoch, train_metrics, eval_metrics, os.path.join(output_dir, 'summary.csv'),
-                           lr=train_metrics['lr'])
+                           lr=train_metrics.pop('lr'))
             saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric])
     if args.rank == 0 and saver.best_metric is not None:
         _logger.info(f'*** Best {args.eval_metric}: {saver.best_metric:.2f} (epoch {saver.best_epoch}); '

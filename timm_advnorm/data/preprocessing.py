@@ -1,0 +1,37 @@
+"""The preprocessing a model was trained with travels with it, in its pretrained config.
+
+timm resolves a model's input size, mean/std, interpolation and crop from ``model.pretrained_cfg``. A run that trains
+at another size or with other statistics than the registry's (``--img-size 32``, ``--mean``) writes what it used into
+that config, which its checkpoints save, so that evaluation, export and publishing preprocess exactly as in training
+unless a user overrides a value explicitly.
+"""
+from typing import Any, List, Mapping
+
+import torch.nn as nn
+
+__all__ = ['PREPROCESSING_KEYS', 'record_preprocessing', 'explicit_preprocessing']
+
+#: The `timm.data.resolve_data_config` entries that define preprocessing.
+PREPROCESSING_KEYS = ('input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')
+# Command-line arguments (timm's names) that override an entry of the resolved data config.
+_OVERRIDE_ARGS = ('img_size', 'input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')
+
+
+def record_preprocessing(model: nn.Module, data_config: Mapping[str, Any]) -> None:
+    """Write the resolved training `data_config` into ``model.pretrained_cfg``.
+
+    The registry's test-time entries (``test_input_size``, ``test_crop_pct``) describe the registry's weights at the
+    registry's size; they are dropped when training ran at another size, so evaluation uses the trained one.
+    """
+    cfg = dict(getattr(model, 'pretrained_cfg', None) or {})
+    if tuple(cfg.get('input_size') or ()) != tuple(data_config['input_size']):
+        cfg.pop('test_input_size', None)
+        cfg.pop('test_crop_pct', None)
+    cfg.update({key: data_config[key] for key in PREPROCESSING_KEYS if key in data_config})
+    model.pretrained_cfg = cfg
+
+
+def explicit_preprocessing(args: Mapping[str, Any]) -> List[str]:
+    """The preprocessing options a user set explicitly (given, not left unset), in timm's argument names."""
+    return [key for key in _OVERRIDE_ARGS if args.get(key) not in (None, '', [])]
+
