@@ -6,6 +6,15 @@ import sys
 from pathlib import Path
 
 
+def _attack(attack: dict) -> str:
+    """An attack as it ran: its name with the budget, and its L-inf or L2 radius on the 0-255 scale."""
+    if 'eps' not in attack:  # noise and corruptions: the name says what ran
+        return attack['label']
+    if attack['norm'] == 'linf':
+        return f'{attack["label"]}, L∞ ε={attack["eps"]:g}/255'
+    return f'{attack["label"]}, L2 ε={attack["eps"]:g} on the 0-255 scale'
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('results', nargs='+', metavar='LABEL=RESULTS.json', help='Labelled validate_adv.py results.')
@@ -16,8 +25,7 @@ def main() -> int:
         label, _, path = item.partition('=')
         results = json.loads(Path(path).read_text())
         for variant in results['variants']:
-            attacks = ', '.join(f'{a["accuracy"]:.1f}% ({a["label"]}-{a["steps"]}, eps {a["eps"]:g})'
-                                for a in variant['attacks'])
+            attacks = ', '.join(f'{a["accuracy"]:.1f}% ({_attack(a)})' for a in variant['attacks'])
             print(f'| {label} | {variant["name"]} | {variant["clean"]:.1f}% | {attacks} |')
     return 0
 

@@ -6,7 +6,7 @@ import torch
 import timm_advnorm  # noqa: F401  (registers test_mbn_resnet)
 from timm_advnorm.attacks import InputSpace, create_attack, fold_batchnorm
 from timm_advnorm.eval.bn_stats import collect_bn_stats, default_bn_layer, summarize_bn_stats
-from timm_advnorm.eval.plots import plot_bn_stats, plot_tradeoff
+from timm_advnorm.eval.plots import figure_bn_stats, figure_tradeoff, write_plots
 from timm_advnorm.eval.variants import Variant, model_variants
 from timm_advnorm.layers import get_route, route
 
@@ -100,13 +100,26 @@ def test_bn_statistics_of_both_branches_are_collected_per_layer(mbn_model):
 
 def test_plots_are_written(mbn_model, tmp_path):
     stats = collect_bn_stats(mbn_model)
-    assert plot_bn_stats(stats, summarize_bn_stats(stats), tmp_path / 'bn.png')
-    variants = [dict(name=n, kind=k, gamma=g, clean=c, robust=r) for n, k, g, c, r in (
-        ('clean', 'clean', 0.0, 90.0, 1.0), ('mix@0.5', 'mix', 0.5, 80.0, 20.0),
-        ('logits@0.5', 'logits', 0.5, 82.0, 18.0), ('adv', 'adv', 1.0, 60.0, 40.0))]
-    results = dict(model='m', protocol=dict(name='p', reduced=False), variants=variants)
-    assert plot_tradeoff(results, tmp_path / 'tradeoff.png')
-    assert not plot_tradeoff(dict(results, variants=variants[:1]), tmp_path / 'none.png')
-    for name in ('bn.png', 'tradeoff.png'):
+    variants = [dict(name=n, kind=k, gamma=g, clean=c, robust=r, samples=8, attacks=[], eps_sweep=[])
+                for n, k, g, c, r in (
+                    ('clean', 'clean', 0.0, 90.0, 1.0), ('mix@0.5', 'mix', 0.5, 80.0, 20.0),
+                    ('logits@0.5', 'logits', 0.5, 82.0, 18.0), ('adv', 'adv', 1.0, 60.0, 40.0))]
+    results = dict(model='m', protocol=dict(name='p', reduced=False, headline='worst-case'), variants=variants,
+                   bn_stats=dict(layers=summarize_bn_stats(stats)))
+    assert write_plots(results, tmp_path, stats) == ['gamma_tradeoff.png', 'bn_stats.png']
+    assert figure_tradeoff(dict(results, variants=variants[:1])) is None
+    for name in ('bn_stats.png', 'gamma_tradeoff.png'):
         assert (tmp_path / name).read_bytes()[:4] == b'\x89PNG'
-    assert not (tmp_path / 'none.png').exists()
+
+
+def test_bn_statistics_plot_labels_every_axis_with_one_quantity_per_panel(mbn_model):
+    stats = collect_bn_stats(mbn_model)
+    summary = summarize_bn_stats(stats)
+    fig = figure_bn_stats(stats, summary, 'm')
+    assert len(fig.axes) == 4
+    assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
+    ratio, share = fig.axes[2:]  # across depth: the log variance ratio and the share of channels, apart
+    expected = ([row['var_log_ratio'] for row in summary], [100.0 * row['frac_adv_var_larger'] for row in summary])
+    for ax, values in zip((ratio, share), expected):
+        assert [list(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) == len(summary)] == [values]
+    assert 'ln(' in ratio.get_ylabel() and '(%)' in share.get_ylabel()

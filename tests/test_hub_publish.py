@@ -92,7 +92,8 @@ def test_local_export_holds_weights_config_and_card(tmp_path, run):
     readme = (out / 'README.md').read_text()
     meta = _front_matter(readme)
     metrics = {m['name']: m['value'] for m in meta['model-index'][0]['results'][0]['metrics']}
-    assert metrics['xie2020: pgd-100 (eps=16.0, steps=100, targeted=True) [adv]'] == 37.5
+    assert metrics['xie2020: pgd-100 (white-box, L∞ ε = 16/255, targeted, random target class; 100 iterations) '
+                   '[adv]'] == 37.5
     assert metrics['xie2020: clean [clean]'] == 75.0
     assert "timm.create_model('hf-hub:org/test-mbn', pretrained=True)" in readme
     assert "set_route(model, 'adv')" in readme

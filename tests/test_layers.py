@@ -16,6 +16,7 @@ from timm_advnorm.layers import (
     LogitInterpolation, MixtureBatchNormAct2d, SyncMixtureBatchNorm2d, branch_state_dict,
     MixtureBatchNorm2d, convert_sync_mixture_bn, convert_to_mixture_bn, deinterleave, export_branch, get_route,
     has_mixture_bn, interleave, mixture_bn_modules, route, set_route)
+from timm_advnorm.layers.routing import get_inference_branch, set_inference_branch
 
 
 @pytest.fixture(autouse=True)
@@ -338,6 +339,34 @@ def test_adversarial_route_needs_mixture_bn():
         pass
     with pytest.raises(ValueError, match='no'):
         set_route(plain, 'adv')
+
+
+def test_inference_branch_is_the_route_route_blocks_return_to():
+    model = _mbn_model().eval()
+    x = _input()
+    assert get_inference_branch(model) == 'clean'
+    assert set_inference_branch(model, 'adv') is model and get_inference_branch(model) == 'adv'
+    with torch.no_grad():
+        with route(model, 'clean'):
+            assert get_inference_branch(model) == 'clean'
+            with route(model, 'split', n_clean=2):
+                assert get_inference_branch(model) is None
+        with route(model, 'adv'):
+            expected = model(x)
+        assert get_inference_branch(model) == 'adv'
+        assert torch.equal(model(x), expected)
+    assert get_inference_branch(convert_sync_mixture_bn(copy.deepcopy(model))) == 'adv'
+    assert get_inference_branch(timm.create_model('test_resnet')) is None
+
+
+@pytest.mark.parametrize('branch', ['split', 'interleaved', 'mix', 'noisy'])
+def test_inference_branch_is_clean_or_adv_of_a_mixture_bn_model(branch):
+    model = _mbn_model()
+    with pytest.raises(ValueError, match='inference branch'):
+        set_inference_branch(model, branch)
+    assert get_inference_branch(model) == 'clean'
+    with pytest.raises(ValueError, match='none'):
+        set_inference_branch(timm.create_model('test_resnet'), 'adv')
 
 
 # --- logit interpolation ---------------------------------------------------------------------------------------------

@@ -198,6 +198,29 @@ def test_mbn_torchscript_every_route():
     assert not torch.allclose(outputs[0], outputs[1])  # the routes really differ
 
 
+@pytest.mark.parametrize('name', MBN_MODELS)
+def test_mbn_entrypoints_take_the_inference_branch(name):
+    assert {m.route for m in mixture_bn_modules(_meta_model(name))} == {'clean'}
+    model = _meta_model(name, inference_branch='adv')
+    assert {m.route for m in mixture_bn_modules(model)} == {'adv'}
+    with pytest.raises(ValueError, match='inference branch'):
+        _meta_model(name, inference_branch='mix')
+
+
+def test_mbn_inference_branch_is_what_a_plain_and_a_scripted_forward_use():
+    torch.manual_seed(0)
+    model = timm.create_model('test_mbn_resnet', inference_branch='adv').eval()
+    _randomize_adv_branch(model)
+    x = _tiny_input(model)
+    with torch.no_grad():
+        with route(model, 'clean'):
+            clean = model(x)
+        with route(model, 'adv'):
+            adv = model(x)
+        assert torch.equal(model(x), adv) and not torch.allclose(clean, adv)
+        assert torch.allclose(torch.jit.script(model)(x), adv, atol=1e-5)
+
+
 def _fx_model(model: nn.Module) -> nn.Module:
     train_nodes, eval_nodes = get_graph_node_names(model)
     return create_feature_extractor(model, {train_nodes[-1]: 'out'} if model.training else {eval_nodes[-1]: 'out'})

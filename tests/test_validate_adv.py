@@ -83,7 +83,9 @@ def test_every_protocol_runs_end_to_end(digits_dir, checkpoint, tmp_path, protoc
     labels = [spec.label for spec in get_protocol(protocol).attacks]
     assert results['protocol']['name'] == protocol and results['protocol']['reduced']
     for variant in results['variants']:
-        assert [a['label'] for a in variant['attacks']] == labels
+        assert [a['protocol_label'] for a in variant['attacks']] == labels
+        # a reduced run names the budgets that ran, never the protocol's: pgd-t-2000 ran 13 iterations
+        assert all(a['label'] != a['protocol_label'] for a in variant['attacks'] if (a.get('steps') or 0) > 1)
         assert variant['samples'] == 8 and 0 <= variant['clean'] <= 100
         assert {c['name'] for c in variant['sanity']['checks']} >= {'outputs_not_random', 'accuracy_falls_to_zero'}
         for attack in variant['attacks']:
@@ -222,8 +224,9 @@ def test_a_pgd_sweep_runs_once_and_its_accuracy_never_rises_with_iterations(digi
                        for p, s in zip(r['columns']['position'], r['columns']['success'])}
                for label in ('pgd-t-500', 'pgd-t-2000')}
     assert all(success['pgd-t-2000'][p] for p, hit in success['pgd-t-500'].items() if hit), 'more iterations helped'
-    attacks = {a['label']: a for a in _results(tmp_path)['variants'][0]['attacks']}
+    attacks = {a['protocol_label']: a for a in _results(tmp_path)['variants'][0]['attacks']}
     assert attacks['pgd-t-500']['steps'] == 8 and attacks['pgd-t-2000']['steps'] == 13
+    assert attacks['pgd-t-500']['label'] == 'pgd-t-8' and attacks['pgd-t-2000']['label'] == 'pgd-t-13'
     assert attacks['pgd-t-500']['success_rate'] <= attacks['pgd-t-2000']['success_rate']
     with pytest.raises(ValueError, match='different evaluation'):
         validate_adv.validate(validate_adv.parse_args(argv + ['--separate-budgets', '--overwrite']))
@@ -390,3 +393,32 @@ def test_a_malformed_state_record_is_a_one_line_error_naming_the_line(digits_dir
     assert _run(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f'{state}: line 3 is not an evaluation record' in err[0], err
+
+
+def test_a_published_model_reproduces_its_card_when_loaded_from_the_hub(digits_dir, tmp_path, checkpoint,
+                                                                        monkeypatch):
+    """Publish with --inference-branch adv, load the export back offline as hf-hub:ORG/NAME: the model runs on its
+    adversarial branch, and validate_adv.py on it reproduces the robust accuracy the card advertises."""
+    from huggingface_hub import ModelCard, constants
+
+    from timm_advnorm.hub import install_to_hf_cache
+    from timm_advnorm.hub.publish import run as run_publish
+
+    attacks = ['--attacks', 'pgd', '--attack-steps', '3', '--attack-step', '4', '--gammas', '0', '1']
+    assert _run(_argv(digits_dir, tmp_path / 'source', '--checkpoint', checkpoint, *attacks)) == 0
+    export = tmp_path / 'export'
+    assert run_publish(argv=[str(checkpoint), '--inference-branch', 'adv', '--results',
+                             str(tmp_path / 'source' / 'results.json'), '--local-dir', str(export),
+                             '--repo-id', 'org/demo-mbn', '--dry-run']) == 0
+    card = ModelCard((export / 'README.md').read_text())
+    advertised = {result.metric_name: result.metric_value for result in card.data.eval_results}
+    robust_adv = [value for name, value in advertised.items() if 'pgd' in name and '[adv]' in name]
+    assert len(robust_adv) == 1
+
+    install_to_hf_cache(export, 'org/demo-mbn', cache_dir=tmp_path / 'hub')
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path / 'hub'))
+    monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', True)
+    assert _run(_argv(digits_dir, tmp_path / 'loaded', '--model', 'hf-hub:org/demo-mbn', *attacks)) == 0
+    loaded = _results(tmp_path / 'loaded')
+    assert loaded['inference_branch'] == 'adv' and loaded['primary_variant'] == 'adv'
+    assert loaded['robust_top1'] == pytest.approx(robust_adv[0], abs=0.01)

@@ -8,8 +8,8 @@ from .attacks import InputSpace, create_attack, list_attacks
 from .hub import create_model_from_name_or_checkpoint, load_weights
 from .layers import (
     LogitInterpolation, MixtureBatchNorm2d, MixtureBatchNormAct2d, SyncMixtureBatchNorm2d, branch_state_dict,
-    convert_sync_mixture_bn, convert_to_mixture_bn, deinterleave, export_branch, has_mixture_bn, interleave, route,
-    set_route)
+    convert_sync_mixture_bn, convert_to_mixture_bn, deinterleave, export_branch, get_inference_branch, has_mixture_bn,
+    interleave, route, set_inference_branch, set_route)
 from .models import base_architecture
 from .task import create_task
 

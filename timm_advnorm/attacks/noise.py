@@ -4,9 +4,10 @@ Galloway et al., *Batch normalization is a cause of adversarial vulnerability* (
 accuracy under additive Gaussian noise of zero mean and variance 1/4 on inputs standardized to zero mean and unit
 variance (after Ford et al., 2019). timm's normalized tensors are such standardized inputs, so the default adds
 N(0, 0.5²) in normalized units (σ = 0.5·std_c on the [0, 1] pixel scale, about 29/255 for ImageNet's std). Noise is
-not an adversary: the model is never queried and there is no ε budget.
+not an adversary: the model is never queried and there is no ε budget, so results describe it by its model, σ and
+the scale σ is on (`noise_settings`), never by a norm and ε.
 """
-from typing import Optional
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 import torch.nn as nn
@@ -15,16 +16,20 @@ from .eval_attack import EvalAttack
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
-__all__ = ['gaussian_noise', 'GaussianNoise', 'NOISE_UNITS']
+__all__ = ['gaussian_noise', 'GaussianNoise', 'NOISE_UNITS', 'SIGMA_SCALES', 'noise_settings']
 
 NOISE_UNITS = ('normalized', 'pixels')
+#: The scale σ is on, per `units`, as results state it: the model's normalized input (σ = 1 is one per-channel
+#: standard deviation of the data), or the 0-255 pixel scale in every channel.
+SIGMA_SCALES = {'normalized': 'normalized input', 'pixels': '0-255'}
+DEFAULT_STD = 0.5
 
 
 def gaussian_noise(
         x: torch.Tensor,
         *,
         space: InputSpace,
-        std: float = 0.5,
+        std: float = DEFAULT_STD,
         units: str = 'normalized',
         clip: bool = True,
         generator: Optional[torch.Generator] = None,
@@ -75,7 +80,7 @@ class GaussianNoise(EvalAttack):
     def __init__(
             self,
             space: InputSpace,
-            std: float = 0.5,
+            std: float = DEFAULT_STD,
             units: str = 'normalized',
             clip: bool = True,
             eps: float = 0.0,
@@ -99,3 +104,17 @@ class GaussianNoise(EvalAttack):
 
     def extra_repr(self) -> str:
         return f'std={self.std:g}, units={self.units}, clip={self.clip}, seed={self.seed}'
+
+
+def noise_settings(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """What a results entry states about the noise `kwargs` configure (`GaussianNoise` arguments, defaults where unset).
+
+    In place of a norm and ε, which noise does not have: ``noise`` (the model, ``gaussian``), ``sigma`` (its standard
+    deviation), ``sigma_scale`` (what σ is measured in, `SIGMA_SCALES`: ``normalized input`` for Galloway et al.) and
+    ``clipped`` (noisy images clipped to valid pixels).
+    """
+    units = kwargs.get('units', 'normalized')
+    if units not in NOISE_UNITS:
+        raise ValueError(f'units must be one of {NOISE_UNITS}, got {units!r}.')
+    return dict(noise='gaussian', sigma=float(kwargs.get('std', DEFAULT_STD)), sigma_scale=SIGMA_SCALES[units],
+                clipped=bool(kwargs.get('clip', True)))

@@ -34,4 +34,3 @@ def record_preprocessing(model: nn.Module, data_config: Mapping[str, Any]) -> No
 def explicit_preprocessing(args: Mapping[str, Any]) -> List[str]:
     """The preprocessing options a user set explicitly (given, not left unset), in timm's argument names."""
     return [key for key in _OVERRIDE_ARGS if args.get(key) not in (None, '', [])]
-

@@ -4,15 +4,16 @@ PGD attacks of a protocol that differ only in their iteration count (Xie & Yuill
 at step 1) run once, at the longest budget; the shorter budgets' results are read off that run (`BudgetStage`),
 which is exactly each shorter attack from the same start.
 
-Besides the protocol's attacks, every evaluation runs sanity probes on a small prefix of the subset (DESIGN §5):
-an untargeted PGD ε-sweep from the clean image (no random start, so zero gradients cannot hide behind noise) up to
-a budget no honest classifier survives, the same PGD with 4x the iterations, a black-box Square probe when the
-protocol has no black-box attack, the input-gradient norm and a determinism probe. Optionally it also runs the
-NoFrost §4.3 robustness metrics and an fp32 reference of the clean pass and first white-box attack, to check a bf16
-evaluation against full precision.
+Besides the protocol's attacks, every evaluation runs sanity probes on a small prefix of the subset: an untargeted
+PGD ε-sweep from the clean image (no random start, so zero gradients cannot hide behind noise) up to a budget no
+honest classifier survives, the same PGD with 4x the iterations, a black-box Square probe when the protocol has no
+black-box attack, the input-gradient norm and a determinism probe. A reduced (smoke-test) evaluation shrinks the
+probes too (`reduce_sanity`: fewer samples, iterations, queries and ε points), each check keeping what it compares.
+Optionally it also runs the NoFrost §4.3 robustness metrics and an fp32 reference of the clean pass and first
+white-box attack, to check a bf16 evaluation against full precision.
 """
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..attacks import PGD, InputSpace, list_attacks
 from .metrics import METRICS, smoothness_attack, thickness_attack
@@ -21,10 +22,21 @@ from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
     ThicknessStage, attack_norm, build_attack)
 
-__all__ = ['SanityPlan', 'EvalPlan', 'build_plan', 'SANITY_EPS_FACTORS', 'SANITY_LARGE_EPS']
+__all__ = ['SanityPlan', 'SanityBudget', 'EvalPlan', 'build_plan', 'reduce_sanity', 'SANITY_EPS_FACTORS',
+           'SANITY_LARGE_EPS', 'REDUCED_SANITY_SAMPLES', 'REDUCED_SANITY_STEPS', 'REDUCED_SANITY_QUERIES',
+           'REDUCED_SANITY_EPS_FACTORS']
 
 #: Multiples of the protocol's ε in the sanity sweep.
 SANITY_EPS_FACTORS = (0.5, 1.0, 2.0, 4.0)
+#: A reduced evaluation's probes run on at most this many samples: 0 of 16 may survive the huge budget.
+REDUCED_SANITY_SAMPLES = 16
+#: ... with at most this many PGD iterations (the iteration check: 4x as many); fewer than 5 from the clean image
+#: can leave a sample correct at the huge budget, a false alarm of ``accuracy_falls_to_zero``.
+REDUCED_SANITY_STEPS = 5
+#: ... with at most this many Square queries (a quarter of NoFrost's 400: a smoke test's check, not a verdict).
+REDUCED_SANITY_QUERIES = 100
+#: ... and sweep ε over these multiples of the protocol's ε (plus `SANITY_LARGE_EPS`): still a curve of 3 points.
+REDUCED_SANITY_EPS_FACTORS = (1.0, 4.0)
 #: Always in the sweep: an L∞ budget (0-255 scale) that leaves no classifier with honest gradients any accuracy.
 SANITY_LARGE_EPS = 128.0
 #: Default ε of the sweep when the protocol has no L∞ white-box attack.
@@ -41,6 +53,9 @@ class SanityPlan:
         sweep: ``(eps, stage name)`` of the ε-sweep, by increasing ε.
         more_iterations: ``(fewer, more)`` stage names of the iteration check at `eps`.
         blackbox: Stage name of the Square probe, if one runs.
+        steps: PGD iterations of the sweep (the iteration check runs 4x as many).
+        queries: Queries of the Square probe, when one runs (`blackbox`).
+        reduced: Whether the probes were shrunk for a smoke test (`reduce_sanity`).
     """
 
     samples: int
@@ -48,6 +63,45 @@ class SanityPlan:
     sweep: Tuple[Tuple[float, str], ...] = ()
     more_iterations: Optional[Tuple[str, str]] = None
     blackbox: Optional[str] = None
+    steps: int = 0
+    queries: int = 0
+    reduced: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        """What the probes ran, for results: samples, attack budgets and whether they were reduced."""
+        return dict(samples=self.samples, attack='pgd', norm='linf', random_start=False, steps=self.steps,
+                    more_steps=4 * self.steps, eps=self.eps, sweep_eps=[eps for eps, _ in self.sweep],
+                    blackbox_queries=self.queries if self.blackbox is not None else None, reduced=self.reduced)
+
+
+@dataclass(frozen=True)
+class SanityBudget:
+    """What the sanity probes spend (see `build_plan`).
+
+    Attributes:
+        samples: Size of the prefix the probes run on (0 disables them).
+        steps: PGD iterations of the ε-sweep.
+        queries: Square queries of the black-box probe.
+        eps_factors: Multiples of the protocol's ε swept (`SANITY_LARGE_EPS` is always added).
+        reduced: Shrunk for a smoke test (`reduce_sanity`).
+    """
+
+    samples: int = 64
+    steps: int = 10
+    queries: int = 400
+    eps_factors: Tuple[float, ...] = SANITY_EPS_FACTORS
+    reduced: bool = False
+
+
+def reduce_sanity(budget: SanityBudget) -> SanityBudget:
+    """The probes of a reduced (``--reduced``) evaluation: about 10x cheaper, and every check still compares
+    something: at most `REDUCED_SANITY_SAMPLES` samples, `REDUCED_SANITY_STEPS` iterations (the iteration check
+    compares them with 4x as many) and `REDUCED_SANITY_QUERIES` queries, and an ε-sweep of 3 points: the protocol's
+    ε, 4x it and the huge budget (`REDUCED_SANITY_EPS_FACTORS`). Budgets already smaller stay.
+    """
+    return replace(budget, samples=min(budget.samples, REDUCED_SANITY_SAMPLES),
+                   steps=min(budget.steps, REDUCED_SANITY_STEPS), queries=min(budget.queries, REDUCED_SANITY_QUERIES),
+                   eps_factors=REDUCED_SANITY_EPS_FACTORS, reduced=True)
 
 
 @dataclass(frozen=True)
@@ -134,9 +188,10 @@ def _attack_stages(protocol: Protocol, share_budgets: bool) -> List[Stage]:
     return stages
 
 
-def _sanity_stages(protocol: Protocol, samples: int, steps: int, queries: int) -> Tuple[List[Stage], SanityPlan]:
+def _sanity_stages(protocol: Protocol, budget: SanityBudget) -> Tuple[List[Stage], SanityPlan]:
     eps = _probe_eps(protocol)
-    sweep_eps = sorted({min(f * eps, 255.0) for f in SANITY_EPS_FACTORS} | {SANITY_LARGE_EPS})
+    samples, steps, queries = budget.samples, budget.steps, budget.queries
+    sweep_eps = sorted({min(f * eps, 255.0) for f in budget.eps_factors} | {SANITY_LARGE_EPS})
     stages: List[Stage] = [GradientProbe(limit=samples), DeterminismProbe(limit=samples)]
     sweep = []
     for value in sweep_eps:
@@ -152,7 +207,7 @@ def _sanity_stages(protocol: Protocol, samples: int, steps: int, queries: int) -
         blackbox = f'sanity/square-{queries}-eps{eps:g}'
         spec = AttackSpec(blackbox, 'square', eps, dict(n_queries=queries), threat='black-box')
         stages.append(AttackStage(spec, limit=samples))
-    return stages, SanityPlan(samples, eps, tuple(sweep), (fewer, more), blackbox)
+    return stages, SanityPlan(samples, eps, tuple(sweep), (fewer, more), blackbox, steps, queries, budget.reduced)
 
 
 def build_plan(
@@ -164,6 +219,7 @@ def build_plan(
         metric_samples: Optional[int] = None,
         amp_samples: int = 0,
         share_budgets: bool = True,
+        reduced_sanity: bool = False,
 ) -> EvalPlan:
     """The stages of an evaluation.
 
@@ -179,6 +235,8 @@ def build_plan(
             where the attack it checks started.
         share_budgets: Read PGD attacks that differ only in iterations off one run of the longest (``False``: each
             its own run, with its own random start).
+        reduced_sanity: Shrink the sanity probes for a smoke test (`reduce_sanity`), as ``--reduced`` shrinks the
+            protocol.
     """
     metrics = tuple(protocol.metrics if metrics is None else metrics)
     for name in metrics:
@@ -186,8 +244,11 @@ def build_plan(
             raise ValueError(f'Unknown metric {name!r}, expected one of {METRICS}.')
     stages: List[Stage] = [CleanStage(), *_attack_stages(protocol, share_budgets)]
     sanity = None
-    if sanity_samples > 0:
-        sanity_stages, sanity = _sanity_stages(protocol, sanity_samples, sanity_steps, sanity_queries)
+    budget = SanityBudget(sanity_samples, sanity_steps, sanity_queries)
+    if reduced_sanity:
+        budget = reduce_sanity(budget)
+    if budget.samples > 0:
+        sanity_stages, sanity = _sanity_stages(protocol, budget)
         stages.extend(sanity_stages)
     if 'thickness' in metrics:
         stages.append(ThicknessStage(thickness_attack(), limit=metric_samples))

@@ -1,41 +1,58 @@
-"""PNG plots of a results dict, where a person would rather look than read (DESIGN §5).
+"""PNG plots of a results dict, where a person would rather look than read.
 
-* accuracy vs attack iterations (Xie & Yuille Fig. 2/3: does robustness plateau or keep falling?);
-* accuracy vs ε (the sanity sweep, plus any protocol attacks that differ only in ε);
+* accuracy and targeted attack-success rate vs attack iterations, on two panels (Xie & Yuille Fig. 2/3: does
+  robustness plateau or keep falling?);
+* accuracy vs ε of the sanity probe, from ε = 0 (the clean accuracy of the same samples) on a symlog axis;
 * the clean-vs-robust trade-off over γ of a mixture-BN model (NoFrost Fig. 2);
-* clean vs adversarial BN statistics (Xie & Yuille Fig. 5) and their gap across depth.
+* clean vs adversarial BN statistics (Xie & Yuille Fig. 5) and their gap across depth, one quantity per panel.
 
-Figures are built with matplotlib's object API on an Agg canvas (no pyplot global state, no display needed) and
-written atomically. Each function returns whether it had something to plot.
+Every figure says what was run: its title names the model, the attacks with their budgets (iterations or queries,
+ε as k/255, the names being those of the budgets that ran), the variants, the number of samples, and whether the
+protocol (or the probe) was reduced. The `figure_*` functions build a matplotlib `Figure` with the object API on
+an Agg canvas (no pyplot global state, no display needed), or return None when there is nothing to plot, so that
+its axes can be read back; `write_plots` writes them atomically.
 """
 import logging
+import textwrap
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .bn_stats import default_bn_layer
 from .results import atomic_write
 
-__all__ = ['plot_accuracy_vs_iterations', 'plot_accuracy_vs_eps', 'plot_tradeoff', 'plot_bn_stats', 'write_plots',
-           'PLOT_NAMES']
+__all__ = ['figure_accuracy_vs_iterations', 'figure_accuracy_vs_eps', 'figure_tradeoff', 'figure_bn_stats',
+           'write_plots', 'eps_text', 'PLOT_NAMES']
 
 _logger = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
 
 PLOT_NAMES = ('accuracy_vs_iterations.png', 'accuracy_vs_eps.png', 'gamma_tradeoff.png', 'bn_stats.png')
+#: A suite with more attacks than this is named by its size in titles, not by its attacks.
+MAX_NAMED_ATTACKS = 6
+NORM_NAMES = {'linf': 'L∞', 'l2': 'L2'}
+#: Title characters per inch of figure width (matplotlib's 'medium' font), where title lines are wrapped.
+TITLE_CHARS_PER_INCH = 14
 
 
-def _figure(ncols: int = 1, width: float = 5.5, height: float = 4.0):
+def _figure(nrows: int = 1, ncols: int = 1, width: float = 5.5, height: float = 4.0):
+    """A figure on an Agg canvas and its axes, row by row."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width * ncols, height), layout='constrained')
+    fig = Figure(figsize=(width * ncols, height * nrows), layout='constrained')
     FigureCanvasAgg(fig)
-    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(nrows * ncols)]
     return fig, axes
+
+
+def _title(fig, *lines: str) -> None:
+    """The figure's title: `lines`, each wrapped to the figure's width."""
+    width = int(fig.get_figwidth() * TITLE_CHARS_PER_INCH)
+    fig.suptitle('\n'.join(textwrap.fill(line, width, break_on_hyphens=False) for line in lines), fontsize='medium')
 
 
 def _save(fig, path: PathLike) -> None:
@@ -43,139 +60,247 @@ def _save(fig, path: PathLike) -> None:
     _logger.info('Wrote %s', path)
 
 
-def _log_axis(ax, values, base: float = 10) -> None:
+def eps_text(eps: float) -> str:
+    """A budget on the 0-255 scale as users read it: ``16/255`` (``0`` for none)."""
+    return '0' if eps == 0 else f'{eps:g}/255'
+
+
+def _log_axis(ax, values: Sequence[float]) -> None:
     """Log-scaled x axis ticked at the measured values, labelled as plain numbers."""
     from matplotlib.ticker import NullFormatter, NullLocator
 
-    ax.set_xscale('log', base=base)
+    ax.set_xscale('log')
     ticks = sorted(set(values))
     ax.set_xticks(ticks, [f'{v:g}' for v in ticks])
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _title(results: Mapping[str, Any]) -> str:
-    reduced = ' (reduced)' if results['protocol'].get('reduced') else ''
-    return f"{results['model']} - {results['protocol']['name']}{reduced}"
+def _eps_axis(ax, values: Sequence[float]) -> None:
+    """Symlog x axis (linear up to the smallest positive ε, so ε = 0 shows) ticked at the ε values, as k/255."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    ticks = sorted(set(values))
+    positive = [v for v in ticks if v > 0]
+    ax.set_xscale('symlog', base=2, linthresh=min(positive) if positive else 1.0)
+    ax.set_xticks(ticks, [eps_text(v) for v in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def plot_accuracy_vs_iterations(results: Mapping[str, Any], path: PathLike) -> bool:
-    """Accuracy (solid) and targeted success rate (dashed) against iterations, for attacks differing only in them."""
-    fig, (ax,) = _figure()
-    plotted, all_steps = False, []
+def _count(values: Sequence[int], unit: str) -> str:
+    """``13 iterations``, ``2-13 iterations``."""
+    low, high = min(values), max(values)
+    return f'{low} {unit}' if low == high else f'{low}-{high} {unit}'
+
+
+def _budget_text(attacks: Sequence[Mapping[str, Any]]) -> str:
+    """The budgets of `attacks`: iterations, queries, ε per norm, noise σ (``13 iterations, L∞ ε=16/255``)."""
+    parts = []
+    steps = [a['steps'] for a in attacks if a.get('steps') is not None]
+    queries = [a['queries'] for a in attacks if a.get('queries') is not None]
+    if steps:
+        parts.append(_count(steps, 'iterations'))
+    if queries:
+        parts.append(_count(queries, 'queries'))
+    for norm in dict.fromkeys(a['norm'] for a in attacks if a.get('norm')):
+        eps = sorted({a['eps'] for a in attacks if a.get('norm') == norm})
+        parts.append(f"{NORM_NAMES.get(norm, norm)}\N{NO-BREAK SPACE}ε={', '.join(eps_text(e) for e in eps)}")
+    for scale in dict.fromkeys(a['sigma_scale'] for a in attacks if a.get('sigma') is not None):
+        sigmas = sorted({a['sigma'] for a in attacks if a.get('sigma_scale') == scale})
+        parts.append(f"noise σ={', '.join(f'{s:g}' for s in sigmas)} on {scale}")
+    severities = sorted({a['severity'] for a in attacks if a.get('severity') is not None})
+    if severities:
+        low, high = severities[0], severities[-1]
+        parts.append(f'severity {low}' if low == high else f'severities {low}-{high}')
+    return ', '.join(parts)
+
+
+def _suite_text(attacks: Sequence[Mapping[str, Any]]) -> str:
+    """Attacks by the names of what ran, with their budgets (``pgd-t-13 (13 iterations, L∞ ε=16/255)``)."""
+    noun = 'corruptions' if all(a['attack'] == 'corruption' for a in attacks) else 'attacks'
+    names = ', '.join(a['label'] for a in attacks) if len(attacks) <= MAX_NAMED_ATTACKS else f'{len(attacks)} {noun}'
+    budget = _budget_text(attacks)
+    return f'{names} ({budget})' if budget else names
+
+
+def _protocol_text(results: Mapping[str, Any]) -> str:
+    """``xie2020 protocol (reduced)``."""
+    return f"{results['protocol']['name']} protocol{' (reduced)' if results['protocol'].get('reduced') else ''}"
+
+
+def _samples_text(variants: Sequence[Mapping[str, Any]], key: str = 'samples') -> str:
+    """``64 samples`` (the count of every variant; they share the subset)."""
+    counts = sorted({v[key] for v in variants})
+    return f"{'/'.join(str(n) for n in counts)} samples"
+
+
+def _variants_text(variants: Sequence[Mapping[str, Any]]) -> str:
+    """``variant adv`` or ``variants clean, mix@0.5, adv``."""
+    return f"variant{'s' if len(variants) > 1 else ''} {', '.join(v['name'] for v in variants)}"
+
+
+def _distinct(attacks: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    """`attacks` with one entry per name (the same attack of several variants)."""
+    return list({a['label']: a for a in attacks}.values())
+
+
+def _iteration_curves(results: Mapping[str, Any]) -> Dict[Tuple, List[Tuple[str, List[Mapping[str, Any]]]]]:
+    """White-box attacks that differ only in iterations, by (attack, norm, ε, targeted): per variant, >= 2 budgets."""
+    curves: Dict[Tuple, List[Tuple[str, List[Mapping[str, Any]]]]] = defaultdict(list)
     for variant in results['variants']:
-        groups: Dict[Any, List[Dict[str, Any]]] = defaultdict(list)
+        groups: Dict[Tuple, List[Mapping[str, Any]]] = defaultdict(list)
         for attack in variant['attacks']:
-            if attack['steps'] is not None and attack['threat'] == 'white-box':
-                groups[(attack['attack'], attack['eps'], attack['targeted'])].append(attack)
-        for (name, eps, targeted), attacks in groups.items():
-            attacks = sorted(attacks, key=lambda a: a['steps'])
-            if len({a['steps'] for a in attacks}) < 2:
-                continue
-            steps = [a['steps'] for a in attacks]
-            all_steps += steps
-            label = f"{variant['name']}: {name}{'-t' if targeted else ''} eps={eps:g}"
-            line, = ax.plot(steps, [a['accuracy'] for a in attacks], marker='o', label=f'{label} accuracy')
-            if all(a.get('success_rate') is not None for a in attacks):
-                ax.plot(steps, [a['success_rate'] for a in attacks], marker='x', linestyle='--',
-                        color=line.get_color(), label=f'{label} success')
-            plotted = True
-    if plotted:
-        _log_axis(ax, all_steps)
+            if attack['threat'] == 'white-box' and attack.get('steps') is not None:
+                groups[(attack['attack'], attack['norm'], attack['eps'], attack['targeted'])].append(attack)
+        for key, attacks in groups.items():
+            if len({a['steps'] for a in attacks}) >= 2:
+                curves[key].append((variant['name'], sorted(attacks, key=lambda a: a['steps'])))
+    return curves
+
+
+def figure_accuracy_vs_iterations(results: Mapping[str, Any]):
+    """Accuracy (left) and, for targeted attacks, attack-success rate (right) against iterations, for attacks that
+    differ only in them; None when there are none."""
+    curves = _iteration_curves(results)
+    if not curves:
+        return None
+    success = any(all(a.get('success_rate') is not None for a in attacks)
+                  for lines in curves.values() for _, attacks in lines)
+    fig, axes = _figure(ncols=2 if success else 1)
+    steps, plotted = [], []
+    for key, lines in curves.items():
+        name, _, eps, targeted = key
+        for variant, attacks in lines:
+            label = variant
+            if len(curves) > 1:
+                label += f": {'targeted ' if targeted else ''}{name} ε={eps_text(eps)}"
+            x = [a['steps'] for a in attacks]
+            steps += x
+            plotted += attacks
+            line, = axes[0].plot(x, [a['accuracy'] for a in attacks], marker='o', label=label)
+            if success and all(a.get('success_rate') is not None for a in attacks):
+                axes[1].plot(x, [a['success_rate'] for a in attacks], marker='x', color=line.get_color(), label=label)
+    variants = [v for v in results['variants'] if any(v['name'] == n for lines in curves.values() for n, _ in lines)]
+    for ax, what in zip(axes, ('accuracy (%)', 'targeted attack-success rate (%)')):
+        _log_axis(ax, steps)
         ax.set_xlabel('attack iterations')
-        ax.set_ylabel('%')
-        ax.set_title(_title(results))
+        ax.set_ylabel(what)
         ax.grid(alpha=0.3)
         ax.legend(fontsize='small')
-        _save(fig, path)
-    return plotted
+    kinds = ', '.join(dict.fromkeys(f"{'targeted ' if targeted else ''}{name}" for name, _, _, targeted in curves))
+    _title(fig, f"{results['model']}: accuracy{' and attack-success rate' if success else ''} vs iterations of {kinds}",
+           _suite_text(_distinct(plotted)),
+           f'{_protocol_text(results)}, {_samples_text(variants)}, {_variants_text(variants)}')
+    return fig
 
 
-def plot_accuracy_vs_eps(results: Mapping[str, Any], path: PathLike) -> bool:
-    """Accuracy against the L∞ budget: the sanity PGD sweep of every variant."""
-    fig, (ax,) = _figure()
-    plotted = False
-    for variant in results['variants']:
-        sweep = variant.get('eps_sweep') or []
-        if len(sweep) >= 2:
-            ax.plot([p['eps'] for p in sweep], [p['accuracy'] for p in sweep], marker='o',
-                    label=f"{variant['name']} (sanity PGD)")
-            plotted = True
-    if plotted:
-        _log_axis(ax, [p['eps'] for v in results['variants'] for p in v.get('eps_sweep') or []], base=2)
-        ax.set_xlabel('Linf eps (0-255 scale)')
-        ax.set_ylabel('accuracy (%)')
-        ax.set_title(_title(results))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize='small')
-        _save(fig, path)
-    return plotted
+def figure_accuracy_vs_eps(results: Mapping[str, Any]):
+    """Accuracy against the L∞ budget of the sanity probe's PGD, from ε = 0; None when the probes did not run."""
+    variants = [v for v in results['variants'] if len(v.get('eps_sweep') or []) >= 2 and v.get('sanity_probe')]
+    if not variants:
+        return None
+    fig, (ax,) = _figure(width=7.0, height=4.5)
+    for variant in variants:
+        sweep = variant['eps_sweep']
+        ax.plot([p['eps'] for p in sweep], [p['accuracy'] for p in sweep], marker='o', label=variant['name'])
+    _eps_axis(ax, [p['eps'] for v in variants for p in v['eps_sweep']])
+    ax.set_xlabel('L∞ ε (symlog scale)')
+    ax.set_ylabel('accuracy (%)')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize='small')
+    probe = variants[0]['sanity_probe']
+    _title(fig, f"{results['model']}: accuracy vs ε, sanity probe{' (reduced)' if probe['reduced'] else ''}",
+           f"untargeted PGD-{probe['steps']} from the clean image, "
+           f"{_samples_text([v['sanity_probe'] for v in variants])} (the subset's first)",
+           f'{_protocol_text(results)}, {_variants_text(variants)}')
+    return fig
 
 
-def plot_tradeoff(results: Mapping[str, Any], path: PathLike) -> bool:
-    """Robust vs clean accuracy of a mixture-BN model as γ goes from the clean (0) to the adversarial branch (1)."""
+def _headline_text(results: Mapping[str, Any], variant: Mapping[str, Any]) -> str:
+    """What the robust accuracy of `variant` is: the protocol's headline, named by the attacks that ran."""
+    attacks, headline = variant['attacks'], results['protocol'].get('headline', 'last')
+    if headline == 'worst-case':
+        return f'per-sample worst case over {_suite_text(attacks)}'
+    if headline == 'mean':
+        return f'mean accuracy over {_suite_text(attacks)}'
+    chosen = attacks[-1] if headline == 'last' else next(a for a in attacks if a['protocol_label'] == headline)
+    return _suite_text([chosen])
+
+
+def figure_tradeoff(results: Mapping[str, Any]):
+    """Robust vs clean accuracy of a mixture-BN model as γ goes from the clean (0) to the adversarial branch (1);
+    None with fewer than two variants."""
     variants = [v for v in results['variants'] if v['gamma'] is not None and v['robust'] is not None]
     if len(variants) < 2:
-        return False
+        return None
     ends = [v for v in variants if v['kind'] in ('clean', 'adv')]
-    fig, (ax,) = _figure()
+    fig, (ax,) = _figure(width=6.5, height=4.5)
     for kind, label in (('mix', 'feature interpolation (mix route)'), ('logits', 'logit interpolation')):
         points = sorted(ends + [v for v in variants if v['kind'] == kind], key=lambda v: v['gamma'])
         if len(points) < 2 or not any(v['kind'] == kind for v in points):
             continue
         ax.plot([v['clean'] for v in points], [v['robust'] for v in points], marker='o', label=label)
         for v in points:
-            ax.annotate(f"{v['gamma']:g}", (v['clean'], v['robust']), textcoords='offset points', xytext=(4, 4),
+            ax.annotate(f"γ={v['gamma']:g}", (v['clean'], v['robust']), textcoords='offset points', xytext=(4, 4),
                         fontsize='small')
     if not any(v['kind'] in ('mix', 'logits') for v in variants):
         ax.plot([v['clean'] for v in ends], [v['robust'] for v in ends], marker='o', label='branches')
         for v in ends:
             ax.annotate(v['name'], (v['clean'], v['robust']), textcoords='offset points', xytext=(4, 4))
+    ax.margins(0.1)  # room for the annotations
     ax.set_xlabel('clean accuracy (%)')
     ax.set_ylabel('robust accuracy (%)')
-    ax.set_title(f'{_title(results)}: gamma trade-off')
     ax.grid(alpha=0.3)
     ax.legend(fontsize='small')
-    _save(fig, path)
-    return True
+    _title(fig, f"{results['model']}: clean vs robust accuracy over γ (0: clean branch, 1: adversarial branch)",
+           f'robust: {_headline_text(results, variants[0])}',
+           f'{_protocol_text(results)}, {_samples_text(variants)}, {_variants_text(variants)}')
+    return fig
 
 
-def plot_bn_stats(
+def figure_bn_stats(
         stats: Mapping[str, Mapping[str, List[float]]],
         summary: List[Mapping[str, Any]],
-        path: PathLike,
+        model: str,
         layer: Optional[str] = None,
         channels: int = 20,
         seed: int = 0,
-) -> bool:
-    """Xie & Yuille Fig. 5 for one layer (running mean and variance of random channels, clean vs adversarial), and
-    the per-layer gap across depth."""
+):
+    """Xie & Yuille Fig. 5 for one layer (running mean and variance of random channels, clean vs adversarial BN),
+    and across depth the mean log variance ratio and the share of channels whose adversarial variance is larger,
+    one quantity per panel; None for a model without mixture BN."""
     if not stats:
-        return False
+        return None
     layer = layer or default_bn_layer(stats)
     if layer not in stats:
         raise ValueError(f'No mixture-BN layer named {layer!r}; e.g. {", ".join(list(stats)[:3])}.')
     s = stats[layer]
     num = len(s['clean_mean'])
     picked = np.sort(np.random.default_rng(seed).choice(num, size=min(channels, num), replace=False))
-    fig, axes = _figure(ncols=3, width=4.5)
+    fig, axes = _figure(nrows=2, ncols=2, width=5.5, height=3.8)
     x = np.arange(len(picked))
-    for ax, key, title in ((axes[0], 'mean', 'running mean'), (axes[1], 'var', 'running var')):
+    for ax, key, what in ((axes[0], 'mean', 'running mean'), (axes[1], 'var', 'running variance')):
         ax.plot(x, np.asarray(s[f'clean_{key}'])[picked], 'o', label='clean BN')
         ax.plot(x, np.asarray(s[f'adv_{key}'])[picked], 's', label='adversarial BN')
         ax.set_xticks(x, [str(c) for c in picked], rotation=90, fontsize='x-small')
-        ax.set_xlabel(f'channel of {layer}')
-        ax.set_title(title)
+        ax.set_xlabel(f'channel of {layer} ({len(picked)} of {num}, random)')
+        ax.set_ylabel(what)
         ax.legend(fontsize='small')
     depth = np.arange(len(summary))
-    axes[2].plot(depth, [row['var_log_ratio'] for row in summary], label='mean log(var_adv / var_clean)')
-    axes[2].plot(depth, [row['frac_adv_var_larger'] for row in summary], label='share of channels var_adv > var_clean')
+    axes[2].plot(depth, [row['var_log_ratio'] for row in summary], marker='.')
     axes[2].axhline(0.0, color='grey', linewidth=0.5)
-    axes[2].set_xlabel('mixture-BN layer (depth order)')
-    axes[2].set_title('clean vs adversarial statistics across depth')
-    axes[2].legend(fontsize='small')
-    _save(fig, path)
-    return True
+    axes[2].set_ylabel('mean ln(var adv / var clean)')
+    axes[3].plot(depth, [100.0 * row['frac_adv_var_larger'] for row in summary], marker='.')
+    axes[3].axhline(50.0, color='grey', linewidth=0.5)
+    axes[3].set_ylim(-5, 105)
+    axes[3].set_ylabel('channels with var adv > var clean (%)')
+    for ax in axes[2:]:
+        ax.set_xlabel('mixture-BN layer (depth order)')
+        ax.grid(alpha=0.3)
+    _title(fig, f'{model}: running statistics of the clean and adversarial BN branches',
+           f'top: {layer}; bottom: every mixture-BN layer ({len(summary)})')
+    return fig
 
 
 def write_plots(
@@ -187,11 +312,13 @@ def write_plots(
     """Every applicable plot of `results` into `plot_dir`; returns the written file names."""
     plot_dir = Path(plot_dir)
     iterations, eps, tradeoff, bn = PLOT_NAMES
+    figures = [(iterations, figure_accuracy_vs_iterations(results)), (eps, figure_accuracy_vs_eps(results)),
+               (tradeoff, figure_tradeoff(results))]
+    if bn_stats:
+        figures.append((bn, figure_bn_stats(bn_stats, results['bn_stats']['layers'], results['model'], bn_layer)))
     written = []
-    for name, plot in ((iterations, plot_accuracy_vs_iterations), (eps, plot_accuracy_vs_eps),
-                       (tradeoff, plot_tradeoff)):
-        if plot(results, plot_dir / name):
+    for name, fig in figures:
+        if fig is not None:
+            _save(fig, plot_dir / name)
             written.append(name)
-    if bn_stats and plot_bn_stats(bn_stats, results['bn_stats']['layers'], plot_dir / bn, bn_layer):
-        written.append(bn)
     return written

@@ -2,7 +2,9 @@
 
 A protocol is data, not code: a tuple of `AttackSpec` (a registered attack name plus its configuration) and how
 the suite is reported. The budgets are the papers'; tests shrink them with `reduce_protocol`, users override them
-with `override_protocol`, and both record what actually ran.
+with `override_protocol`, and both record what actually ran: the spec's kwargs hold the budget that runs, and a
+label that names another budget (``pgd-t-2000`` reduced to 13 iterations) is kept as the stage key while
+`AttackSpec.run_label` (``pgd-t-13``) names what ran in results.
 
 * ``xie2020``: Xie & Yuille, *Intriguing properties of adversarial training at scale* (ICLR 2020), §3: targeted PGD,
   L∞ ε=16, step 1 with their code's ``max(step, ε/N)`` rule, random start, N = 10, 20, 100, 500, 2000 (Table 7);
@@ -20,7 +22,9 @@ with `override_protocol`, and both record what actually ran.
 * ``corruptions``: the 15 ImageNet-C corruptions (Hendrycks & Dietterich, ICLR 2019) at severities 1-5, applied on
   the fly; reported per corruption and as the mean corruption accuracy.
 
-Budgets are on the 0-255 pixel scale (`timm_advnorm.attacks.space`); L2 budgets are pixel-scale norms times 255.
+Budgets are on the 0-255 pixel scale (`timm_advnorm.attacks.space`): ε = k means k/255 on the [0, 1] scale, for L∞
+and L2 alike (an L2 budget is the Euclidean norm of the perturbation in 0-255 units, the [0, 1]-scale norm times 255;
+Galloway's ε2 = ε∞·√d is that too once `resolve_eps` applied the rule).
 """
 import math
 from dataclasses import dataclass, field, replace
@@ -32,7 +36,7 @@ from ..attacks.registry import attack_arguments, attack_threat
 
 __all__ = [
     'AttackSpec', 'Protocol', 'PROTOCOLS', 'AGGREGATIONS', 'THREATS', 'get_protocol', 'list_protocols',
-    'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES',
+    'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES', 'budget_label',
 ]
 
 AGGREGATIONS = ('independent', 'cascade')
@@ -42,6 +46,15 @@ QUERY_KEYS = ('n_queries',)
 EPS_RULES = ('fixed', 'sqrt_dim')
 
 HEADLINES = ('worst-case', 'last', 'mean')
+
+
+def budget_label(name: str, budget: int) -> str:
+    """The label of attack `name` run with `budget` iterations or queries: ``name-N`` (``pgd-t-2000``, ``pgd-20``).
+
+    The one convention for labels that carry a budget: the papers' sweeps (`xie2020`), ``--steps`` sweeps of an
+    attack list, and `AttackSpec.run_label` after a budget changed.
+    """
+    return f'{name}-{budget}'
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,8 @@ class AttackSpec:
         step_rule: Optional rule recomputing ``kwargs['step']`` from ε and ``kwargs['steps']`` whenever they change
             (see `STEP_RULES`); ``None`` keeps the given step.
         success_rate: Report the targeted attack-success rate (fraction classified as the target).
+        label_budget: The iterations or queries `label` stands for, set by `reduce_protocol` and `override_protocol`
+            when the budget that runs differs (``None``: the label names the budget that runs); see `run_label`.
     """
 
     label: str
@@ -70,6 +85,7 @@ class AttackSpec:
     eps_rule: str = 'fixed'
     step_rule: Optional[str] = None
     success_rate: bool = False
+    label_budget: Optional[int] = None
 
     def __post_init__(self):
         if self.threat not in THREATS:
@@ -98,10 +114,45 @@ class AttackSpec:
                 return int(self.kwargs[key])
         return None
 
+    @property
+    def iterations(self) -> Optional[int]:
+        """Iterations of an iterative attack (``None`` for query-based attacks, noise and one-step attacks)."""
+        return next((int(self.kwargs[key]) for key in STEP_KEYS if key in self.kwargs), None)
+
+    @property
+    def queries(self) -> Optional[int]:
+        """Queries of a query-based (black-box) attack, ``None`` otherwise."""
+        return next((int(self.kwargs[key]) for key in QUERY_KEYS if key in self.kwargs), None)
+
+    @property
+    def run_label(self) -> str:
+        """A label naming the budget that runs: `label`, unless a reduction or override changed its budget.
+
+        Then the label's budget is replaced by the one that runs, or appended when the label names none
+        (`budget_label`): ``pgd-t-2000`` reduced to 13 iterations is ``pgd-t-13``, ``nofrost``'s ``pgd`` capped
+        at 3 is ``pgd-3``.
+        """
+        if self.label_budget is None or self.label_budget == self.steps:
+            return self.label
+        claimed = budget_label('', self.label_budget)
+        base = self.label[:-len(claimed)] if self.label.endswith(claimed) else self.label
+        return budget_label(base, self.steps)
+
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-serialisable description, as recorded in results and state files."""
+        """JSON-serialisable description, as recorded in results and state files.
+
+        A spec whose budget was changed also records `label_budget` and `run_label` (only then, so that the
+        description of an unchanged protocol, and with it the state files of evaluations under way, stays the same).
+        """
+        changed = {} if self.run_label == self.label else dict(label_budget=self.label_budget,
+                                                                run_label=self.run_label)
         return dict(label=self.label, attack=self.attack, eps=self.eps, eps_rule=self.eps_rule, threat=self.threat,
-                    step_rule=self.step_rule, success_rate=self.success_rate, kwargs=dict(self.kwargs))
+                    step_rule=self.step_rule, success_rate=self.success_rate, kwargs=dict(self.kwargs), **changed)
+
+    def with_budget(self, key: str, budget: int) -> 'AttackSpec':
+        """This spec running `budget` of ``kwargs[key]`` (iterations or queries), its label's budget remembered."""
+        label_budget = self.steps if self.label_budget is None else self.label_budget
+        return replace(self, kwargs=dict(self.kwargs, **{key: budget}), label_budget=label_budget)
 
 
 def _check_finite(name: str, value: float) -> None:
@@ -194,7 +245,7 @@ class Protocol:
 
 def _xie2020() -> Protocol:
     attacks = tuple(
-        AttackSpec(f'pgd-t-{n}', 'pgd', eps=16.0, success_rate=True,
+        AttackSpec(budget_label('pgd-t', n), 'pgd', eps=16.0, success_rate=True,
                    kwargs=dict(steps=n, step=1.0, step_rule='max', targeted=True, random_start=True))
         for n in (10, 20, 100, 500, 2000))
     return Protocol(
@@ -286,8 +337,8 @@ def _list_specs(name: str, eps: float, kwargs: Mapping[str, Any], counts: Sequen
                       success_rate=bool(own.get('targeted', False)))
     if not counts or 'steps' not in arguments:
         return [_with_budget(spec)]
-    return [_with_budget(replace(spec, label=name if len(counts) == 1 else f'{name}-{n}', kwargs=dict(own, steps=n)))
-            for n in counts]
+    return [_with_budget(replace(spec, label=name if len(counts) == 1 else budget_label(name, n),
+                                 kwargs=dict(own, steps=n))) for n in counts]
 
 
 def protocol_from_attacks(
@@ -343,7 +394,9 @@ def override_protocol(
     """Change budgets of every attack that has the knob; the protocol keeps its name but no longer its paper's budget.
 
     ε applies to every attack with a budget; `step`, `steps` and `norm` only where the attack's configuration has
-    them (an explicit `step` also disables the spec's step rule, otherwise the rule recomputes the step).
+    them (an explicit `step` also disables the spec's step rule, otherwise the rule recomputes the step). Labels
+    stay; a spec whose iterations change remembers its label's budget, so that `AttackSpec.run_label` names the
+    one that runs.
 
     Raises:
         ValueError: A non-finite `eps` or `step`, or an option that would change no attack of the protocol (``norm``
@@ -364,6 +417,8 @@ def override_protocol(
         changes = {option: value for option, value in options.items() if _takes(spec, option)}
         new_eps = changes.pop('eps', spec.eps)
         step_rule = None if 'step' in changes else spec.step_rule
+        if 'steps' in changes:
+            spec = spec.with_budget('steps', changes.pop('steps'))
         specs.append(_with_step(replace(spec, eps=new_eps, kwargs=dict(spec.kwargs, **changes), step_rule=step_rule)))
     return replace(protocol, attacks=tuple(specs))
 
@@ -378,8 +433,9 @@ def reduce_protocol(
 
     A root keeps the order of a sweep (cube roots of 10, 20, 100, 500, 2000 iterations are 2, 3, 5, 8, 13), so
     plots and checks that compare budgets still see distinct points. Attacks left at their default budget are
-    reduced from it. Attack labels are kept, the budgets that actually run are recorded in each spec, and the
-    protocol is marked ``reduced``.
+    reduced from it. Attack labels are kept (they are the stage keys and the headline's name), the budgets that
+    actually run are recorded in each spec with the budget its label stands for (`AttackSpec.run_label` names what
+    ran: ``pgd-t-2000`` is reported as ``pgd-t-13``), and the protocol is marked ``reduced``.
 
     Args:
         protocol: The protocol.
@@ -399,16 +455,15 @@ def reduce_protocol(
                              f'({names}) has {" or ".join(keys)}.')
     specs = []
     for spec in full:
-        kwargs = dict(spec.kwargs)
         for keys, _, cap in caps:
             for key in keys:
-                if key not in kwargs:
+                if key not in spec.kwargs:
                     continue
-                budget = int(kwargs[key])
+                budget = int(spec.kwargs[key])
                 if root is not None:
                     budget = max(1, round(budget ** (1.0 / root)))
-                kwargs[key] = budget if cap is None else min(budget, cap)
-        specs.append(_with_step(replace(spec, kwargs=kwargs)))
+                spec = spec.with_budget(key, budget if cap is None else min(budget, cap))
+        specs.append(_with_step(spec))
     return replace(protocol, attacks=tuple(specs), reduced=True)
 
 

@@ -3,6 +3,12 @@
 A robust evaluation can take days; its results file must never be half-written (temp file + ``os.replace``) nor
 silently overwritten by the next run (refused unless the caller allows it), and an output that cannot be written must
 be found before the evaluation, not after it (`check_writable`, `check_folder_writable`).
+
+The CSV says what ran (`CSV_FIELDS`): ``attack`` is the name of the budget that ran (``pgd-t-13``), next to the
+protocol's name for it (``protocol_attack``: ``pgd-t-2000``); iterations and queries have their own columns;
+``eps_255`` is the budget as a norm (``norm``) of the perturbation in 0-255 pixel units, k meaning k/255 on the
+[0, 1] scale, for L2 too, and ``eps_rule`` says how it was set (``sqrt_dim``: Galloway's ε∞·√d, already applied);
+noise rows have no norm nor ε but their ``noise`` model and, for Gaussian noise, ``sigma`` on ``sigma_scale``.
 """
 import csv
 import io
@@ -15,8 +21,11 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Union
 __all__ = ['check_writable', 'check_folder_writable', 'atomic_write', 'write_json', 'write_csv', 'csv_rows',
            'CSV_FIELDS']
 
-CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'threat', 'norm', 'eps', 'steps', 'targeted', 'accuracy',
-              'success_rate', 'samples')
+CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'protocol_attack', 'threat', 'norm', 'eps_255', 'eps_rule',
+              'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy', 'success_rate', 'samples')
+#: Attack-entry keys copied into a row under their own name.
+_COPIED = ('threat', 'norm', 'eps_rule', 'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy',
+           'success_rate')
 
 
 def _new_temp_file(path: Path) -> Path:
@@ -96,15 +105,14 @@ def write_json(path: Union[str, Path], results: Mapping[str, Any]) -> None:
 
 
 def csv_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """One row per (variant, clean / attack / worst case) of a results dict."""
+    """One row per (variant, clean / attack / worst case) of a results dict (columns: see the module docstring)."""
     rows = []
     for variant in results['variants']:
         base = dict(model=results['model'], variant=variant['name'], gamma=variant['gamma'], samples=variant['samples'])
         rows.append(dict(base, attack='clean', accuracy=variant['clean']))
         for attack in variant['attacks']:
-            rows.append(dict(base, attack=attack['label'], threat=attack['threat'], norm=attack['norm'],
-                             eps=attack['eps'], steps=attack['steps'], targeted=attack['targeted'],
-                             accuracy=attack['accuracy'], success_rate=attack.get('success_rate')))
+            rows.append(dict(base, attack=attack['label'], protocol_attack=attack['protocol_label'],
+                             eps_255=attack.get('eps'), **{key: attack.get(key) for key in _COPIED}))
         if variant['worst_case'] is not None:
             rows.append(dict(base, attack='worst-case', accuracy=variant['worst_case']))
     return rows

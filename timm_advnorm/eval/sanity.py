@@ -1,4 +1,4 @@
-"""Sanity checks that run with every evaluation (DESIGN §5; Carlini et al., *On evaluating adversarial robustness*).
+"""Sanity checks that run with every evaluation (Carlini et al., *On evaluating adversarial robustness*).
 
 A robust-accuracy number means something only if the attack could have found adversarial examples. Each check
 reads the per-sample results of one variant and returns a `Check`:
@@ -12,25 +12,30 @@ reads the per-sample results of one variant and returns a `Check`:
 * ``accuracy_decreases_with_eps``: accuracy does not rise with ε (beyond a slack and sampling noise: the two
   accuracies are compared sample by sample, on the samples both scored, by the samples that flip between them);
 * ``more_iterations_do_not_help``: more iterations never raise accuracy (sanity probe, and every group of the
-  protocol's attacks that differ only in iterations, e.g. the PGD-10...2000 sweep of ``xie2020``);
+  protocol's attacks that differ only in iterations, e.g. the PGD-10...2000 sweep of ``xie2020``). Budgets read
+  off one best-iterate run (`plan.BudgetStage`) cannot rise by construction, a fooled sample stays fooled: there
+  any sample that becomes correct with more iterations is a failure, with no slack;
 * ``blackbox_not_stronger``: a black-box attack (Square) does not beat the white-box ones;
 * ``perturbation_within_budget``: every adversarial example respects its attack's ε.
 
-Failing `MASKING_CHECKS` flags the variant as suspected of gradient masking: its robust accuracy is then an
-upper bound at best. Checks never change the numbers; they are reported next to them.
+A check that tolerates noise says how many samples moved each way (`Flips`), so a pass "within noise" can be told
+from a pass with nothing to tolerate. Failing `MASKING_CHECKS` flags the variant as suspected of gradient masking:
+its robust accuracy is then an upper bound at best. Checks never change the numbers; they are reported next to
+them, and `check_warnings` phrases the failures for the user.
 """
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
 from .plan import EvalPlan
 from .protocols import AttackSpec, resolve_eps
 from .records import ResultTable
-from .stages import attack_norm
+from .stages import BudgetStage, attack_norm
 
-__all__ = ['Check', 'SanityThresholds', 'run_sanity_checks', 'MASKING_CHECKS', 'summarize_checks']
+__all__ = ['Check', 'Flips', 'SanityThresholds', 'run_sanity_checks', 'MASKING_CHECKS', 'summarize_checks',
+           'check_warnings']
 
 PASS, FAIL, SKIP = 'pass', 'fail', 'skip'
 MASKING_CHECKS = ('gradients_not_masked', 'accuracy_falls_to_zero', 'blackbox_not_stronger')
@@ -76,21 +81,85 @@ def _accuracy(table: ResultTable, variant: str, stage: str) -> float:
     return float(np.mean(table.column(variant, stage, 'correct')))
 
 
-def _rises(table: ResultTable, variant: str, before: str, after: str, thresholds: SanityThresholds) -> bool:
-    """Whether accuracy rises from stage `before` to stage `after` beyond the slack and beyond sampling noise.
+#: How `Flips` words the samples that moved, for a stage compared with a later (larger, longer) one.
+BECAME = '{up} {samples} became correct, {down} became wrong of {n}'
+#: ... for a black-box attack compared with the best white-box one (``up``: broken by the black-box one only).
+BROKE_ONLY = '{up} {samples} broken only by the black-box attack, {down} only by the white-box one, of {n}'
 
-    Both are measured on the same images, so the difference is judged by the samples that flip: with ``up`` of
-    them correct only after and ``down`` only before, out of ``n`` scored by both, the standard error of the
-    difference of accuracies is ``sqrt(up + down - (up - down)**2 / n) / n``.
+
+@dataclass(frozen=True)
+class Flips:
+    """Two stages scored on the same images, sample by sample: how many samples moved each way between them.
+
+    Attributes:
+        what: The comparison, for messages (``eps 8/255 -> 16/255``).
+        samples: Samples both stages scored.
+        up: Samples correct only under the second stage (its accuracy rising).
+        down: Samples correct only under the first.
+        exact: Whether the second cannot be more accurate by construction (budgets of one best-iterate run), so
+            that any rise is a failure; otherwise a rise must exceed a slack and sampling noise.
+        wording: How the moves are told (`BECAME`, `BROKE_ONLY`).
     """
+
+    what: str
+    samples: int
+    up: int
+    down: int
+    exact: bool = False
+    wording: str = BECAME
+
+    @property
+    def noise(self) -> float:
+        """Standard error of the paired difference of the two accuracies (McNemar): ``sqrt(up + down - (up -
+        down)**2 / n) / n``."""
+        n = self.samples
+        return math.sqrt(max(self.up + self.down - (self.up - self.down) ** 2 / n, 0.0)) / n if n else 0.0
+
+    def rises(self, thresholds: SanityThresholds) -> bool:
+        """Whether accuracy rises from the first stage to the second: at all when `exact`, else beyond the slack
+        and beyond sampling noise, so that a flip or two on a small prefix is noise while the same images
+        flipping one way in numbers is a finding."""
+        if self.exact or not self.samples:
+            return self.up > 0
+        return (self.up - self.down) / self.samples > max(thresholds.monotonic, thresholds.z * self.noise)
+
+    def describe(self, thresholds: SanityThresholds) -> str:
+        """``what: moves; verdict`` (``eps 8/255 -> 16/255: 2 samples became correct, 1 became wrong of 64; within
+        noise``)."""
+        if self.exact:
+            verdict = ('one run (best iterate), where more iterations cannot help: any is a failure' if self.up else
+                       'one run (best iterate): checked exactly')
+        else:
+            verdict = 'beyond noise' if self.rises(thresholds) else 'within noise'
+        moved = self.wording.format(up=self.up, down=self.down, n=self.samples,
+                                    samples='sample' if self.up == 1 else 'samples')
+        return f'{self.what}: {moved}; {verdict}'
+
+    def to_dict(self, thresholds: SanityThresholds) -> Dict[str, Any]:
+        """For a check's details."""
+        return dict(what=self.what, samples=self.samples, up=self.up, down=self.down, exact=self.exact,
+                    rises=self.rises(thresholds))
+
+
+def _flips(table: ResultTable, variant: str, before: str, after: str, what: str, exact: bool = False,
+           wording: str = BECAME) -> Flips:
+    """The samples that move between stage `before` and stage `after`, on the samples both scored."""
     first, second = table.get(variant, before), table.get(variant, after)
     _, i, j = np.intersect1d(first['position'], second['position'], assume_unique=True, return_indices=True)
-    if not len(i):
-        return False
     was, now = first['correct'][i].astype(bool), second['correct'][j].astype(bool)
-    n, up, down = len(i), int(np.sum(now & ~was)), int(np.sum(was & ~now))
-    noise = math.sqrt(max(up + down - (up - down) ** 2 / n, 0.0)) / n
-    return (up - down) / n > max(thresholds.monotonic, thresholds.z * noise)
+    return Flips(what, len(i), int(np.sum(now & ~was)), int(np.sum(was & ~now)), exact, wording)
+
+
+def _verdict(name: str, comparisons: Sequence[Flips], thresholds: SanityThresholds, passed: str, failed: str
+             ) -> Check:
+    """A check over paired comparisons: it fails when any rises. Its message tells the failing comparisons, those
+    where samples moved up within the tolerance (so that a tolerated move is visible), and the exact ones."""
+    rising = [c for c in comparisons if c.rises(thresholds)]
+    shown = rising + [c for c in comparisons if (c.up or c.exact) and not c.rises(thresholds)]
+    told = '; '.join(c.describe(thresholds) for c in shown)
+    message = (failed if rising else passed) + (f' ({told})' if told else '')
+    return Check(name, FAIL if rising else PASS, message,
+                 dict(comparisons=[c.to_dict(thresholds) for c in comparisons]))
 
 
 def _outputs_not_random(table, variant, num_classes) -> Check:
@@ -102,7 +171,7 @@ def _outputs_not_random(table, variant, num_classes) -> Check:
     ok = accuracy > threshold
     return Check('outputs_not_random', PASS if ok else FAIL,
                  f'clean accuracy {accuracy:.3f} {">" if ok else "<="} chance {chance:.3f} + 3 SE ({threshold:.3f})',
-                 dict(accuracy=accuracy, chance=chance, threshold=threshold, samples=n))
+                 dict(accuracy=accuracy, chance=chance, threshold=threshold, samples=n, num_classes=num_classes))
 
 
 def _deterministic(table, variant, thresholds) -> Check:
@@ -135,19 +204,22 @@ def _gradients(table, variant, thresholds) -> Check:
 
 def _falls_to_zero(table, variant, plan, thresholds) -> Check:
     eps, stage = plan.sanity.sweep[-1]
-    accuracy = _accuracy(table, variant, stage)
+    correct = table.column(variant, stage, 'correct')
+    accuracy = float(np.mean(correct))
     ok = accuracy <= thresholds.zero_accuracy
     return Check('accuracy_falls_to_zero', PASS if ok else FAIL,
-                 f'accuracy {accuracy:.3f} under untargeted PGD at eps={eps:g}/255', dict(eps=eps, accuracy=accuracy))
+                 f'accuracy {accuracy:.3f} ({int(np.sum(correct))} of {len(correct)} samples) under untargeted PGD '
+                 f'at eps={eps:g}/255', dict(eps=eps, accuracy=accuracy, samples=len(correct)))
 
 
 def _decreases_with_eps(table, variant, plan, thresholds) -> Check:
-    stages = [stage for _, stage in plan.sanity.sweep]
-    curve = [(eps, _accuracy(table, variant, stage)) for eps, stage in plan.sanity.sweep]
-    rises = [pair for pair in zip(stages, stages[1:]) if _rises(table, variant, *pair, thresholds)]
-    return Check('accuracy_decreases_with_eps', FAIL if rises else PASS,
-                 'accuracy rises with eps' if rises else 'accuracy does not rise with eps',
-                 dict(curve=[dict(eps=e, accuracy=a) for e, a in curve]))
+    sweep = plan.sanity.sweep
+    comparisons = [_flips(table, variant, a, b, f'eps {e:g}/255 -> {f:g}/255')
+                   for (e, a), (f, b) in zip(sweep, sweep[1:])]
+    check = _verdict('accuracy_decreases_with_eps', comparisons, thresholds, 'accuracy does not rise with eps',
+                     'accuracy rises with eps')
+    check.details['curve'] = [dict(eps=eps, accuracy=_accuracy(table, variant, stage)) for eps, stage in sweep]
+    return check
 
 
 def _step_groups(plan: EvalPlan) -> List[List[AttackSpec]]:
@@ -163,57 +235,64 @@ def _step_groups(plan: EvalPlan) -> List[List[AttackSpec]]:
             if len({s.kwargs['steps'] for s in g}) > 1]
 
 
+def _run_of(plan: EvalPlan, stage: str) -> str:
+    """The attack run whose results `stage` reports: its own, or the longer run a `BudgetStage` reads."""
+    found = plan.stage(stage)
+    return found.source if isinstance(found, BudgetStage) else found.name
+
+
+def _one_run(plan: EvalPlan, fewer: str, more: str) -> bool:
+    """Whether two budgets were read off one best-iterate run, where accuracy cannot rise by construction."""
+    run = _run_of(plan, fewer)
+    return run == _run_of(plan, more) and plan.stage(run).spec.kwargs.get('best_iterate', True)
+
+
 def _more_iterations(table, variant, plan, thresholds) -> Check:
-    curves = []
+    comparisons = []
     if plan.sanity is not None and plan.sanity.more_iterations is not None:
-        curves.append(list(plan.sanity.more_iterations))
+        fewer, more = plan.sanity.more_iterations
+        comparisons.append(_flips(table, variant, fewer, more, f'{fewer} -> {more}'))
     if plan.protocol.aggregation == 'independent':
-        curves += [[spec.label for spec in group] for group in _step_groups(plan)]
-    if not curves:
+        for group in _step_groups(plan):
+            for a, b in zip(group, group[1:]):
+                comparisons.append(_flips(table, variant, a.label, b.label, f'{a.run_label} -> {b.run_label}',
+                                          exact=_one_run(plan, a.label, b.label)))
+    if not comparisons:
         return Check('more_iterations_do_not_help', SKIP, 'no attacks differing in iterations')
-    rises = [pair for curve in curves for pair in zip(curve, curve[1:]) if _rises(table, variant, *pair, thresholds)]
-    message = ', '.join(f'{a} {_accuracy(table, variant, a):.3f} -> {b} {_accuracy(table, variant, b):.3f}'
-                        for a, b in rises) if rises else 'accuracy never rises with more iterations'
-    return Check('more_iterations_do_not_help', FAIL if rises else PASS, message,
-                 dict(curves=[[dict(stage=s, accuracy=_accuracy(table, variant, s)) for s in curve]
-                              for curve in curves]))
+    return _verdict('more_iterations_do_not_help', comparisons, thresholds,
+                    'accuracy never rises with more iterations', 'accuracy rises with more iterations')
 
 
-def _against_whitebox(table, variant, blackbox: str, whitebox: Sequence[str], thresholds) -> Dict[str, Any]:
+def _against_whitebox(table, variant, blackbox: str, whitebox: Sequence[str], name: Dict[str, str]) -> Flips:
     """The black-box stage against the strongest white-box one: may its accuracy be lower beyond noise?"""
     best = min(whitebox, key=lambda stage: _accuracy(table, variant, stage))
-    return dict(blackbox=blackbox, accuracy=_accuracy(table, variant, blackbox),
-                best_whitebox=_accuracy(table, variant, best),
-                ok=not _rises(table, variant, blackbox, best, thresholds))
+    return _flips(table, variant, blackbox, best, f'{name.get(blackbox, blackbox)} vs {name.get(best, best)}',
+                  wording=BROKE_ONLY)
 
 
 def _blackbox(table, variant, plan, thresholds) -> Check:
     comparisons = []
     specs = plan.protocol.attacks
+    name = {spec.label: spec.run_label for spec in specs}
     if plan.protocol.aggregation == 'cascade':
         # in a cascade a black-box stage only sees survivors of the white-box ones: it should break (almost) none
         for before, spec in zip(specs, specs[1:]):
             if spec.threat == 'black-box':
-                survived, accuracy = _accuracy(table, variant, before.label), _accuracy(table, variant, spec.label)
-                comparisons.append(dict(blackbox=spec.label, extra_broken=survived - accuracy, ok=not _rises(
-                    table, variant, spec.label, before.label, thresholds)))
+                comparisons.append(_flips(table, variant, spec.label, before.label,
+                                          f'{spec.run_label} after {before.run_label}', wording=BROKE_ONLY))
     else:
         for spec in specs:
             if spec.threat != 'black-box':
                 continue
             rivals = [s.label for s in specs if s.threat == 'white-box' and s.eps == spec.eps]
             if rivals:
-                comparisons.append(_against_whitebox(table, variant, spec.label, rivals, thresholds))
+                comparisons.append(_against_whitebox(table, variant, spec.label, rivals, name))
     if plan.sanity is not None and plan.sanity.blackbox is not None:
-        comparisons.append(_against_whitebox(table, variant, plan.sanity.blackbox, plan.sanity.more_iterations,
-                                             thresholds))
+        comparisons.append(_against_whitebox(table, variant, plan.sanity.blackbox, plan.sanity.more_iterations, name))
     if not comparisons:
         return Check('blackbox_not_stronger', SKIP, 'no black-box attack ran')
-    ok = all(c['ok'] for c in comparisons)
-    return Check('blackbox_not_stronger', PASS if ok else FAIL,
-                 'black-box attacks do not beat white-box ones' if ok else
-                 'a black-box attack beats the white-box ones: gradients are likely masked',
-                 dict(comparisons=comparisons))
+    return _verdict('blackbox_not_stronger', comparisons, thresholds, 'black-box attacks do not beat white-box ones',
+                    'a black-box attack beats the white-box ones: gradients are likely masked')
 
 
 def _within_budget(table, variant, plan, input_size, thresholds) -> Check:
@@ -264,3 +343,42 @@ def summarize_checks(checks: Sequence[Check]) -> Dict[str, Any]:
     failed = [c.name for c in checks if c.status == FAIL]
     return dict(passed=not failed, failed=failed,
                 masked_gradients_suspected=any(name in MASKING_CHECKS for name in failed))
+
+
+#: What a failed check means for the numbers reported with it, for `check_warnings`.
+CONSEQUENCES = {
+    'outputs_deterministic': 'a randomized model needs attacks with EOT, so the robust numbers below overestimate '
+                             'its robustness',
+    'gradients_not_masked': 'gradients are masked, so the robust numbers below are upper bounds at best',
+    'accuracy_falls_to_zero': 'no classifier with honest gradients survives that budget: gradients are likely masked, '
+                              'so the robust numbers below are upper bounds at best',
+    'accuracy_decreases_with_eps': 'a larger budget helped the model: the attack is unreliable, so the robust '
+                                   'numbers below may be too high',
+    'more_iterations_do_not_help': 'more iterations helped the model: the attack is unreliable, so the robust '
+                                   'numbers below may be too high',
+    'blackbox_not_stronger': 'the robust numbers below are upper bounds at best',
+    'perturbation_within_budget': 'the robust numbers below are for a larger budget than the one reported',
+}
+
+
+def _chance_warning(variant: str, details: Mapping[str, Any]) -> str:
+    """The ``outputs_not_random`` failure as a user reads it: the model is not working at all."""
+    return (f"clean accuracy {details['accuracy']:.1%} of variant {variant} is at chance "
+            f"({details['num_classes']} classes: {details['chance']:.1%}; above chance needs more than "
+            f"{details['threshold']:.1%} on {details['samples']} samples): wrong checkpoint, preprocessing or labels? "
+            f"Robust numbers below are meaningless.")
+
+
+def check_warnings(variant: str, checks: Sequence[Mapping[str, Any]]) -> Tuple[List[str], List[str]]:
+    """Warning lines for the failed checks of `variant` (`Check.to_dict` of each), phrased for a user (no level
+    prefix: the console's logger adds ``WARNING:``).
+
+    Returns:
+        ``(chance, others)``: the ``outputs_not_random`` failure (it voids every number, so it is shown before any
+        other warning of any variant), and one line per other failed check with what it means for the numbers.
+    """
+    failed = [check for check in checks if check['status'] == FAIL]
+    chance = [_chance_warning(variant, c['details']) for c in failed if c['name'] == 'outputs_not_random']
+    others = [f"variant {variant}: {c['name']} failed: {c['message']}; {CONSEQUENCES[c['name']]}."
+              for c in failed if c['name'] != 'outputs_not_random']
+    return chance, others

@@ -48,9 +48,10 @@ from .results import check_writable, csv_rows, write_csv, write_json
 from .sanity import run_sanity_checks, summarize_checks
 from .stages import EvalContext
 from .state import EvalState, check_state_path
-from .summary import amp_report, summarize_variant
+from .summary import amp_report, results_warnings, summarize_variant
 from .variants import INTERPOLATIONS, Variant, model_variants
 from ..hub import create_model_from_name_or_checkpoint, split_source
+from ..layers import get_inference_branch
 
 _logger = logging.getLogger('validate_adv')
 
@@ -334,6 +335,9 @@ def _summarize(table: ResultTable, variant, plan, num_classes: int, input_size) 
 
 
 def _log_summary(results: Dict[str, Any]) -> None:
+    """The warnings that void numbers first, then each variant's numbers, named by what ran."""
+    for line in results['warnings']:
+        _logger.warning(line)
     for variant in results['variants']:
         attacks = ', '.join(f"{a['label']} {a['accuracy']:.2f}" + (f" (success {a['success_rate']:.2f})"
                                                                     if a.get('success_rate') is not None else '')
@@ -342,12 +346,6 @@ def _log_summary(results: Dict[str, Any]) -> None:
         if variant['corruption_errors'] is not None:
             worst += f", mCE {variant['corruption_errors']['mce']:.2f} (normalized by AlexNet's ImageNet-C errors)"
         _logger.info('%s: clean %.2f, %s%s', variant['name'], variant['clean'], attacks, worst)
-        sanity = variant['sanity']
-        if not sanity['passed']:
-            _logger.warning('%s: sanity checks failed: %s%s', variant['name'], ', '.join(sanity['failed']),
-                            ' (masked gradients suspected)' if sanity['masked_gradients_suspected'] else '')
-    if results.get('amp_check') and not results['amp_check']['passed']:
-        _logger.warning('bf16 evaluation differs from fp32 beyond tolerance: %s', results['amp_check'])
 
 
 def build_protocol(args: argparse.Namespace) -> Protocol:
@@ -476,7 +474,7 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     variants = model_variants(model, args.gammas, args.interpolations)
     plan = build_plan(protocol, sanity_samples=args.sanity_samples, sanity_steps=args.sanity_steps,
                       sanity_queries=args.sanity_queries, metrics=args.metrics, metric_samples=args.metric_samples,
-                      amp_samples=args.verify_amp, share_budgets=not args.separate_budgets)
+                      amp_samples=args.verify_amp, share_budgets=not args.separate_budgets, reduced_sanity=args.reduced)
     progress = show_progress() and not args.no_progress
     ctx = EvalContext(space=InputSpace.from_data_config(data_config), input_size=input_size,
                       autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn,
@@ -497,9 +495,10 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     if args.resume_state:
         state = _open_state(_state_path(args, dist_info), _fingerprint(
             args, model_name, weights, protocol, variants, plan, indices, data_config, dist_info))
-    _logger.info('Evaluating %s (%s) on %d samples (%d on this rank): protocol %s, variants %s.', model_name,
-                 args.checkpoint or 'no checkpoint', len(indices), stop - start, protocol.name,
-                 ', '.join(v.name for v in variants))
+    _logger.info('Evaluating %s (%s%s) on %d samples (%d on this rank): protocol %s, variants %s.', model_name,
+                 args.checkpoint or 'no checkpoint',
+                 f', loaded on its {get_inference_branch(model)} branch' if get_inference_branch(model) else '',
+                 len(indices), stop - start, protocol.name, ', '.join(v.name for v in variants))
     evaluator = RobustEvaluator(model, variants, plan.stages, ctx, num_classes, len(indices), args.seed,
                                 dist_info.device, state=state, channels_last=args.channels_last,
                                 progress=progress)
@@ -513,14 +512,18 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
 
     table = ResultTable(records)
     summaries = [_summarize(table, variant, plan, num_classes, input_size) for variant in variants]
-    primary = next((s for s in summaries if s['kind'] in ('adv', 'model')), summaries[0])
+    # the headline is the model as loaded: a mixture-BN model on the branch it runs on (recorded by its checkpoint)
+    inference_branch = get_inference_branch(model)
+    primary = next((s for s in summaries if s['kind'] in (inference_branch, 'model')), summaries[0])
     bn_stats = collect_bn_stats(model)
     results = dict(
         model=model_name, checkpoint=args.checkpoint, dataset=args.dataset or 'folder', split=args.val_split,
         num_samples=len(indices), seed=args.seed, img_size=data_config['input_size'][-1],
         data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
-        preprocessing=preprocessing, protocol=protocol.to_dict(), amp=args.amp_dtype if args.amp else None, world_size=dist_info.world_size,
-        primary_variant=primary['name'], top1=primary['clean'], robust_top1=primary['robust'],
+        preprocessing=preprocessing, protocol=protocol.to_dict(), amp=args.amp_dtype if args.amp else None,
+        world_size=dist_info.world_size,
+        inference_branch=inference_branch, primary_variant=primary['name'], top1=primary['clean'],
+        robust_top1=primary['robust'],
         sanity_passed=all(s['sanity']['passed'] for s in summaries),
         masked_gradients_suspected=any(s['sanity']['masked_gradients_suspected'] for s in summaries),
         amp_check=amp_report(table, primary['name'], plan, args.amp_tolerance) if args.verify_amp else None,
@@ -530,6 +533,7 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
         images_per_second=round(len(indices) * len(variants) / max(eval_seconds, 1e-9), 3),
         total_seconds=round(time.perf_counter() - started, 3),
     )
+    results = dict(warnings=results_warnings(results), **results)
     _write_outputs(args, results, bn_stats, _results_paths(args.results_file))
     _log_summary(results)
     return results

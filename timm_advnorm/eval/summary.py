@@ -1,29 +1,42 @@
 """From per-sample results to the reported numbers: accuracies, success rates, worst case, metrics, AMP check.
 
-Accuracies are percentages (as timm's ``validate.py`` reports ``top1``). For each variant:
+Accuracies are percentages (as timm's ``validate.py`` reports ``top1``). Every number says what ran: an attack is
+named by the budget it ran (``label``: ``pgd-t-13`` for a reduced PGD-2000, whose ``protocol_label`` stays
+``pgd-t-2000``), ε carries its scale and rule, noise its model and σ instead of a norm and ε. For each variant:
 
 * ``clean``: accuracy on the subset;
 * per attack: accuracy (correct after the attack; in a cascade, the cumulative robust accuracy), the targeted
   attack-success rate over the samples attacked when the protocol asks for it (Xie & Yuille), and the largest
   perturbation actually used;
 * ``worst_case``: per-sample worst case over the suite (a sample counts only if it survives every attack);
-* ``robust``: the protocol's headline number (`Protocol.headline`: worst case, PGD-2000, mean corruption accuracy);
+* ``robust``: the protocol's headline number (`Protocol.headline`: worst case, PGD-2000, mean corruption accuracy),
+  and ``robust_label``, what it is as it ran (``worst-case``, ``mean``, or the attack's ``label``: ``pgd-t-13``);
 * ``corruption_errors``: with all 15 ImageNet-C corruptions at 5 severities, CE per corruption and mCE (percent,
   normalized by AlexNet, `corruption_error`); None otherwise;
-* ``metrics``: mean, median and standard deviation of each per-sample robustness metric.
+* ``metrics``: mean, median and standard deviation of each per-sample robustness metric;
+* ``eps_sweep`` and ``sanity_probe``: the sanity PGD's accuracy over ε, from ε = 0 (the clean accuracy of the same
+  samples), and what that probe ran (`SanityPlan.to_dict`).
+
+`results_warnings` turns failed checks that void the numbers into lines a user reads before them.
 """
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..attacks.noise import noise_settings
 from .corruption_error import corruption_errors
-from .plan import EvalPlan
-from .protocols import Protocol, resolve_eps
+from .plan import EvalPlan, SanityPlan
+from .protocols import AttackSpec, Protocol, resolve_eps
 from .records import ResultTable
+from .sanity import check_warnings
 from .stages import AttackStage, attack_norm
 from .variants import Variant
 
-__all__ = ['summarize_variant', 'amp_report', 'headline', 'round_percent']
+__all__ = ['summarize_variant', 'amp_report', 'headline', 'headline_label', 'round_percent', 'results_warnings',
+           'EPS_SCALE']
+
+#: The scale of every ε in results: a norm of the perturbation in 0-255 pixel units (k means k/255 on [0, 1]).
+EPS_SCALE = '0-255'
 
 METRIC_COLUMNS = {'margin': ('clean', 'margin'), 'thickness': ('metric/thickness', 'thickness'),
                   'smoothness': ('metric/smoothness', 'kl')}
@@ -40,14 +53,33 @@ def _distribution(values: np.ndarray) -> Dict[str, float]:
                 samples=int(values.size))
 
 
+def _size_fields(spec: AttackSpec, input_size: Sequence[int]) -> Dict[str, Any]:
+    """How large a perturbation the attack was allowed: its norm and ε, or for noise what the noise is.
+
+    ε is the budget the attack was built with (`resolve_eps`, on the `EPS_SCALE`; ``eps_rule`` ``sqrt_dim``:
+    Galloway's ε∞·√d, the spec's ε being ε∞). Noise has no norm nor ε: Gaussian noise states its σ and the scale σ
+    is on (`noise_settings`), a corruption its name and severity.
+    """
+    if spec.threat != 'noise':
+        return dict(norm=attack_norm(spec), eps=resolve_eps(spec, input_size), eps_scale=EPS_SCALE,
+                    eps_rule=spec.eps_rule)
+    if spec.attack == 'gaussian-noise':
+        return noise_settings(spec.kwargs)
+    if spec.attack == 'corruption':
+        return dict(noise='imagenet-c', corruption=spec.kwargs['corruption'], severity=spec.kwargs['severity'])
+    return dict(noise=spec.attack)
+
+
 def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_size) -> Dict[str, Any]:
+    """One attack's entry: named by what ran (``label``) and by the protocol (``protocol_label``), its budget
+    (iterations or queries, ε or noise) and numbers."""
     spec = stage.spec
     columns = table.get(variant, stage.name)
     attacked = columns['attacked'].astype(bool)
-    entry = dict(label=spec.label, attack=spec.attack, threat=spec.threat, norm=attack_norm(spec),
-                 eps=resolve_eps(spec, input_size), steps=spec.steps, targeted=spec.targeted,
-                 kwargs=dict(spec.kwargs), samples=int(attacked.size), attacked=int(attacked.sum()),
-                 accuracy=round_percent(np.mean(columns['correct'])))
+    entry = dict(label=spec.run_label, protocol_label=spec.label, attack=spec.attack, threat=spec.threat,
+                 **_size_fields(spec, input_size), steps=spec.iterations, queries=spec.queries,
+                 targeted=spec.targeted, kwargs=dict(spec.kwargs), samples=int(attacked.size),
+                 attacked=int(attacked.sum()), accuracy=round_percent(np.mean(columns['correct'])))
     if spec.success_rate:
         entry['success_rate'] = round_percent(np.mean(columns['success'][attacked])) if attacked.any() else None
     if spec.threat != 'noise':
@@ -56,14 +88,31 @@ def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_
 
 
 def headline(protocol: Protocol, attacks: List[Dict[str, Any]], worst_case: Optional[float]) -> Optional[float]:
-    """The protocol's single robust number (see `Protocol.headline`), as a percentage."""
+    """The protocol's single robust number (see `Protocol.headline`, an attack's protocol label), as a percentage."""
     if protocol.headline == 'worst-case':
         return worst_case
     if protocol.headline == 'mean':
         return round(float(np.mean([a['accuracy'] for a in attacks])), 4)
     if protocol.headline == 'last':
         return attacks[-1]['accuracy']
-    return next(a['accuracy'] for a in attacks if a['label'] == protocol.headline)
+    return next(a['accuracy'] for a in attacks if a['protocol_label'] == protocol.headline)
+
+
+def headline_label(protocol: Protocol, attacks: List[Dict[str, Any]]) -> str:
+    """What `headline` reports, named as it ran: ``worst-case``, ``mean``, or the attack's ``label``."""
+    if protocol.headline in ('worst-case', 'mean'):
+        return protocol.headline
+    if protocol.headline == 'last':
+        return attacks[-1]['label']
+    return next(a['label'] for a in attacks if a['protocol_label'] == protocol.headline)
+
+
+def _eps_sweep(table: ResultTable, variant: str, sanity: SanityPlan) -> List[Dict[str, Any]]:
+    """Accuracy of the sanity PGD at each ε of its sweep, from ε = 0: the clean accuracy of the same samples."""
+    clean = table.get(variant, 'clean')
+    points = [dict(eps=0.0, accuracy=round_percent(np.mean(clean['correct'][clean['position'] < sanity.samples])))]
+    return points + [dict(eps=eps, accuracy=round_percent(np.mean(table.column(variant, stage, 'correct'))))
+                     for eps, stage in sanity.sweep]
 
 
 def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, input_size: Sequence[int]
@@ -85,22 +134,24 @@ def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, inpu
         values = table.column(name, stage, column)
         if values is not None:
             metrics[metric] = _distribution(values)
-    sweep = []
+    sweep, probe = [], None
     if plan.sanity is not None:
-        sweep = [dict(eps=eps, accuracy=round_percent(np.mean(table.column(name, stage, 'correct'))))
-                 for eps, stage in plan.sanity.sweep]
+        sweep = _eps_sweep(table, name, plan.sanity)
+        probe = dict(plan.sanity.to_dict(), samples=int(np.sum(clean['position'] < plan.sanity.samples)))
     corrupted = {(a['kwargs']['corruption'], a['kwargs']['severity']): a['accuracy']
                  for a in attacks if a['attack'] == 'corruption'}
     return dict(variant.to_dict(), samples=int(clean['correct'].size),
                 clean=round_percent(np.mean(clean['correct'])), attacks=attacks, worst_case=worst_case,
-                robust=headline(plan.protocol, attacks, worst_case), metrics=metrics, eps_sweep=sweep,
-                corruption_errors=corruption_errors(corrupted))
+                robust=headline(plan.protocol, attacks, worst_case),
+                robust_label=headline_label(plan.protocol, attacks), metrics=metrics, eps_sweep=sweep,
+                sanity_probe=probe, corruption_errors=corruption_errors(corrupted))
 
 
 def amp_report(table: ResultTable, variant: str, plan: EvalPlan, tolerance: float) -> Optional[Dict[str, Any]]:
     """bf16 vs fp32 on the verification prefix: prediction agreement and accuracy differences.
 
-    Passes when every accuracy differs by at most `tolerance` (a fraction).
+    Passes when every accuracy differs by at most `tolerance` (a fraction). Each comparison names its ``stage`` and,
+    as `summarize_variant` does, the ``label`` of what ran.
     """
     if not plan.amp_pairs:
         return None
@@ -111,11 +162,29 @@ def amp_report(table: ResultTable, variant: str, plan: EvalPlan, tolerance: floa
         keep = columns['position'] < plan.amp_samples
         low_correct, low_pred = columns['correct'][keep], columns['pred'][keep]
         delta = float(np.mean(low_correct)) - float(np.mean(reference['correct']))
+        spec = getattr(plan.stage(low), 'spec', None)
         comparisons.append(dict(
-            stage=low, accuracy_low=round_percent(np.mean(low_correct)),
+            stage=low, label=low if spec is None else spec.run_label, accuracy_low=round_percent(np.mean(low_correct)),
             accuracy_fp32=round_percent(np.mean(reference['correct'])),
             prediction_agreement=round_percent(np.mean(low_pred == reference['pred'])),
             ok=abs(delta) <= tolerance))
     return dict(samples=int(min(plan.amp_samples, len(table.get(variant, 'clean')['position']))),
                 tolerance=round_percent(tolerance), passed=all(c['ok'] for c in comparisons),
                 comparisons=comparisons)
+
+
+def results_warnings(results: Mapping[str, Any]) -> List[str]:
+    """The lines a user must read before the numbers of `results`: each failed check that voids them, worst first.
+
+    Chance-level outputs (``outputs_not_random``: a wrong checkpoint, preprocessing or labels) of every variant come
+    first, then each variant's other failed sanity checks (`sanity.check_warnings`), then a bf16 evaluation that
+    disagrees with fp32. Empty when every check passed. Log them at WARNING before the per-variant numbers and
+    store them first in the results.
+    """
+    per_variant = [check_warnings(variant['name'], variant['sanity']['checks']) for variant in results['variants']]
+    lines = [line for chance, _ in per_variant for line in chance] + [line for _, rest in per_variant for line in rest]
+    amp = results.get('amp_check')
+    if amp and not amp['passed']:
+        lines.append(f"the {results.get('amp', 'low-precision')} evaluation differs from fp32 by more than "
+                     f"{amp['tolerance']:g} points on {amp['samples']} samples: numbers below may be off by as much.")
+    return lines

@@ -7,7 +7,8 @@ Loading (what ``train_adv.py`` and ``validate_adv.py`` use):
 
 where a source is a ``train_adv.py`` checkpoint, a state dict (``.pth``/``.safetensors``), an export folder,
 ``local-dir:PATH`` or ``hf-hub:org/name``. Exports load with ``timm.create_model('hf-hub:org/name',
-pretrained=True)`` (after ``import timm_advnorm`` for this plugin's architectures).
+pretrained=True)`` (after ``import timm_advnorm`` for this plugin's architectures); a whole mixture-BN export comes
+back routed to the inference branch its ``config.json`` records (``model_args.inference_branch``).
 
 Publishing: ``python hub/publish.py`` (see `timm_advnorm.hub.publish`).
 """

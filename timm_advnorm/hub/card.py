@@ -1,24 +1,37 @@
 """Model cards for published checkpoints: recipe, evaluation protocol, robust accuracies, and how to load.
 
-The card's layout lives in a Markdown template (``hub/model_card_template.md``) with `string.Template`
-placeholders; this module renders the sections that fill them. The YAML front matter carries Hugging Face
-``model-index`` metadata, so the Hub shows the accuracies next to the model.
+The card's layout lives in a Markdown template (``model_card_template.md``) with `string.Template` placeholders;
+this module renders the sections that fill them. The YAML front matter carries Hugging Face ``model-index``
+metadata, so the Hub shows the accuracies next to the model.
+
+A card states what was run, no more: the threat model and budget of every attack as they ran, the data and split,
+whether the protocol was reduced for a smoke test (then said first, and never called the protocol's result), and
+no path of the publisher's machine.
 """
 import json
 from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath, PureWindowsPath
 from string import Template
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
-from .checkpoint import MODEL_CONFIG_ARG
-from .results import AttackResult, EvalResults
+from .checkpoint import MODEL_CONFIG_ARG, split_source
+from .results import WORST_CASE, AttackResult, EvalResults
 
 __all__ = ['CardFacts', 'render_model_card', 'front_matter', 'results_table']
 
 PLACEHOLDERS = (
     'front_matter', 'title', 'summary', 'usage', 'inference', 'preprocessing', 'recipe', 'evaluation')
 _DATA_KEYS = ('input_size', 'interpolation', 'crop_pct', 'crop_mode', 'mean', 'std')
+_NORMS = {'linf': 'L∞', 'l2': 'L2', 'l1': 'L1'}
+# Attack arguments the budget and threat-model columns spell out; any other argument is listed as ``key=value``.
+_DESCRIBED_KWARGS = ('steps', 'n_queries', 'step', 'step_rule', 'n_restarts', 'n_target_classes', 'random_start',
+                     'targeted', 'norm')
+# Attack arguments that count something, with the thing's singular and plural.
+_COUNTS = (('n_restarts', 'restart', 'restarts'), ('n_target_classes', 'target class', 'target classes'))
+# Prefixes of timm's dataset readers (``hfds/imagenet-1k``): the rest is the data set's own name.
+_READER_PREFIXES = ('hfds/', 'hfids/', 'tfds/', 'wds/', 'torch/')
 
 
 @dataclass
@@ -27,18 +40,18 @@ class CardFacts:
 
     Attributes:
         title: Repository (or folder) name.
-        load_name: What to pass to `timm.create_model`: ``hf-hub:org/name`` or ``local-dir:PATH``.
+        load_name: What to pass to `timm.create_model`: ``hf-hub:org/name``, or ``local-dir:`` and a placeholder.
         architecture: The published, registered architecture.
         source_architecture: The architecture that was trained (differs when one branch is exported).
         needs_plugin: Whether loading needs ``import timm_advnorm`` (the architecture is ours, not timm's).
         mixture_bn: Whether the published model has mixture BN.
         branch: The mixture-BN branch exported as a plain model, if any.
-        inference_branch: For a mixture-BN model, the branch to route to at inference.
+        inference_branch: For a mixture-BN model, the branch it loads routed to (recorded in ``config.json``).
         ema: Whether the weights are the training run's EMA weights.
         num_classes: Classifier size.
         data_config: Preprocessing (input size, interpolation, crop, mean, std).
         args: Training arguments (the recipe).
-        epoch: Training epoch of the checkpoint.
+        epoch: Training epoch of the checkpoint (timm counts from 0).
         results: Robust evaluation results.
         provenance: For converted third-party weights, where they came from (format, file, checksum).
         tf_same_padding: The weights expect TensorFlow "SAME" padding at strided layers (converted TF models).
@@ -81,18 +94,115 @@ def _labelled(entries: List[AttackResult]) -> List[AttackResult]:
     return [replace(e, variant=None) for e in entries]
 
 
+def _number(value: float) -> str:
+    """A budget to 6 significant digits, without float noise: ``16``, ``7.65``, ``1.23077``."""
+    return f'{value:.6g}'
+
+
+def _is_targeted(entry: AttackResult) -> Optional[bool]:
+    """Whether the attack aimed at target classes (APGD-T and FAB-T say so by their number of targets)."""
+    if entry.targeted or 'n_target_classes' in entry.kwargs:
+        return True
+    return entry.targeted
+
+
+def _is_attack(entry: AttackResult) -> bool:
+    """Whether `entry` is an adversary's result (not clean images, the worst case, or random noise)."""
+    return not entry.is_clean and entry.name != WORST_CASE and entry.threat != 'noise'
+
+
+def _threat(entry: AttackResult) -> str:
+    """The threat model one row ran under: ``white-box, L∞ ε = 16/255, targeted, random target class``."""
+    if entry.is_clean:
+        return 'none'
+    if entry.name == WORST_CASE:
+        return 'per sample, the worst of the attacks above'
+    if entry.threat == 'noise':
+        if entry.noise is not None:
+            return f'{entry.noise} noise' + (f', σ = {_number(entry.sigma)}' if entry.sigma is not None else '')
+        return ', '.join([f'`{entry.attack or entry.name}`'] + [f'{k}={v}' for k, v in entry.kwargs.items()])
+    parts = [entry.threat] if entry.threat else []
+    if entry.eps is not None:
+        norm = _NORMS.get(entry.norm, entry.norm or '')
+        parts.append(f'{norm} ε = {_number(entry.eps)}/255'.strip())
+    targeted = _is_targeted(entry)
+    if targeted is not None:
+        parts.append('targeted' if targeted else 'untargeted')
+        if targeted and 'n_target_classes' not in entry.kwargs:
+            parts.append('random target class')
+    return ', '.join(parts)
+
+
+def _step(entry: AttackResult) -> Optional[float]:
+    """The step size (0-255 scale) the attack took: ``max(step, ε/N)`` under PGD's ``max`` rule."""
+    step = entry.kwargs.get('step')
+    if not isinstance(step, (int, float)) or isinstance(step, bool):
+        return None
+    if entry.kwargs.get('step_rule') == 'max' and entry.eps and entry.steps:
+        return max(float(step), entry.eps / entry.steps)
+    return float(step)
+
+
+def _iterations(entry: AttackResult) -> Optional[str]:
+    """The iterations (``13 iterations``) or queries (``5000 queries``) an attack ran, when recorded."""
+    kwargs = entry.kwargs
+    steps = entry.steps if entry.steps is not None else kwargs.get('n_queries', kwargs.get('steps'))
+    if steps is None:
+        return None
+    return f'{steps} {"queries" if "n_queries" in kwargs or entry.threat == "black-box" else "iterations"}'
+
+
+def _budget(entry: AttackResult) -> str:
+    """Iterations or queries that ran, step, restarts, targets and any other argument of one row's attack."""
+    if entry.is_clean or entry.name == WORST_CASE:
+        return ''
+    kwargs = entry.kwargs
+    parts = [part for part in (_iterations(entry),) if part]
+    step = _step(entry)
+    if step is not None:
+        parts.append(f'step {_number(step)}/255')
+    for key, one, many in _COUNTS:
+        if key in kwargs:
+            parts.append(f'{kwargs[key]} {one if kwargs[key] == 1 else many}')
+    if kwargs.get('random_start'):
+        parts.append('random start')
+    if entry.threat != 'noise':
+        parts += [f'{k}={v}' for k, v in kwargs.items() if k not in _DESCRIBED_KWARGS]
+    parts += [f'{k}={v}' for k, v in entry.settings.items()]
+    return ', '.join(parts)
+
+
 def _row_name(entry: AttackResult) -> str:
-    settings = ', '.join(f'{k}={v}' for k, v in entry.settings.items())
+    """The attack as it ran, and the protocol attack it stands for when the run changed its budget."""
     name = 'clean' if entry.is_clean else entry.name
-    return f'{name} ({settings})' if settings else name
+    if entry.protocol_label and entry.protocol_label != entry.name:
+        name += f' (protocol: {entry.protocol_label})'
+    return name
 
 
-def _metric_name(entry: AttackResult) -> str:
-    return f'{_row_name(entry)} [{entry.variant}]' if entry.variant else _row_name(entry)
+def _protocol_name(results: EvalResults) -> str:
+    """The protocol's name, marked ``(reduced)`` for a smoke-test run so no metric passes for the protocol's."""
+    return f'{results.protocol} (reduced)' if results.reduced else results.protocol
+
+
+def _metric_name(results: EvalResults, entry: AttackResult) -> str:
+    """A model-index metric name that says what ran: ``xie2020: pgd-t-100 (white-box, L∞ ε = 16/255, ...) [adv]``."""
+    details = '; '.join(part for part in (_threat(entry), _budget(entry)) if part and not entry.is_clean)
+    name = f'{_protocol_name(results)}: {_row_name(entry)}' + (f' ({details})' if details else '')
+    return f'{name} [{entry.variant}]' if entry.variant else name
+
+
+def _dataset_id(dataset: str) -> str:
+    """The data set's own name, without the prefix of the timm reader that loaded it."""
+    return next((dataset[len(p):] for p in _READER_PREFIXES if dataset.startswith(p)), dataset)
 
 
 def front_matter(facts: CardFacts) -> str:
-    """YAML front matter (without the ``---`` fences): library, license, tags and ``model-index`` metrics."""
+    """YAML front matter (without the ``---`` fences): library, license, tags and ``model-index`` metrics.
+
+    The model index follows the Hub's schema (``task``, ``dataset`` with its ``split``, ``metrics`` with ``type``,
+    ``name`` and ``value``), so `huggingface_hub.ModelCard` reads it into ``eval_results``.
+    """
     meta: Dict[str, Any] = {
         'library_name': 'timm',
         'license': facts.license,
@@ -101,36 +211,51 @@ def front_matter(facts: CardFacts) -> str:
     }
     entries = _shown_entries(facts)
     if entries:
-        dataset = facts.results.dataset or 'unspecified'
+        results = facts.results
+        dataset = {'type': _dataset_id(results.dataset or 'unspecified'), 'name': results.dataset or 'unspecified'}
+        if results.split:
+            dataset['split'] = results.split
         meta['model-index'] = [{
             'name': facts.title,
             'results': [{
                 'task': {'type': 'image-classification', 'name': 'Image Classification'},
-                'dataset': {'type': dataset, 'name': dataset},
+                'dataset': dataset,
                 'metrics': [
-                    {'type': 'accuracy', 'name': f'{facts.results.protocol}: {_metric_name(e)}',
-                     'value': round(e.accuracy, 2)}
+                    {'type': 'accuracy', 'name': _metric_name(results, e), 'value': round(e.accuracy, 2)}
                     for e in _labelled(entries)],
             }],
         }]
-    return yaml.safe_dump(meta, sort_keys=False).rstrip('\n')
+    return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip('\n')
+
+
+def _reduced_notice(facts: CardFacts) -> Optional[str]:
+    """The warning a card opens with when its results come from a reduced (smoke-test) run of the protocol."""
+    if facts.results is None or not facts.results.reduced:
+        return None
+    return (f'> **Smoke-test results.** The accuracies below come from a *reduced* run of the '
+            f'`{facts.results.protocol}` protocol (`validate_adv.py --reduced`): its attacks ran with smaller budgets '
+            f'than the protocol prescribes, so they overstate robustness and are not the protocol\'s result.')
 
 
 def _summary(facts: CardFacts) -> str:
+    notice = _reduced_notice(facts)
     lines = [f'- **Architecture:** `{facts.architecture}` ({facts.num_classes} classes)']
     if facts.branch:
         lines.append(f'- **Exported from:** the `{facts.branch}` branch of mixture-BN `{facts.source_architecture}`, '
                      f'as a plain-BN model')
     elif facts.source_architecture != facts.architecture:
         lines.append(f'- **Trained as:** `{facts.source_architecture}`')
+    if facts.mixture_bn and facts.inference_branch:
+        lines.append(f'- **Inference branch:** `{facts.inference_branch}` (the model loads routed to it)')
     if not facts.provenance:
-        lines.append(f'- **Weights:** {"EMA of the training weights" if facts.ema else "training weights"}'
-                     + (f', epoch {facts.epoch}' if facts.epoch is not None else ''))
+        epochs = '' if facts.epoch is None else \
+            f', saved after {facts.epoch + 1} training epoch{"s" if facts.epoch else ""}'
+        lines.append(f'- **Weights:** {"EMA of the training weights" if facts.ema else "training weights"}{epochs}')
     lines.append(f'- **Loads with:** {"timm + `import timm_advnorm`" if facts.needs_plugin else "stock timm"}')
     if facts.provenance:
         lines.append(f'- **Converted from:** {facts.provenance.get("format", "?")} release '
                      f'`{facts.provenance.get("file", "?")}`')
-    return '\n'.join(lines)
+    return '\n'.join(([notice, ''] if notice else []) + lines)
 
 
 def _usage(facts: CardFacts) -> str:
@@ -138,10 +263,11 @@ def _usage(facts: CardFacts) -> str:
     if facts.needs_plugin:
         code.append('import timm_advnorm  # registers the architecture with timm')
     code.append('')
-    code.append(f"model = timm.create_model('{facts.load_name}', pretrained=True).eval()")
+    create = f"model = timm.create_model('{facts.load_name}', pretrained=True).eval()"
     if facts.mixture_bn and facts.inference_branch:
-        code.append(f"timm_advnorm.set_route(model, '{facts.inference_branch}')  # the branch to use at inference")
+        create += f'  # runs on its {facts.inference_branch} branch'
     code += [
+        create,
         'data_config = timm.data.resolve_data_config(model=model)',
         'transform = timm.data.create_transform(**data_config)  # the preprocessing below',
     ]
@@ -155,18 +281,28 @@ def _inference(facts: CardFacts) -> str:
                 f"`timm_advnorm.hub.create_model_from_name_or_checkpoint('{facts.load_name}', pretrained=True)` "
                 '(or apply `timm_advnorm.convert.use_tf_same_padding(model)`).')
     if facts.mixture_bn:
-        return (f'This model has mixture batch normalization (a clean and an adversarial BN per layer). Route it to '
-                f'the **`{facts.inference_branch}`** branch at inference, as in the snippet above; '
-                f'`timm_advnorm.export_branch(model, "{facts.inference_branch}")` turns it into a plain timm model.')
+        branch = facts.inference_branch
+        other = 'clean' if branch == 'adv' else 'adv'
+        return (f'This model has mixture batch normalization (a clean and an adversarial BN per layer). It loads '
+                f'routed to its **`{branch}`** branch, recorded in `config.json` (`model_args.inference_branch`): use '
+                f'it as is. To run the other branch, call `timm_advnorm.set_route(model, \'{other}\')` (and '
+                f'`timm_advnorm.set_route(model, \'{branch}\')` to come back), or wrap code in '
+                f'`with timm_advnorm.route(model, \'{other}\'):`, which restores the `{branch}` branch on exit. '
+                f'`timm_advnorm.export_branch(model, \'{branch}\')` turns it into a plain timm model.')
     if facts.branch:
         return (f'This is the **`{facts.branch}`** branch of a mixture-BN model, exported as a plain '
                 f'`{facts.architecture}`: it has one BN per layer and needs no routing.')
     return 'This model has a single set of normalization statistics: no branch to choose.'
 
 
+def _json_value(value: Any) -> Any:
+    """A config value as JSON writes it (tuples as lists), for the card's tables."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def _preprocessing(facts: CardFacts) -> str:
     shown = {k: facts.data_config[k] for k in _DATA_KEYS if facts.data_config.get(k) is not None}
-    rows = '\n'.join(f'| {k} | {json.dumps(list(v) if isinstance(v, tuple) else v)} |' for k, v in shown.items())
+    rows = '\n'.join(f'| {k} | {json.dumps(_json_value(v))} |' for k, v in shown.items())
     return ('Inputs are RGB images scaled to [0, 1], then normalized with the mean and std below '
             '(attack budgets are given on the 0-255 pixel scale).\n\n| setting | value |\n|---|---|\n' + rows)
 
@@ -184,6 +320,24 @@ def _plain(value: Any) -> Any:
 
 # Entries train_adv.py adds to its arguments at run time (not options: `train_adv.py -c` would reject them).
 _RUNTIME_ARGS = ('distributed', 'local_rank', 'rank', 'world_size', MODEL_CONFIG_ARG)
+# Training options that name files or folders on the training machine.
+_PATH_ARGS = ('config', 'data', 'data_dir', 'output', 'initial_checkpoint', 'resume', 'class_map')
+
+
+def _is_local_path(key: str, value: Any) -> bool:
+    """Whether a training argument names a file or folder of the publisher's machine (published cards hold none)."""
+    if not isinstance(value, str) or not value:
+        return False
+    kind, location = split_source(value)
+    return (key in _PATH_ARGS or kind == 'local-dir' or location.startswith('~')
+            or PurePosixPath(location).is_absolute() or PureWindowsPath(location).is_absolute())
+
+
+def _recipe_args(args: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+    """The recipe `train_adv.py -c` takes back, and the names of the path-valued entries left out of it."""
+    recipe = {k: v for k, v in args.items() if k not in _RUNTIME_ARGS}
+    omitted = sorted(k for k, v in recipe.items() if _is_local_path(k, v))
+    return {k: v for k, v in recipe.items() if k not in omitted}, omitted
 
 
 def _recipe(facts: CardFacts) -> str:
@@ -192,25 +346,105 @@ def _recipe(facts: CardFacts) -> str:
         parts.append('Converted from the authors\' released weights:\n\n```yaml\n'
                      + yaml.safe_dump(_plain(facts.provenance), sort_keys=True) + '```')
     if facts.args:
-        recipe = {k: v for k, v in facts.args.items() if k not in _RUNTIME_ARGS}
-        parts.append('Trained with `train_adv.py` and these arguments (as a YAML file they can be passed back with '
-                     '`train_adv.py -c`):\n\n```yaml\n' + yaml.safe_dump(_plain(recipe), sort_keys=True) + '```')
+        recipe, omitted = _recipe_args(facts.args)
+        text = ('Trained with `train_adv.py` and these arguments (as a YAML file they can be passed back with '
+                '`train_adv.py -c`):\n\n```yaml\n' + yaml.safe_dump(_plain(recipe), sort_keys=True) + '```')
+        if omitted:
+            text += ('\n\nOmitted: ' + ', '.join(f'`{k}`' for k in omitted)
+                     + ' (files and folders of the training machine; give your own).')
+        parts.append(text)
     return '\n\n'.join(parts) or 'No training arguments were recorded with these weights.'
 
 
 def results_table(entries: List[AttackResult]) -> str:
-    """Markdown table: one row per attack (clean first), one accuracy column per evaluated variant."""
+    """Markdown table: one row per attack (clean first) with its threat model and budget as they ran, and one
+    accuracy column per evaluated variant."""
     variants = list(dict.fromkeys(e.variant for e in entries))
-    names = list(dict.fromkeys(_row_name(e) for e in entries))
+    rows = {_row_name(e): (_threat(e), _budget(e)) for e in entries}
     cells = {
         (_row_name(e), e.variant):
-            f'{e.accuracy:.2f}' + (f' (success {e.success_rate:.1f})' if e.success_rate is not None else '')
+            f'{e.accuracy:.2f}' + (f' (success {e.success_rate:.2f})' if e.success_rate is not None else '')
         for e in entries}
-    header = ['attack'] + [f'accuracy % [{v}]' if v else 'accuracy %' for v in variants]
+    header = ['attack', 'threat model', 'budget'] + [f'accuracy % [{v}]' if v else 'accuracy %' for v in variants]
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-    for name in names:
-        lines.append('| ' + ' | '.join([name] + [cells.get((name, v), '') for v in variants]) + ' |')
+    for name, (threat, budget) in rows.items():
+        lines.append('| ' + ' | '.join([name, threat, budget] + [cells.get((name, v), '') for v in variants]) + ' |')
     return '\n'.join(lines)
+
+
+def _headline_attack(results: EvalResults, variant: Optional[str]) -> Optional[AttackResult]:
+    """The row that stands for the protocol's headline attack label, if the headline is one."""
+    return next((e for e in results.entries if e.variant == variant and results.headline in
+                 (e.protocol_label or e.name, e.name)), None)
+
+
+def _robust_how(results: EvalResults, variant: Optional[str], robust: float) -> str:
+    """Where a variant's robust accuracy comes from: the protocol's headline, or (reduced) what stood in for it."""
+    strongest = results.strongest(variant)
+    if variant not in results.headlines:
+        return f'strongest attack: {strongest.name}'
+    if results.reduced:
+        attack = _headline_attack(results, variant)
+        if attack is None:
+            how = f'the protocol\'s {results.headline or "headline"} rule over reduced budgets'
+        else:
+            ran = _iterations(attack)
+            how = (f'{attack.name + ": " if attack.name != results.headline else ""}the protocol\'s '
+                   f'{results.headline} reduced{" to " + ran if ran else ""}')
+        how += '; not the protocol\'s result'
+    else:
+        how = "the protocol's headline"
+    if strongest is not None and strongest.accuracy < robust:
+        how += f'; {strongest.name} leaves {strongest.accuracy:.2f}%'
+    return how
+
+
+def _data_line(results: EvalResults) -> Optional[str]:
+    """Data set, split, number of images and subset seed of the evaluation, as far as the results record them."""
+    if not results.dataset:
+        return None
+    line = f'- **Data:** `{results.dataset}`'
+    if results.split:
+        line += f', split `{results.split}`'
+    if results.num_samples:
+        line += f', {results.num_samples} images'
+        if results.seed is not None:
+            line += f' (subset seed {results.seed})'
+    return line
+
+
+def _same_setting(a: Any, b: Any) -> bool:
+    """Whether two preprocessing values agree, lists and tuples alike, floats to 6 decimals."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_setting(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and round(a, 6) == round(b, 6)
+    return a == b
+
+
+def _preprocessing_line(facts: CardFacts) -> Optional[str]:
+    """Whether the evaluation used the preprocessing the card states, and what differed if it did not."""
+    used = facts.results.data_config
+    keys = [k for k in _DATA_KEYS if used.get(k) is not None and facts.data_config.get(k) is not None]
+    if not keys:
+        return None
+    differ = [k for k in keys if not _same_setting(used[k], facts.data_config[k])]
+    if not differ:
+        return '- **Preprocessing:** the model\'s own (above)'
+    return ('- **Preprocessing:** differs from the model\'s: ' + ', '.join(
+        f'{k} {json.dumps(_json_value(used[k]))} (model: {json.dumps(_json_value(facts.data_config[k]))})'
+        for k in differ))
+
+
+def _sanity_line(results: EvalResults) -> Optional[str]:
+    """Whether the evaluation's sanity checks passed, and which failed on which variant (they print with results)."""
+    if results.sanity_passed is None:
+        return None
+    if results.sanity_passed:
+        return '- **Sanity checks:** passed'
+    failed = '; '.join(f'on `{v}`: {", ".join(names)}' if v else ', '.join(names)
+                       for v, names in results.sanity_failed.items())
+    return '- **Sanity checks:** failed' + (f' ({failed})' if failed else '')
 
 
 def _evaluation(facts: CardFacts) -> str:
@@ -218,24 +452,33 @@ def _evaluation(facts: CardFacts) -> str:
     if results is None:
         return 'Not evaluated yet.'
     entries = _shown_entries(facts)
-    about = ['Top-1 accuracies (%) from `validate_adv.py`, the model in eval mode.', '',
-             f'- **Protocol:** `{results.protocol}` (`validate_adv.py --protocol {results.protocol}`)']
-    if results.dataset:
-        about.append(f'- **Data:** {results.dataset}' + (f', {results.num_samples} images' if results.num_samples
-                                                          else ''))
+    protocol = f'- **Protocol:** `{results.protocol}`' + (f' ({results.reference})' if results.reference else '')
+    if results.reduced:
+        protocol += (', **reduced** for a smoke test (`validate_adv.py --reduced`): attack budgets below the '
+                     'protocol\'s; the budgets that ran are in the table')
+    if results.aggregation == 'cascade':
+        protocol += ('; the attacks ran as a cascade, each on the images the ones above left correct, so an '
+                     'attack\'s accuracy is the robust accuracy after it and every attack above')
+    threats = list(dict.fromkeys(_threat(e) for e in entries if _is_attack(e)))
+    intro = 'Top-1 accuracies (%) from `validate_adv.py`, the model in eval mode'
+    if any(e.success_rate is not None for e in entries):
+        intro += '; a success rate is the share of attacked images classified as the attack\'s target'
+    about = [intro + '.', '', protocol]
+    about += [line for line in (
+        _data_line(results),
+        f'- **Threat model:** {"; ".join(threats)}' if threats else None,
+        f'- **Precision:** {results.precision}' if results.precision else None,
+        _preprocessing_line(facts),
+        _sanity_line(results)) if line]
     variants = list(dict.fromkeys(e.variant for e in entries))
     for variant in variants:
-        robust, strongest = results.robust_accuracy(variant), results.strongest(variant)
+        robust = results.robust_accuracy(variant)
         if robust is None:
             continue
         label = f' on `{variant}`' if variant and len(variants) > 1 else ''
-        if variant in results.headlines:
-            how = "the protocol's headline"
-            if strongest is not None and strongest.accuracy < robust:
-                how += f'; {strongest.name} leaves {strongest.accuracy:.2f}%'
-        else:
-            how = f'strongest attack: {strongest.name}'
-        about.append(f'- **Robust accuracy{label}:** {robust:.2f}% ({how})')
+        loads = ', the branch the model loads on' if label and facts.mixture_bn and variant == facts.inference_branch \
+            else ''
+        about.append(f'- **Robust accuracy{label}:** {robust:.2f}% ({_robust_how(results, variant, robust)}){loads}')
     return '\n'.join(about) + '\n\n' + results_table(_labelled(entries))
 
 

@@ -3,7 +3,9 @@
 An export folder holds ``config.json`` + ``model.safetensors`` (timm's `save_for_hf` layout, so the config's
 ``architecture`` is a registered name) and optionally a model card ``README.md``. A mixture-BN model is exported
 either whole (loads after ``import timm_advnorm``) or as one branch in its plain-BN twin architecture, which stock
-timm loads with no plugin. Folders are written atomically: staged next to the target, then renamed into place.
+timm loads with no plugin. A whole mixture-BN export records its inference branch as ``config.json``'s
+``model_args.inference_branch``: timm passes it to the entrypoint, so the loaded model runs on that branch. Folders
+are written atomically: staged next to the target, then renamed into place.
 """
 import hashlib
 import json
@@ -19,6 +21,8 @@ import timm
 import torch.nn as nn
 from timm.models import get_pretrained_cfg, model_entrypoint, save_for_hf
 
+from ..layers import has_mixture_bn
+from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
 from .checkpoint import Checkpoint
 from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
 
@@ -60,6 +64,7 @@ def build_export_model(
         model_name: Optional[str] = None,
         ema: bool = False,
         branch: Optional[str] = None,
+        inference_branch: Optional[str] = None,
 ) -> Tuple[nn.Module, str]:
     """The model to export, weights loaded strictly, and the architecture it was trained as.
 
@@ -68,9 +73,12 @@ def build_export_model(
         model_name: Architecture, when the checkpoint does not name it (bare state dicts).
         ema: Export the EMA weights.
         branch: Export this mixture-BN branch (``clean``/``adv``) in the plain-BN twin architecture.
+        inference_branch: The branch a whole mixture-BN model runs on once loaded (default: the one the checkpoint
+            records, else ``clean``).
 
     Raises:
-        ValueError: No architecture, a class-count mismatch, missing EMA weights, or a branch of a non-MBN model.
+        ValueError: No architecture, a class-count mismatch, missing EMA weights, a branch of a non-MBN model, or
+            an inference branch for a model without mixture BN.
     """
     source_arch = model_name or checkpoint.arch
     if not source_arch:
@@ -85,6 +93,7 @@ def build_export_model(
     pretrained_cfg = checkpoint.pretrained_cfg or get_pretrained_cfg(source_arch).to_dict()
     pretrained_cfg['architecture'] = arch
     model_kwargs = dict(checkpoint.model_args, **checkpoint.args.get('model_kwargs', None) or {})
+    recorded_branch = model_kwargs.pop(INFERENCE_BRANCH_ARG, None)  # routed below, once the layout is known
     if checkpoint.args.get('in_chans'):
         model_kwargs['in_chans'] = checkpoint.args['in_chans']
     num_classes = _num_classes(checkpoint, weights, source_arch)
@@ -92,6 +101,10 @@ def build_export_model(
         model_kwargs['num_classes'] = num_classes
     model = timm.create_model(arch, pretrained_cfg=pretrained_cfg, **model_kwargs)
     load_weights(model, Checkpoint(state_dict=weights, source=checkpoint.source), branch=branch)
+    if has_mixture_bn(model):
+        set_inference_branch(model, inference_branch or recorded_branch or 'clean')
+    elif inference_branch is not None:
+        raise ValueError(f'An inference branch applies to mixture-BN models; {arch} has plain normalization.')
     return model.eval(), source_arch
 
 
@@ -104,16 +117,27 @@ def write_export(
     """Write ``config.json`` + ``model.safetensors`` for `model` into `folder` (which must exist).
 
     Args:
-        model: The model, with the pretrained config its export should carry.
+        model: The model, with the pretrained config its export should carry; a mixture-BN model on the branch it
+            should load on (recorded as ``model_args.inference_branch``).
         folder: Destination folder.
         data_args: Preprocessing overrides (`export_data_args`), recorded in the config.
         plugin_config: What stock timm cannot express, stored under ``config.json``'s ``timm_advnorm`` key.
 
     Returns:
         The written config.
+
+    Raises:
+        ValueError: A mixture-BN model that is not on one branch (inside a ``split`` or ``mix`` route block).
     """
+    model_args = None
+    if has_mixture_bn(model):
+        branch = get_inference_branch(model)
+        if branch is None:
+            raise ValueError('Export a mixture-BN model on one branch: `set_inference_branch(model, "clean" | "adv")`'
+                             ' outside any route block.')
+        model_args = {INFERENCE_BRANCH_ARG: branch}
     model_config = {PLUGIN_CONFIG_KEY: dict(plugin_config)} if plugin_config else None
-    save_for_hf(model, folder, model_config=model_config, safe_serialization=True,
+    save_for_hf(model, folder, model_config=model_config, model_args=model_args, safe_serialization=True,
                 data_config=dict(data_args) if data_args else None)
     return json.loads((Path(folder) / 'config.json').read_text())
 

@@ -9,6 +9,10 @@ Mixture-BN checkpoints and plain-BN models meet in three ways, each explicit:
 * mixture-BN checkpoint into a mixture-BN model: loaded as is;
 * plain-BN checkpoint into a mixture-BN model: both branches start from its BN (as `convert_to_mixture_bn` does);
 * mixture-BN checkpoint into a plain-BN model: only with ``branch='clean'`` or ``'adv'``.
+
+A mixture-BN model is rebuilt on the inference branch its source records (``model_args.inference_branch`` of an
+export's ``config.json``, or of the model config a training checkpoint carries): timm passes an export's
+``model_args`` to the entrypoint, and checkpoints are routed here after their weights load.
 """
 import json
 import logging
@@ -21,6 +25,7 @@ import torch.nn as nn
 from timm.models import get_pretrained_cfg
 
 from ..layers import ADV_BN_KEY, branch_state_dict, has_mixture_bn, mixture_bn_modules
+from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
 from .checkpoint import Checkpoint, read_checkpoint, split_source, strip_wrapper_prefixes
 
 __all__ = [
@@ -207,15 +212,18 @@ def _apply_plugin_config(model: nn.Module, config: Optional[Mapping[str, Any]]) 
 
 
 def model_config(model: nn.Module) -> Dict[str, Any]:
-    """How to rebuild `model` as built: its registered architecture, pretrained config (preprocessing, classifier)
-    and plugin config (TF padding), in the layout of an export's ``config.json``.
+    """How to rebuild `model` as built: its registered architecture, pretrained config (preprocessing, classifier),
+    inference branch (mixture BN) and plugin config (TF padding), in the layout of an export's ``config.json``.
 
     A training checkpoint carries it (`train_adv.py`), so that a model trained from a converted or exported one is
-    reloaded, evaluated and published with the preprocessing and padding it was trained with, under its registered
-    architecture rather than the ``hf-hub:``/``local-dir:`` name it was first loaded by.
+    reloaded, evaluated and published with the preprocessing, branch and padding it was trained with, under its
+    registered architecture rather than the ``hf-hub:``/``local-dir:`` name it was first loaded by.
     """
     cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in (getattr(model, 'pretrained_cfg', None) or {}).items()}
     config: Dict[str, Any] = dict(architecture=cfg.get('architecture'), pretrained_cfg=cfg)
+    branch = get_inference_branch(model)
+    if branch is not None:
+        config['model_args'] = {INFERENCE_BRANCH_ARG: branch}
     plugin = getattr(model, _PLUGIN_CONFIG_ATTR, None)
     if plugin:
         config[PLUGIN_CONFIG_KEY] = dict(plugin)
@@ -235,6 +243,9 @@ def create_model_from_name_or_checkpoint(
 ) -> nn.Module:
     """Create a model from a registry name, ``hf-hub:``/``local-dir:`` name, or a checkpoint — one entry point for
     ``train_adv.py --model/--pretrained/--initial-checkpoint`` and ``validate_adv.py --model/--checkpoint``.
+
+    A mixture-BN model comes back routed to the inference branch its source records (``inference_branch`` in the
+    export's or checkpoint's model config; ``clean`` when none is recorded), unless `kwargs` names one.
 
     Args:
         model_name: A registered architecture (``mbn_resnet50``, optionally ``.tag``), ``hf-hub:org/name`` or
@@ -279,10 +290,14 @@ def create_model_from_name_or_checkpoint(
         raise ValueError(f'{checkpoint} has {found} classes but num_classes={requested} was requested.')
     if found is not None:
         kwargs['num_classes'] = found
-    for key, value in loaded.model_args.items():
+    recorded_args = loaded.model_args
+    recorded_branch = recorded_args.pop(INFERENCE_BRANCH_ARG, None)
+    for key, value in recorded_args.items():
         kwargs.setdefault(key, value)
     if pretrained:
         _logger.info(f'Weights come from {checkpoint}; pretrained weights of {arch} are not loaded.')
     model = timm.create_model(arch, pretrained=False, pretrained_cfg=pretrained_cfg, **kwargs)
     load_weights(model, loaded, ema=ema, strict=strict, branch=branch)
+    if recorded_branch and INFERENCE_BRANCH_ARG not in kwargs and has_mixture_bn(model):
+        set_inference_branch(model, recorded_branch)
     return _apply_plugin_config(model, loaded.config)

@@ -29,6 +29,7 @@ from timm.models import split_model_name_tag
 
 from ..cli import ArgumentParser, add_hidden_alias, run_cli
 from ..layers import has_mixture_bn
+from ..layers.routing import get_inference_branch
 from .card import CardFacts, render_model_card
 from .checkpoint import Checkpoint, read_checkpoint
 from .export import build_export_model, export_data_args, needs_plugin, staged_folder, write_export
@@ -57,8 +58,12 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser.add_argument('--branch', choices=_BRANCHES,
                         help='publish this mixture-BN branch as the plain timm architecture (no plugin needed)')
     parser.add_argument('--inference-branch', choices=_BRANCHES,
-                        help='branch the card tells users to route to (required for a whole mixture-BN model)')
+                        help='branch a whole mixture-BN model loads routed to, recorded in config.json (required '
+                             'for one)')
     parser.add_argument('--results', help='validate_adv.py results JSON for the card')
+    parser.add_argument('--allow-reduced-results', action='store_true',
+                        help='publish results of a reduced (validate_adv.py --reduced, smoke-test) protocol; the '
+                             'card then says so first')
     parser.add_argument('--repo-id', help='Hub repository org/name to upload to (token from HF_TOKEN)')
     parser.add_argument('--local-dir', help='write the exact folder that is (or would be) uploaded here')
     parser.add_argument('--dry-run', action='store_true', help='write --local-dir only, upload nothing')
@@ -87,11 +92,16 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _check_inference_branch(args: argparse.Namespace, model: nn.Module) -> None:
-    mixture_bn = has_mixture_bn(model)
-    if mixture_bn and not args.inference_branch:
+    if has_mixture_bn(model) and not args.inference_branch:
         raise ValueError('A mixture-BN model needs --inference-branch clean|adv (or --branch to export one branch).')
-    if args.inference_branch and not mixture_bn and not args.branch:
-        raise ValueError('--inference-branch applies to mixture-BN models; this model has plain normalization.')
+
+
+def _check_results(args: argparse.Namespace, results: EvalResults) -> None:
+    """Refuse smoke-test results unless the publisher says they mean to publish them (the card then says so)."""
+    if results.reduced and not args.allow_reduced_results:
+        raise ValueError(f'{args.results} holds a reduced run of protocol {results.protocol} (validate_adv.py '
+                         f'--reduced: smaller attack budgets than the protocol\'s); evaluate without --reduced, or '
+                         f'pass --allow-reduced-results to publish it marked as a smoke test.')
 
 
 def _check_results_model(results: EvalResults, *architectures: str) -> None:
@@ -109,12 +119,13 @@ def _card_facts(
         results: Optional[EvalResults],
 ) -> CardFacts:
     mixture_bn = has_mixture_bn(model)
-    local = Path(args.local_dir).expanduser().absolute() if args.local_dir else None
+    # the folder's name only: a card never shows paths of the publisher's machine
+    title = args.repo_id.split('/')[-1] if args.repo_id else Path(args.local_dir).expanduser().absolute().name
     plugin_config = config.get(PLUGIN_CONFIG_KEY) or {}
     architecture = config['architecture']
     return CardFacts(
-        title=args.repo_id.split('/')[-1] if args.repo_id else local.name,
-        load_name=f'hf-hub:{args.repo_id}' if args.repo_id else f'local-dir:{local}',
+        title=title,
+        load_name=f'hf-hub:{args.repo_id}' if args.repo_id else f'local-dir:path/to/{title}',
         architecture=architecture,
         source_architecture=source_arch,
         needs_plugin=needs_plugin(architecture),
@@ -122,7 +133,7 @@ def _card_facts(
         num_classes=config['num_classes'],
         data_config=config['pretrained_cfg'],
         branch=args.branch,
-        inference_branch=args.inference_branch if mixture_bn else None,
+        inference_branch=get_inference_branch(model),
         ema=args.ema,
         args=checkpoint.args,
         epoch=checkpoint.epoch,
@@ -177,8 +188,11 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     """
     _check_args(args)
     results = read_eval_results(args.results) if args.results else None
+    if results is not None:
+        _check_results(args, results)
     checkpoint = read_checkpoint(args.checkpoint)
-    model, source_arch = build_export_model(checkpoint, args.model, ema=args.ema, branch=args.branch)
+    model, source_arch = build_export_model(checkpoint, args.model, ema=args.ema, branch=args.branch,
+                                            inference_branch=None if args.branch else args.inference_branch)
     _check_inference_branch(args, model)
     if results is not None:
         _check_results_model(results, source_arch, model.pretrained_cfg['architecture'])
@@ -187,7 +201,7 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     def fill(folder: Path) -> None:
         config = write_export(model, folder, export_data_args(checkpoint.args), plugin_config)
         facts = _card_facts(args, checkpoint, model, source_arch, config, results)
-        (folder / 'README.md').write_text(render_model_card(card_template, facts))
+        (folder / 'README.md').write_text(render_model_card(card_template, facts), encoding='utf-8')
 
     upload = bool(args.repo_id) and not args.dry_run
     if args.local_dir:

@@ -4,27 +4,31 @@ Two layouts are read; fields not listed are ignored.
 
 ``validate_adv.py``'s own (accuracies in percent):
 
-* top level: ``model`` (str), ``protocol`` (an object with ``name`` and optionally ``headline``), ``variants``
-  (list), optionally ``dataset``, ``num_samples``, ``checkpoint``, ``primary_variant``;
+* top level: ``model`` (str), ``protocol`` (an object with ``name`` and optionally ``headline``, ``reduced``,
+  ``aggregation`` and ``reference``), ``variants`` (list), optionally ``dataset``, ``split``, ``num_samples``,
+  ``seed``, ``checkpoint``, ``data_config``, ``amp``, ``sanity_passed``;
 * per variant: ``name`` (``model``, ``clean``, ``adv``, ``mix@0.5``, ...), ``clean`` (clean accuracy),
-  ``attacks`` (list of per-attack objects, below), optionally ``worst_case`` and ``robust`` (the protocol's
-  headline robust accuracy).
+  ``attacks`` (list of per-attack objects, below), optionally ``worst_case``, ``robust`` (the protocol's
+  headline robust accuracy) and ``sanity`` (an object with the list of ``failed`` checks).
 
 A flat one, for results from elsewhere:
 
-* top level: ``model`` (str); ``protocol`` (str, or an object with ``name``); a list of per-attack objects under
-  ``results`` or ``attacks``; optionally ``dataset`` or ``data``, ``num_samples``, ``n_samples`` or ``samples``,
-  ``checkpoint``, ``clean_accuracy``, ``clean_acc`` or ``clean_top1``, and ``accuracy_unit`` (``percent`` or
-  ``fraction``; without it, accuracies that are all at most 1 are read as fractions);
+* top level: ``model`` (str); ``protocol`` (str, or an object as above); a list of per-attack objects under
+  ``results`` or ``attacks``; optionally ``dataset`` or ``data``, ``split``, ``num_samples``, ``n_samples`` or
+  ``samples``, ``checkpoint``, ``clean_accuracy``, ``clean_acc`` or ``clean_top1``, and ``accuracy_unit``
+  (``percent`` or ``fraction``; without it, accuracies that are all at most 1 are read as fractions);
 * per entry: ``variant`` (optional), and entries named ``clean`` or ``none`` are clean accuracies.
 
-Per-attack objects (both layouts) need a name (``label``, ``name``, ``attack`` or ``stage``) and an accuracy
-(``accuracy``, ``robust_accuracy``, ``acc``, ``top1`` or ``acc1``); optional: ``attack_success_rate``,
-``success_rate`` or ``asr``, and the scalar settings ``eps``, ``epsilon``, ``steps``, ``iterations``,
-``restarts``, ``queries``, ``targeted``. Accuracies are kept in percent.
+Per-attack objects (both layouts) need a name (``label``, ``name``, ``attack`` or ``stage``: the attack as it ran)
+and an accuracy (``accuracy``, ``robust_accuracy``, ``acc``, ``top1`` or ``acc1``). Optional, describing the threat
+model: ``protocol_label`` (the protocol's own label, when a reduced or overridden budget ran instead), ``attack``
+(registered name), ``threat`` (``white-box``, ``black-box`` or ``noise``), ``norm``, ``eps`` or ``epsilon`` (on
+the 0-255 pixel scale), ``steps`` or ``iterations`` (iterations, or queries of a query-based attack), ``targeted``,
+``noise`` and ``sigma`` (random noise instead of an adversary), ``kwargs`` (the attack's arguments), ``restarts``,
+``queries``; and ``attack_success_rate``, ``success_rate`` or ``asr``. Accuracies are kept in percent.
 """
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -37,19 +41,49 @@ _SUCCESS_KEYS = ('attack_success_rate', 'success_rate', 'asr')
 _CLEAN_KEYS = ('clean_accuracy', 'clean_acc', 'clean_top1')
 _SAMPLES_KEYS = ('num_samples', 'n_samples', 'samples')
 _DATASET_KEYS = ('dataset', 'data')
-_SETTING_KEYS = ('eps', 'epsilon', 'steps', 'iterations', 'restarts', 'queries', 'targeted')
+_EPS_KEYS = ('eps', 'epsilon')
+_STEPS_KEYS = ('steps', 'iterations')
+_SETTING_KEYS = ('restarts', 'queries')
 _CLEAN_NAMES = ('clean', 'none')
 WORST_CASE = 'worst case'
 
 
 @dataclass(frozen=True)
 class AttackResult:
-    """Accuracy (percent) under one attack, or on clean images when `is_clean`."""
+    """Accuracy (percent) under one attack, or on clean images when `is_clean`.
+
+    Attributes:
+        name: The attack as it ran (``pgd-t-13`` when a reduced run shrank the protocol's ``pgd-t-2000``).
+        accuracy: Accuracy in percent.
+        variant: The evaluated variant (``clean``, ``adv``, ``mix@0.5``, ...), if the results name variants.
+        success_rate: Targeted attack-success rate in percent.
+        protocol_label: The protocol's label for this attack, when the results record it.
+        attack: Registered attack name (``pgd``, ``apgd-t``, ``square``, ...).
+        threat: ``white-box``, ``black-box`` or ``noise``.
+        norm: Threat-model norm (``linf``, ``l2``).
+        eps: Budget on the 0-255 pixel scale.
+        steps: Iterations that ran, or queries of a query-based attack.
+        targeted: Whether the attack aimed at a target class.
+        noise: Kind of random noise, for a noise row.
+        sigma: Standard deviation of that noise.
+        kwargs: The attack's arguments as recorded.
+        settings: Other scalar settings of flat layouts (``restarts``, ``queries``).
+    """
 
     name: str
     accuracy: float
     variant: Optional[str] = None
     success_rate: Optional[float] = None
+    protocol_label: Optional[str] = None
+    attack: Optional[str] = None
+    threat: Optional[str] = None
+    norm: Optional[str] = None
+    eps: Optional[float] = None
+    steps: Optional[int] = None
+    targeted: Optional[bool] = None
+    noise: Optional[str] = None
+    sigma: Optional[float] = None
+    kwargs: Dict[str, Any] = field(default_factory=dict)
     settings: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -60,15 +94,46 @@ class AttackResult:
 
 @dataclass(frozen=True)
 class EvalResults:
-    """A ``validate_adv.py`` results file; `entries` are in file order, the top-level clean accuracy first."""
+    """A ``validate_adv.py`` results file; `entries` are in file order, the top-level clean accuracy first.
+
+    Attributes:
+        model: The evaluated architecture.
+        protocol: Protocol name.
+        entries: Clean and per-attack accuracies.
+        dataset: Data set name.
+        split: Data set split.
+        num_samples: Images evaluated.
+        seed: Seed of the image subset, targets and random starts.
+        checkpoint: The evaluated weights, as given to ``validate_adv.py`` (a path on the evaluating machine).
+        headlines: The protocol's headline robust accuracy per variant.
+        headline: The protocol's headline rule or attack label (``pgd-t-2000``, ``worst-case``, ``last``, ``mean``).
+        reduced: Whether the protocol's budgets were shrunk for a smoke test (``validate_adv.py --reduced``).
+        aggregation: ``independent`` (every attack sees every image) or ``cascade`` (each attack only the images
+            the ones before it left correct, so its accuracy is cumulative).
+        reference: Where the protocol comes from.
+        data_config: The preprocessing the evaluation used.
+        precision: ``float32`` or the autocast dtype the forwards ran in, when recorded.
+        sanity_passed: Whether every sanity check passed, when recorded.
+        sanity_failed: Names of the failed sanity checks, per variant.
+    """
 
     model: str
     protocol: str
     entries: Tuple[AttackResult, ...]
     dataset: Optional[str] = None
+    split: Optional[str] = None
     num_samples: Optional[int] = None
+    seed: Optional[int] = None
     checkpoint: Optional[str] = None
     headlines: Dict[Optional[str], float] = field(default_factory=dict)
+    headline: Optional[str] = None
+    reduced: bool = False
+    aggregation: Optional[str] = None
+    reference: Optional[str] = None
+    data_config: Dict[str, Any] = field(default_factory=dict)
+    precision: Optional[str] = None
+    sanity_passed: Optional[bool] = None
+    sanity_failed: Dict[Optional[str], Tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def variants(self) -> List[Optional[str]]:
@@ -113,24 +178,42 @@ def _percent_scale(unit: Any, values: List[float]) -> float:
     raise ValueError(f'accuracy_unit must be "percent" or "fraction", got {unit!r}.')
 
 
+def _optional(value: Any, kind: Union[type, Tuple[type, ...]]) -> Any:
+    """`value` when it is of `kind` (a bool is not a number here), else None: optional fields never fail a read."""
+    if isinstance(value, bool) and kind is not bool:
+        return None
+    return value if isinstance(value, kind) else None
+
+
 def _entry(entry: Mapping[str, Any], index: int, variant: Any = None) -> AttackResult:
     name, accuracy = _first(entry, _NAME_KEYS), _first(entry, _ACCURACY_KEYS)
     if not isinstance(name, str) or accuracy is None:
         raise ValueError(f'Result {index} needs a name ({"/".join(_NAME_KEYS)}) and an accuracy '
                          f'({"/".join(_ACCURACY_KEYS)}).')
     success, variant = _first(entry, _SUCCESS_KEYS), entry.get('variant', variant)
+    kwargs = entry.get('kwargs')
     return AttackResult(
         name=name,
         accuracy=_number(accuracy, f'Accuracy of {name}'),
         variant=None if variant is None else str(variant),
         success_rate=None if success is None else _number(success, f'Success rate of {name}'),
+        protocol_label=_optional(entry.get('protocol_label'), str),
+        attack=_optional(entry.get('attack'), str),
+        threat=_optional(entry.get('threat'), str),
+        norm=_optional(entry.get('norm'), str),
+        eps=_optional(_first(entry, _EPS_KEYS), (int, float)),
+        steps=_optional(_first(entry, _STEPS_KEYS), int),
+        targeted=_optional(entry.get('targeted'), bool),
+        noise=_optional(entry.get('noise'), str),
+        sigma=_optional(entry.get('sigma'), (int, float)),
+        kwargs=dict(kwargs) if isinstance(kwargs, Mapping) else {},
         settings={k: entry[k] for k in _SETTING_KEYS if isinstance(entry.get(k), (int, float, str, bool))},
     )
 
 
 def _scaled(result: AttackResult, scale: float) -> AttackResult:
     success = None if result.success_rate is None else result.success_rate * scale
-    return AttackResult(result.name, result.accuracy * scale, result.variant, success, result.settings)
+    return replace(result, accuracy=result.accuracy * scale, success_rate=success)
 
 
 def _is_variant_list(variants: Any) -> bool:
@@ -151,6 +234,25 @@ def _variant_entries(variants: List[Mapping[str, Any]]) -> Tuple[List[AttackResu
         if variant.get('robust') is not None:
             headlines[name] = _number(variant['robust'], f'Robust accuracy of {name}')
     return entries, headlines
+
+
+def _sanity_failed(variants: Any) -> Dict[Optional[str], Tuple[str, ...]]:
+    """Failed sanity checks per variant (``validate_adv.py`` layout); variants that recorded none are left out."""
+    failed = {}
+    for variant in variants if _is_variant_list(variants) else []:
+        sanity = variant.get('sanity')
+        names = sanity.get('failed') if isinstance(sanity, Mapping) else None
+        if isinstance(names, list) and names:
+            name = variant.get('name')
+            failed[None if name is None else str(name)] = tuple(str(n) for n in names)
+    return failed
+
+
+def _precision(data: Mapping[str, Any]) -> Optional[str]:
+    """``float32``, or the autocast dtype of ``validate_adv.py --amp``; None when the results do not say."""
+    if 'amp' not in data:
+        return None
+    return f'{data["amp"]} autocast' if data['amp'] else 'float32'
 
 
 def _flat_entries(data: Mapping[str, Any]) -> List[AttackResult]:
@@ -174,6 +276,7 @@ def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
     if not isinstance(data, Mapping):
         raise ValueError('Results must be a JSON object.')
     model, protocol = data.get('model'), data.get('protocol')
+    about = protocol if isinstance(protocol, Mapping) else {}
     if isinstance(protocol, Mapping):
         protocol = protocol.get('name')
     if not isinstance(model, str) or not isinstance(protocol, str):
@@ -184,15 +287,25 @@ def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
     else:
         entries, headlines = _flat_entries(data), {}
         scale = _percent_scale(data.get('accuracy_unit'), [e.accuracy for e in entries])
-    samples, dataset, checkpoint = _first(data, _SAMPLES_KEYS), _first(data, _DATASET_KEYS), data.get('checkpoint')
+    data_config = data.get('data_config')
     return EvalResults(
         model=model,
         protocol=protocol,
         entries=tuple(_scaled(e, scale) for e in entries),
-        dataset=dataset if isinstance(dataset, str) else None,
-        num_samples=samples if isinstance(samples, int) and not isinstance(samples, bool) else None,
-        checkpoint=checkpoint if isinstance(checkpoint, str) else None,
+        dataset=_optional(_first(data, _DATASET_KEYS), str),
+        split=_optional(data.get('split'), str),
+        num_samples=_optional(_first(data, _SAMPLES_KEYS), int),
+        seed=_optional(data.get('seed'), int),
+        checkpoint=_optional(data.get('checkpoint'), str),
         headlines={variant: value * scale for variant, value in headlines.items()},
+        headline=_optional(about.get('headline'), str),
+        reduced=about.get('reduced') is True,
+        aggregation=_optional(about.get('aggregation'), str),
+        reference=_optional(about.get('reference'), str),
+        data_config=dict(data_config) if isinstance(data_config, Mapping) else {},
+        precision=_precision(data),
+        sanity_passed=_optional(data.get('sanity_passed'), bool),
+        sanity_failed=_sanity_failed(data.get('variants')),
     )
 
 

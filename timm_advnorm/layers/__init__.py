@@ -3,6 +3,6 @@ from .convert import ADV_BN_KEY, branch_state_dict, convert_sync_mixture_bn, con
 from .interpolation import LogitInterpolation
 from .mixture_bn import ROUTES, MixtureBatchNorm2d, MixtureBatchNormAct2d
 from .routing import (
-    RouteState, deinterleave, get_route, has_mixture_bn, interleave, mixture_bn_modules, preserve_route, restore_route,
-    route, set_route)
+    INFERENCE_BRANCHES, RouteState, deinterleave, get_inference_branch, get_route, has_mixture_bn, interleave,
+    mixture_bn_modules, preserve_route, restore_route, route, set_inference_branch, set_route)
 from .sync_mixture_bn import SyncMixtureBatchNorm2d, SyncMixtureBatchNormAct2d

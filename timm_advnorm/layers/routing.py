@@ -11,6 +11,10 @@ Example:
     ...     logits = model(torch.cat([x_clean, x_adv]))
     >>> with route(model, 'interleaved'):  # equal halves: the fast fused layout
     ...     logits_clean, logits_adv = deinterleave(model(interleave(x_clean, x_adv)))
+
+Outside any `route` block a model runs on its inference branch: ``clean`` unless set otherwise by
+`set_inference_branch` (mixture-BN entrypoints take it as the ``inference_branch`` keyword, which published models
+record in ``config.json``). Route blocks restore it on exit.
 """
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
@@ -21,9 +25,15 @@ import torch.nn as nn
 from .mixture_bn import ROUTES, MixtureBatchNorm2d
 
 __all__ = ['RouteState', 'mixture_bn_modules', 'has_mixture_bn', 'get_route', 'set_route', 'restore_route', 'route',
-           'preserve_route', 'interleave', 'deinterleave']
+           'preserve_route', 'interleave', 'deinterleave', 'INFERENCE_BRANCHES', 'INFERENCE_BRANCH_ARG',
+           'check_inference_branch', 'set_inference_branch', 'get_inference_branch']
 
 RouteState = List[Tuple[MixtureBatchNorm2d, str, int, float]]
+
+#: Routes a model may run on outside any `route` block.
+INFERENCE_BRANCHES: Tuple[str, ...] = ('clean', 'adv')
+#: Model keyword of the mixture-BN entrypoints, and ``config.json`` ``model_args`` key, naming the inference branch.
+INFERENCE_BRANCH_ARG = 'inference_branch'
 
 
 def mixture_bn_modules(model: nn.Module) -> List[MixtureBatchNorm2d]:
@@ -92,6 +102,52 @@ def route(model: nn.Module, name: str, n_clean: Optional[int] = None, gamma: Opt
         set_route(model, name, n_clean=n_clean, gamma=gamma)
         yield
 
+
+def check_inference_branch(branch: str) -> str:
+    """`branch` itself, once checked to be a branch a model may run on outside route blocks.
+
+    Raises:
+        ValueError: `branch` is not ``clean`` or ``adv``.
+    """
+    if branch not in INFERENCE_BRANCHES:
+        raise ValueError(f'The inference branch must be one of {INFERENCE_BRANCHES}, got {branch!r}.')
+    return branch
+
+
+def set_inference_branch(model: nn.Module, branch: str) -> nn.Module:
+    """Route every mixture-BN layer of `model` to `branch` for good: what a forward outside any `route` uses.
+
+    This is the branch a published model is meant to run on; `route` blocks restore it on exit.
+
+    Args:
+        model: A model with mixture BN.
+        branch: ``clean`` or ``adv``.
+
+    Returns:
+        `model`, for chaining.
+
+    Raises:
+        ValueError: `branch` is not ``clean`` or ``adv``, or `model` has no mixture BN.
+    """
+    check_inference_branch(branch)
+    if not has_mixture_bn(model):
+        raise ValueError('An inference branch needs a model with MixtureBatchNorm2d layers; this model has none.')
+    set_route(model, branch)
+    return model
+
+
+def get_inference_branch(model: nn.Module) -> Optional[str]:
+    """The branch a forward of `model` runs on now: ``clean`` or ``adv`` when every mixture-BN layer is routed to it.
+
+    Returns:
+        None for a model without mixture BN, or one whose layers are on another route (``split``, ``mix``, ...)
+        or on different routes.
+    """
+    routes = {m.route for m in mixture_bn_modules(model)}
+    if len(routes) != 1:
+        return None
+    branch = routes.pop()
+    return branch if branch in INFERENCE_BRANCHES else None
 
 
 def interleave(clean: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:

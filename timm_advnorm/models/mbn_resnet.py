@@ -9,6 +9,10 @@ Each model is timm's `ResNet` with `MixtureBatchNorm2d` wherever timm puts a BN 
 main BN keys are timm's, so ``branch_state_dict(sd, 'clean' | 'adv')`` loads strictly into the plain architecture
 named by `base_architecture`, e.g. ``mbn_resnet50 -> resnet50``. Pick the branch a forward uses with
 ``timm_advnorm.layers.route``.
+
+Every entrypoint takes ``inference_branch='clean' | 'adv'`` (default ``clean``): the route the model runs on outside
+any ``route`` block. A published whole model records it in ``config.json``'s ``model_args``, so that
+``timm.create_model('hf-hub:org/name', pretrained=True)`` returns it routed to the branch its publisher chose.
 """
 from functools import partial
 from typing import Any
@@ -18,6 +22,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.resnet import BasicBlock, Bottleneck, ResNet
 
 from ..layers import MixtureBatchNorm2d
+from ..layers.routing import check_inference_branch, set_inference_branch
 from ._cfg import XIE_YUILLE_2020, resnet_cfg
 from ._tiny import TINY_CFG, TINY_RESNET_ARGS
 from .deep_resnet import deep_resnet_layers
@@ -74,8 +79,12 @@ class MixtureBNResNet(ResNet):
                 module.copy_clean_to_adv()
 
 
-def _create_mbn_resnet(variant: str, pretrained: bool = False, **kwargs: Any) -> MixtureBNResNet:
-    return build_model_with_cfg(MixtureBNResNet, variant, pretrained, norm_layer=MixtureBatchNorm2d, **kwargs)
+def _create_mbn_resnet(
+        variant: str, pretrained: bool = False, inference_branch: str = 'clean', **kwargs: Any) -> MixtureBNResNet:
+    """Build `variant`, routed to `inference_branch` (``clean`` or ``adv``) outside any ``route`` block."""
+    check_inference_branch(inference_branch)  # before any weights are downloaded
+    model = build_model_with_cfg(MixtureBNResNet, variant, pretrained, norm_layer=MixtureBatchNorm2d, **kwargs)
+    return set_inference_branch(model, inference_branch)
 
 
 _cfg = partial(resnet_cfg, XIE_YUILLE_2020)

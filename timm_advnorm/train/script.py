@@ -33,7 +33,7 @@ from ..cli import one_line, run_cli
 from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
-from ..layers import convert_sync_mixture_bn
+from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_inference_branch
 from ..task import create_task, running_stats_active, use_running_statistics
 from .args import parse_args
 from .loop import eval_metric_for, metric_names, train_one_epoch, validate, validation_message
@@ -137,6 +137,12 @@ def _dataset_classes(dataset) -> Optional[int]:
     return len(class_to_idx) if class_to_idx else None
 
 
+def ranked_branch(eval_metric: str) -> str:
+    """The branch whose accuracy `eval_metric` ranks checkpoints by: ``adv`` for ``adv_branch_*`` metrics (also of
+    the EMA), ``clean`` otherwise; the branch a loaded checkpoint runs on."""
+    return 'adv' if eval_metric.removeprefix('ema_').startswith('adv_branch_') else 'clean'
+
+
 def epoch_schedule(args, passes_per_image: float) -> Tuple[int, List[int], int]:
     """Epochs, decay milestones and running-statistics epochs of the run.
 
@@ -197,8 +203,8 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     data_config = resolve_data_config(
         dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
     record_preprocessing(model, data_config)
-    # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing and padding
-    setattr(args, MODEL_CONFIG_ARG, model_config(model))
+    if has_mixture_bn(model):  # the methods' single-route passes run on the default route: the clean branch
+        set_inference_branch(model, 'clean')
     space = InputSpace.from_data_config(data_config)
 
     if args.sync_bn and args.distributed:
@@ -221,6 +227,10 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
         args.eval_metric = eval_metric_for(task)
         args_text = yaml.safe_dump({**yaml.safe_load(args_text), 'eval_metric': args.eval_metric},
                                    default_flow_style=False)
+    # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing, padding and the
+    # branch its checkpoints are ranked by (mixture BN), which a loaded checkpoint then runs on
+    with route(model, ranked_branch(args.eval_metric)):
+        setattr(args, MODEL_CONFIG_ARG, model_config(model))
     if args.method == 'fast_advprop' and args.shuffle_bn and (not args.distributed or args.sync_bn):
         _logger.warning('Fast AdvProp %s: adversarial rows are normalized with statistics of the batch they were '
                         'made from, so shuffle BN cannot prevent label leaking (Mei et al. Sec. 3.2.1).',

@@ -1,0 +1,242 @@
+"""What users read is what was run: attack names, budgets, units, noise, sanity messages, warnings and plots."""
+import csv
+import io
+import math
+
+import pytest
+import torch
+
+from timm_advnorm.attacks.noise import noise_settings
+from timm_advnorm.eval.plan import build_plan
+from timm_advnorm.eval.plots import figure_accuracy_vs_eps, figure_accuracy_vs_iterations, figure_tradeoff
+from timm_advnorm.eval.protocols import AttackSpec, Protocol, get_protocol, override_protocol, reduce_protocol
+from timm_advnorm.eval.records import ResultTable, make_record
+from timm_advnorm.eval.results import CSV_FIELDS, csv_rows, write_csv
+from timm_advnorm.eval.sanity import run_sanity_checks
+from timm_advnorm.eval.stages import BudgetStage
+from timm_advnorm.eval.summary import results_warnings, summarize_variant
+from timm_advnorm.eval.variants import Variant
+
+INPUT_SIZE = (3, 32, 32)
+N = 64
+
+
+def _table(plan, correct=None, n=N):
+    """Per-sample results of every stage of `plan` for variant ``model``: all clean samples correct, each attack
+    stage correct on the first half unless `correct` gives its correctness (by stage name)."""
+    positions = torch.arange(n)
+    records = [make_record('model', 'clean', 0, dict(position=positions, correct=torch.ones(n, dtype=torch.bool)))]
+    for stage in plan.stages:
+        if getattr(stage, 'spec', None) is None or stage.name == 'clean':
+            continue
+        ok = (correct or {}).get(stage.name, positions < n // 2)
+        rows = positions < (stage.limit or n)
+        size = torch.full((int(rows.sum()),), 1.0)
+        records.append(make_record('model', stage.name, 0, dict(
+            position=positions[rows], attacked=torch.ones(int(rows.sum()), dtype=torch.bool), correct=ok[rows],
+            pred=positions[rows], success=~ok[rows], linf=size, l2=size)))
+    return ResultTable(records)
+
+
+def _summary(protocol, correct=None, **plan_kwargs):
+    plan = build_plan(protocol, sanity_samples=0, **plan_kwargs)
+    return summarize_variant(_table(plan, correct), Variant('model'), plan, INPUT_SIZE)
+
+
+def _results(protocol, variants):
+    return dict(model='m', protocol=protocol.to_dict(), variants=variants)
+
+
+# --- attack names are the budgets that ran -------------------------------------------------------------------------
+
+def test_a_reduced_protocol_reports_the_budget_that_ran_and_keeps_the_protocols_name():
+    protocol = reduce_protocol(get_protocol('xie2020'), root=3)
+    attacks = _summary(protocol)['attacks']
+    assert [a['label'] for a in attacks] == ['pgd-t-2', 'pgd-t-3', 'pgd-t-5', 'pgd-t-8', 'pgd-t-13']
+    assert [a['protocol_label'] for a in attacks] == [s.label for s in get_protocol('xie2020').attacks]
+    assert [a['steps'] for a in attacks] == [2, 3, 5, 8, 13]
+    summary = _summary(protocol, correct={'pgd-t-2000': torch.arange(N) < 5})
+    assert summary['robust'] == pytest.approx(100 * 5 / N)  # the headline is still found by the protocol's label
+    assert summary['robust_label'] == 'pgd-t-13'
+
+
+def test_labels_without_a_budget_get_the_one_that_ran_and_unchanged_budgets_keep_their_label():
+    capped = reduce_protocol(get_protocol('nofrost'), max_steps=3, max_queries=50)
+    assert [s.run_label for s in capped.attacks] == [
+        'pgd-3', 'apgd-ce-3', 'apgd-dlr-3', 'mifgsm-3', 'cw-linf-3', 'square-50']
+    assert [s.run_label for s in get_protocol('nofrost').attacks] == [s.label for s in get_protocol('nofrost').attacks]
+    assert reduce_protocol(get_protocol('nofrost'), max_steps=20).attacks[0].run_label == 'pgd'  # 20 ran: as named
+    overridden = override_protocol(get_protocol('xie2020'), steps=50).attacks[-1]
+    assert overridden.label == 'pgd-t-2000' and overridden.run_label == 'pgd-t-50'
+    twice = reduce_protocol(reduce_protocol(get_protocol('xie2020'), root=3), max_steps=4).attacks[-1]
+    assert twice.label_budget == 2000 and twice.run_label == 'pgd-t-4'
+
+
+def test_the_protocol_description_records_what_ran_only_when_it_differs():
+    full = get_protocol('xie2020').to_dict()['attacks'][-1]
+    assert 'run_label' not in full and 'label_budget' not in full  # state files of unchanged protocols still resume
+    reduced = reduce_protocol(get_protocol('xie2020'), root=3).to_dict()['attacks'][-1]
+    assert reduced['run_label'] == 'pgd-t-13' and reduced['label_budget'] == 2000
+
+
+def test_square_reports_queries_not_iterations():
+    square = _summary(get_protocol('robustbench'))['attacks'][-1]
+    assert square['queries'] == 5000 and square['steps'] is None
+
+
+# --- units: eps on its scale, noise by its sigma ----------------------------------------------------------------
+
+def _csv(results):
+    rows = csv_rows(results)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction='ignore')
+    writer.writeheader()
+    writer.writerows(rows)
+    return {row['attack']: row for row in csv.DictReader(io.StringIO(buffer.getvalue()))}
+
+
+def test_csv_eps_carries_its_scale_and_rule_and_noise_rows_their_sigma(tmp_path):
+    protocol = get_protocol('galloway')
+    summary = _summary(protocol)
+    noise, linf, l2 = summary['attacks']
+    assert 'norm' not in noise and 'eps' not in noise
+    assert (noise['noise'], noise['sigma'], noise['sigma_scale']) == ('gaussian', 0.5, 'normalized input')
+    assert linf['eps_scale'] == '0-255' and linf['eps_rule'] == 'fixed'
+    assert l2['norm'] == 'l2' and l2['eps_rule'] == 'sqrt_dim'
+    assert l2['eps'] == pytest.approx(0.03 * 255 * math.sqrt(3 * 32 * 32))  # Galloway's rule applied
+    rows = _csv(_results(protocol, [dict(summary, name='model')]))
+    assert 'eps' not in CSV_FIELDS and {'eps_255', 'eps_rule', 'sigma', 'sigma_scale', 'noise'} <= set(CSV_FIELDS)
+    assert float(rows['bim-linf']['eps_255']) == pytest.approx(7.65)
+    assert rows['bim-l2']['eps_rule'] == 'sqrt_dim'
+    assert rows['gaussian-noise']['norm'] == '' and rows['gaussian-noise']['eps_255'] == ''
+    assert (rows['gaussian-noise']['sigma'], rows['gaussian-noise']['sigma_scale']) == ('0.5', 'normalized input')
+    write_csv(tmp_path / 'r.csv', csv_rows(_results(protocol, [dict(summary, name='model')])))
+    assert (tmp_path / 'r.csv').read_text().splitlines()[0] == ','.join(CSV_FIELDS)
+    assert noise_settings(dict(std=8, units='pixels'))['sigma_scale'] == '0-255'
+
+
+def test_corruptions_are_named_by_severity_not_by_a_budget():
+    entry = _summary(get_protocol('corruptions'))['attacks'][0]
+    assert 'eps' not in entry and (entry['noise'], entry['corruption'], entry['severity']) == (
+        'imagenet-c', 'gaussian_noise', 1)
+
+
+# --- sanity checks: noise is told, one run is exact ---------------------------------------------------------------
+
+def _sweep(share_budgets: bool):
+    """PGD-5 and PGD-10 at the same step (one run when budgets are shared): one sample becomes correct with more
+    iterations, one becomes wrong."""
+    specs = tuple(AttackSpec(f'pgd-{n}', 'pgd', 8.0, dict(steps=n, step=1.0, step_rule='fixed')) for n in (5, 10))
+    plan = build_plan(Protocol('test', 'test', 'test', specs), sanity_samples=0, share_budgets=share_budgets)
+    positions = torch.arange(N)
+    fewer = positions < 20
+    more = (positions < 19) | (positions == 40)
+    table = _table(plan, {'pgd-5': fewer, 'pgd-10': more})
+    return plan, {c.name: c for c in run_sanity_checks(table, 'model', plan, 10, INPUT_SIZE)}
+
+
+def test_a_tolerated_rise_says_how_many_samples_moved_each_way():
+    plan, checks = _sweep(share_budgets=False)
+    check = checks['more_iterations_do_not_help']
+    assert check.status == 'pass'
+    assert '1 sample became correct, 1 became wrong of 64; within noise' in check.message
+    assert check.details['comparisons'][0]['up'] == 1 and not check.details['comparisons'][0]['exact']
+
+
+def test_budgets_read_off_one_run_must_never_rise():
+    plan, checks = _sweep(share_budgets=True)
+    assert isinstance(plan.stage('pgd-5'), BudgetStage)
+    check = checks['more_iterations_do_not_help']
+    assert check.status == 'fail'  # one sample of 64 is noise for two runs, impossible for one
+    assert '1 sample became correct' in check.message and 'one run' in check.message
+
+
+# --- reduced probes ------------------------------------------------------------------------------------------------
+
+def test_reduced_evaluations_shrink_the_sanity_probes_but_keep_every_check():
+    full = build_plan(get_protocol('xie2020'))
+    reduced = build_plan(reduce_protocol(get_protocol('xie2020'), root=3), reduced_sanity=True)
+    assert full.sanity.samples == 64 and not full.sanity.reduced
+    probe = reduced.sanity
+    assert probe.reduced and probe.samples == 16 and probe.steps < full.sanity.steps and probe.queries < 400
+    assert 2 <= len(probe.sweep) < len(full.sanity.sweep) and probe.sweep[-1][0] == 128
+    fewer, more = probe.more_iterations
+    assert fewer != more and probe.blackbox is not None
+    assert all(stage.limit == 16 for stage in reduced.stages if stage.name.startswith('sanity/'))
+    small = build_plan(get_protocol('xie2020'), sanity_samples=8, sanity_steps=2, reduced_sanity=True).sanity
+    assert (small.samples, small.steps) == (8, 2)  # budgets already smaller stay
+
+
+# --- warnings ------------------------------------------------------------------------------------------------------
+
+def _check(name, status='fail', message='m', **details):
+    return dict(name=name, status=status, message=message, details=details)
+
+
+def test_chance_level_outputs_are_the_first_warning_phrased_for_a_user():
+    chance = _check('outputs_not_random', accuracy=0.103, chance=0.1, threshold=0.13, samples=64, num_classes=10)
+    variants = [dict(name='adv', sanity=dict(checks=[_check('outputs_not_random', 'pass'),
+                                                     _check('blackbox_not_stronger', message='square beats pgd')])),
+                dict(name='clean', sanity=dict(checks=[chance, _check('accuracy_falls_to_zero')]))]
+    lines = results_warnings(dict(variants=variants))
+    assert len(lines) == 3
+    assert lines[0].startswith('clean accuracy 10.3% of variant clean is at chance (10 classes')
+    assert 'wrong checkpoint, preprocessing or labels?' in lines[0] and 'meaningless' in lines[0]
+    assert 'variant adv' in lines[1] and 'square beats pgd' in lines[1] and 'upper bounds' in lines[1]
+    amp = dict(passed=False, tolerance=2.0, samples=8)
+    assert 'differs from fp32' in results_warnings(dict(variants=variants, amp='bfloat16', amp_check=amp))[-1]
+    assert results_warnings(dict(variants=[dict(name='x', sanity=dict(checks=[_check('outputs_not_random', 'pass')]))]
+                                 )) == []
+
+
+# --- plots say what they show --------------------------------------------------------------------------------------
+
+def _text(fig):
+    """Every title of the figure, its axes' labels, tick labels and legends, as one string."""
+    parts = [fig._suptitle.get_text() if fig._suptitle else '']
+    for ax in fig.axes:
+        parts += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        parts += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+        if ax.get_legend():
+            parts += [t.get_text() for t in ax.get_legend().get_texts()]
+    return '\n'.join(parts)
+
+
+def test_the_iteration_plot_puts_accuracy_and_success_rate_on_axes_of_their_own():
+    pytest.importorskip('matplotlib')
+    protocol = reduce_protocol(get_protocol('xie2020'), root=3)
+    variant = dict(_summary(protocol), name='adv')
+    fig = figure_accuracy_vs_iterations(_results(protocol, [variant]))
+    accuracy, success = fig.axes
+    assert 'accuracy' in accuracy.get_ylabel() and 'success' in success.get_ylabel()
+    assert len(accuracy.get_lines()) == len(success.get_lines()) == 1
+    title = fig._suptitle.get_text().replace('\n', ' ')
+    assert 'pgd-t-13' in title and '2-13 iterations' in title and 'ε=16/255' in title
+    assert '(reduced)' in title and '64 samples' in title and 'variant adv' in title and 'pgd-t-2000' not in title
+
+
+def test_the_eps_plot_is_the_sanity_probe_from_eps_zero_in_k_over_255():
+    pytest.importorskip('matplotlib')
+    plan = build_plan(get_protocol('xie2020'), sanity_samples=16)
+    table = _table(plan)
+    variant = dict(summarize_variant(table, Variant('model'), plan, INPUT_SIZE), name='adv')
+    assert variant['eps_sweep'][0] == dict(eps=0.0, accuracy=100.0)  # the clean accuracy of the probe's samples
+    assert variant['sanity_probe']['samples'] == 16
+    fig = figure_accuracy_vs_eps(_results(get_protocol('xie2020'), [variant]))
+    (ax,) = fig.axes
+    assert ax.get_xscale() in ('symlog', 'linear')
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks[0] == '0' and all(t.endswith('/255') for t in ticks[1:]) and '128/255' in ticks
+    title = fig._suptitle.get_text().replace('\n', ' ')
+    assert 'sanity probe' in title and '16 samples' in title and 'PGD-10' in title and 'variant adv' in title
+    assert ax.get_xlabel() and ax.get_ylabel()
+
+
+def test_the_tradeoff_plot_names_the_robust_attack_with_its_budget():
+    pytest.importorskip('matplotlib')
+    protocol = reduce_protocol(get_protocol('xie2020'), root=3)
+    summary = _summary(protocol)
+    variants = [dict(summary, name=name, kind=name, gamma=gamma) for name, gamma in (('clean', 0.0), ('adv', 1.0))]
+    title = figure_tradeoff(_results(protocol, variants))._suptitle.get_text().replace('\n', ' ')
+    assert 'pgd-t-13 (13 iterations' in title and '(reduced)' in title and '64 samples' in title
+    assert 'variants clean, adv' in title

@@ -1,0 +1,197 @@
+"""Model cards state exactly what was run: threat model, budgets, data, reduced runs, no local paths, Hub metadata."""
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import yaml
+from huggingface_hub import ModelCard
+
+import timm_advnorm  # noqa: F401  (registers the models)
+from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
+from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE, get_args_parser, publish
+
+NUM_CLASSES = 5
+
+
+def _pgd(label, steps, accuracy, protocol_label=None, success=None):
+    entry = dict(label=label, attack='pgd', threat='white-box', norm='linf', eps=16.0, steps=steps, targeted=True,
+                 kwargs=dict(steps=steps, step=1.0, step_rule='max', targeted=True, random_start=True),
+                 accuracy=accuracy, success_rate=success)
+    if protocol_label:
+        entry['protocol_label'] = protocol_label
+    return entry
+
+
+def _variant(name, clean, attacks, robust):
+    return dict(name=name, kind=name, clean=clean, attacks=attacks, worst_case=None, robust=robust,
+                sanity=dict(passed=True, failed=[]))
+
+
+def _results(tmp_path: Path, reduced: bool) -> dict:
+    """validate_adv.py's layout for xie2020 (two of its attacks), full or reduced (budgets as the run records them)."""
+    if reduced:
+        attacks = [_pgd('pgd-t-2', 2, 50.0, 'pgd-t-10', 25.0), _pgd('pgd-t-13', 13, 37.5, 'pgd-t-2000', 50.0)]
+    else:
+        attacks = [_pgd('pgd-t-10', 10, 50.0, 'pgd-t-10', 25.0), _pgd('pgd-t-2000', 2000, 37.5, 'pgd-t-2000', 50.0)]
+    clean_attacks = [dict(a, accuracy=a['accuracy'] - 25.0) for a in attacks]
+    return {
+        'model': 'test_mbn_resnet', 'checkpoint': str(tmp_path / 'run' / 'last.pth.tar'), 'dataset': 'digits',
+        'split': 'validation', 'num_samples': 64, 'seed': 0, 'amp': None, 'sanity_passed': True,
+        'data_config': dict(input_size=[3, 32, 32], interpolation='bilinear', crop_pct=1.0, crop_mode='center',
+                            mean=[0.5] * 3, std=[0.5] * 3),
+        'protocol': {'name': 'xie2020', 'headline': 'pgd-t-2000', 'reduced': reduced,
+                     'reference': 'Xie & Yuille, ICLR 2020, Sec. 3 and Table 7', 'attacks': []},
+        'primary_variant': 'adv',
+        'variants': [_variant('clean', 75.0, clean_attacks, clean_attacks[-1]['accuracy']),
+                     _variant('adv', 62.5, attacks, attacks[-1]['accuracy'])],
+    }
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+    """A training checkpoint whose recipe names folders of the training machine, and full and reduced results."""
+    folder = tmp_path_factory.mktemp('machine')
+    torch.manual_seed(0)
+    model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES).eval()
+    args = argparse.Namespace(
+        model='test_mbn_resnet', num_classes=NUM_CLASSES, mean=[0.5] * 3, std=[0.5] * 3, method='mbn', epochs=3,
+        data_dir=str(folder / 'data'), output=str(folder / 'output'), initial_checkpoint=str(folder / 'init.pth'),
+        resume='', experiment='run', class_map='', dataset='digits')
+    torch.save(dict(epoch=2, arch='test_mbn_resnet', state_dict=model.state_dict(), args=args), folder / 'last.pth.tar')
+    for reduced in (False, True):
+        (folder / f'results-{"reduced" if reduced else "full"}.json').write_text(
+            json.dumps(_results(folder, reduced)))
+    return folder
+
+
+def _card(run: Path, tmp_path: Path, *extra) -> str:
+    """Publish to a local folder only (no Hub repository) and return the card."""
+    out = tmp_path / 'published'
+    args = get_args_parser().parse_args(
+        [str(run / 'last.pth.tar'), '--inference-branch', 'adv', '--local-dir', str(out), *map(str, extra)])
+    publish(args, DEFAULT_CARD_TEMPLATE.read_text())
+    return (out / 'README.md').read_text(encoding='utf-8')
+
+
+def _body(card: str) -> str:
+    return card.split('---\n', 2)[2]
+
+
+def test_card_states_the_threat_model_and_data_as_run(run, tmp_path):
+    card = _card(run, tmp_path, '--results', run / 'results-full.json')
+    body = _body(card)
+    assert '- **Protocol:** `xie2020` (Xie & Yuille, ICLR 2020, Sec. 3 and Table 7)' in body
+    assert '- **Data:** `digits`, split `validation`, 64 images (subset seed 0)' in body
+    assert '- **Threat model:** white-box, L∞ ε = 16/255, targeted, random target class' in body
+    assert '| pgd-t-2000 | white-box, L∞ ε = 16/255, targeted, random target class | 2000 iterations, step 1/255, ' \
+           'random start | 12.50 (success 50.00) | 37.50 (success 50.00) |' in body
+    assert '| pgd-t-10 | white-box, L∞ ε = 16/255, targeted, random target class | 10 iterations, step 1.6/255' in body
+    assert "**Robust accuracy on `adv`:** 37.50% (the protocol's headline), the branch the model loads on" in body
+    assert '- **Preprocessing:** the model\'s own (above)' in body and 'reduced' not in body
+
+
+def test_reduced_results_need_a_flag_and_are_announced_first(run, tmp_path):
+    with pytest.raises(ValueError, match='--allow-reduced-results'):
+        _card(run, tmp_path, '--results', run / 'results-reduced.json')
+    assert not (tmp_path / 'published').exists()
+    card = _card(run, tmp_path, '--results', run / 'results-reduced.json', '--allow-reduced-results')
+    body = _body(card)
+    first_lines = body.split('- **Architecture:**')[0]
+    assert first_lines.startswith('# published\n') and 'reduced' in first_lines and 'Smoke-test' in first_lines
+    assert "protocol's headline" not in body
+    assert "37.50% (pgd-t-13: the protocol's pgd-t-2000 reduced to 13 iterations; not the protocol's result)" in body
+    assert '| pgd-t-13 (protocol: pgd-t-2000) | white-box, L∞ ε = 16/255, targeted, random target class | ' \
+           '13 iterations, step 1.23077/255, random start |' in body
+    names = [m.metric_name for m in ModelCard(card).data.eval_results]
+    assert names and all(name.startswith('xie2020 (reduced): ') for name in names)
+
+
+def test_card_holds_no_path_of_the_publishing_machine(run, tmp_path):
+    card = _card(run, tmp_path, '--results', run / 'results-full.json')
+    assert str(run) not in card and str(tmp_path) not in card
+    assert "timm.create_model('local-dir:path/to/published', pretrained=True)" in card
+    assert 'Omitted: `data_dir`, `initial_checkpoint`, `output`' in card
+    assert 'experiment: run' in card and "resume: ''" in card  # names and empty options stay in the recipe
+
+
+def test_model_index_parses_as_a_hub_model_card(run, tmp_path):
+    card = ModelCard(_card(run, tmp_path, '--results', run / 'results-full.json'))
+    results = card.data.eval_results
+    assert card.data.model_name == 'published' and len(results) == 6
+    for result in results:
+        assert (result.task_type, result.dataset_type, result.dataset_name) == (
+            'image-classification', 'digits', 'digits')
+        assert result.dataset_split == 'validation' and result.metric_type == 'accuracy'
+    values = {r.metric_name: r.metric_value for r in results}
+    assert values['xie2020: clean [adv]'] == 62.5
+    assert values['xie2020: pgd-t-2000 (white-box, L∞ ε = 16/255, targeted, random target class; 2000 iterations, '
+                  'step 1/255, random start) [adv]'] == 37.5
+
+
+def test_card_says_the_model_loads_on_its_inference_branch(run, tmp_path):
+    body = _body(_card(run, tmp_path))
+    assert '- **Inference branch:** `adv` (the model loads routed to it)' in body
+    assert "pretrained=True).eval()  # runs on its adv branch" in body
+    assert 'It loads routed to its **`adv`** branch' in body
+    assert "the branch to use at inference" not in body and "set_route(model, 'clean')" in body
+    assert 'saved after 3 training epochs' in body
+
+
+def _facts(results: dict) -> CardFacts:
+    return CardFacts(title='m', load_name='hf-hub:org/m', architecture='test_resnet', source_architecture='test_resnet',
+                     needs_plugin=False, mixture_bn=False, num_classes=10, data_config=dict(mean=(0.5,) * 3),
+                     results=parse_eval_results(results))
+
+
+def test_card_describes_queries_targets_noise_and_a_different_preprocessing():
+    attacks = [
+        dict(label='apgd-t', attack='apgd-t', threat='white-box', norm='linf', eps=4.0, steps=100, targeted=False,
+             kwargs=dict(steps=100, n_restarts=1, n_target_classes=9), accuracy=40.0),
+        dict(label='square', attack='square', threat='black-box', norm='linf', eps=4.0, steps=5000, targeted=False,
+             kwargs=dict(n_queries=5000, n_restarts=1), accuracy=45.0),
+        dict(label='gaussian-noise', protocol_label='gaussian-noise', attack='gaussian-noise', threat='noise',
+             noise='gaussian', sigma=0.5, steps=None, targeted=False, kwargs=dict(std=0.5), accuracy=60.0),
+    ]
+    results = dict(model='test_resnet', protocol=dict(name='custom', headline='worst-case', aggregation='cascade'),
+                   dataset='hfds/imagenet-1k', data_config=dict(mean=[0.485, 0.456, 0.406]),
+                   variants=[dict(name='model', clean=70.0, attacks=attacks, worst_case=35.0, robust=35.0)])
+    card = render_model_card(DEFAULT_CARD_TEMPLATE.read_text(), _facts(results))
+    assert '| apgd-t | white-box, L∞ ε = 4/255, targeted | 100 iterations, 1 restart, 9 target classes |' in card
+    assert '| square | black-box, L∞ ε = 4/255, untargeted | 5000 queries, 1 restart |' in card
+    assert '| gaussian-noise | gaussian noise, σ = 0.5 |  |' in card
+    assert 'the attacks ran as a cascade' in card and 'success rate' not in card
+    assert '- **Threat model:** white-box, L∞ ε = 4/255, targeted; black-box, L∞ ε = 4/255, untargeted' in card
+    assert '- **Preprocessing:** differs from the model\'s: mean [0.485, 0.456, 0.406] (model: [0.5, 0.5, 0.5])' in card
+    meta = yaml.safe_load(card.split('---\n', 2)[1])
+    assert meta['model-index'][0]['results'][0]['dataset'] == dict(type='imagenet-1k', name='hfds/imagenet-1k')
+
+
+def test_results_without_threat_model_fields_still_render():
+    """Older and flat results lack the threat-model keys: the card shows what they have, nothing invented."""
+    results = dict(model='m', protocol='p', results=[dict(name='clean', accuracy=0.7),
+                                                     dict(name='pgd', acc=0.5, eps=8, steps=10)])
+    parsed = parse_eval_results(results)
+    assert not parsed.reduced and parsed.split is None and parsed.sanity_passed is None
+    card = render_model_card(DEFAULT_CARD_TEMPLATE.read_text(), _facts(results))
+    assert '| pgd | ε = 8/255 | 10 iterations | 50.00 |' in card
+    assert '**Robust accuracy:** 50.00% (strongest attack: pgd)' in card
+
+
+def test_results_read_the_run_budget_and_the_protocol_label():
+    data = _results(Path('/x'), reduced=True)
+    parsed = parse_eval_results(data)
+    assert parsed.reduced and parsed.split == 'validation' and parsed.seed == 0 and parsed.precision == 'float32'
+    last = parsed.strongest('adv')
+    assert (last.name, last.protocol_label, last.steps, last.eps, last.norm, last.targeted) == (
+        'pgd-t-13', 'pgd-t-2000', 13, 16.0, 'linf', True)
+    broken = copy.deepcopy(data)
+    broken['variants'][1]['attacks'][0].update(eps='16', steps=True, norm=None, kwargs=[])
+    entry = parse_eval_results(broken).entries[-2]
+    assert (entry.eps, entry.steps, entry.norm, entry.kwargs) == (None, None, None, {})
+    data['variants'][1]['sanity'] = dict(passed=False, failed=['outputs_not_random'])
+    data['sanity_passed'] = False
+    assert parse_eval_results(data).sanity_failed == {'adv': ('outputs_not_random',)}
