@@ -5,14 +5,16 @@ import json
 import sys
 from pathlib import Path
 
+from timm_advnorm.eval.summary import attack_title
+
 
 def _attack(attack: dict) -> str:
     """An attack as it ran: its name with the budget, and its L-inf or L2 radius on the 0-255 scale."""
     if 'eps' not in attack:  # noise and corruptions: the name says what ran
-        return attack['label']
+        return attack_title(attack)
     if attack['norm'] == 'linf':
-        return f'{attack["label"]}, L∞ ε={attack["eps"]:g}/255'
-    return f'{attack["label"]}, L2 ε={attack["eps"]:g} on the 0-255 scale'
+        return f'{attack_title(attack)}, L∞ ε={attack["eps"]:g}/255'
+    return f'{attack_title(attack)}, L2 ε={attack["eps"]:g} on the 0-255 scale'
 
 
 def main() -> int:

@@ -94,3 +94,27 @@ def train_briefly():
             optimizer.step()
 
     return train
+
+
+@pytest.fixture(scope='session')
+def two_branch_mbn():
+    """``two_branch_mbn(seed=0, num_classes=5)``: a tiny mixture-BN model (``test_mbn_resnet``, eval mode) whose two
+    branches compute different functions (random affine parameters and statistics in both BNs of every layer)."""
+    import timm
+    import torch
+
+    import timm_advnorm  # noqa: F401  (registers test_mbn_resnet)
+    from timm_advnorm.layers import mixture_bn_modules
+
+    def make(seed: int = 0, num_classes: int = 5):
+        torch.manual_seed(seed)
+        model = timm.create_model('test_mbn_resnet', num_classes=num_classes)
+        with torch.no_grad():
+            for module in mixture_bn_modules(model):
+                for bn in (module, module.adv_bn):
+                    bn.weight.uniform_(0.5, 1.5)
+                    bn.bias.normal_(0, 0.2)
+                    bn.running_mean.normal_(0, 0.2)
+                    bn.running_var.uniform_(0.5, 2.0)
+        return model.eval()
+    return make

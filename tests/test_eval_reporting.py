@@ -240,3 +240,11 @@ def test_the_tradeoff_plot_names_the_robust_attack_with_its_budget():
     title = figure_tradeoff(_results(protocol, variants))._suptitle.get_text().replace('\n', ' ')
     assert 'pgd-t-13 (13 iterations' in title and '(reduced)' in title and '64 samples' in title
     assert 'variants clean, adv' in title
+
+
+def test_attack_title_adds_the_budget_a_label_does_not_carry():
+    from timm_advnorm.eval.summary import attack_title
+    assert attack_title(dict(label='pgd', steps=20)) == 'pgd (20 iterations)'
+    assert attack_title(dict(label='pgd-t-13', steps=13)) == 'pgd-t-13'
+    assert attack_title(dict(label='square', steps=None, queries=400)) == 'square (400 queries)'
+    assert attack_title(dict(label='gaussian-noise')) == 'gaussian-noise'

@@ -15,26 +15,11 @@ import timm_advnorm
 from timm_advnorm.hub import (
     build_export_model, create_model_from_name_or_checkpoint, install_to_hf_cache, load_weights, read_checkpoint,
     write_export)
-from timm_advnorm.layers import MixtureBatchNorm2d, export_branch, route
+from timm_advnorm.layers import export_branch, route
 from timm_advnorm.models import base_architecture
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_CLASSES = 5
-
-
-def _mbn_model(seed: int = 0) -> torch.nn.Module:
-    """A tiny mixture-BN model whose two branches compute different functions."""
-    torch.manual_seed(seed)
-    model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, MixtureBatchNorm2d):
-                for bn in (module, module.adv_bn):
-                    bn.weight.uniform_(0.5, 1.5)
-                    bn.bias.normal_(0, 0.2)
-                    bn.running_mean.normal_(0, 0.2)
-                    bn.running_var.uniform_(0.5, 2.0)
-    return model.eval()
 
 
 def _outputs(model: torch.nn.Module, x: torch.Tensor, branch: str = 'clean') -> torch.Tensor:
@@ -55,8 +40,8 @@ def _train_checkpoint(path: Path, model: torch.nn.Module, ema: torch.nn.Module =
 
 
 @pytest.fixture(scope='module')
-def mbn():
-    return _mbn_model()
+def mbn(two_branch_mbn):
+    return two_branch_mbn(num_classes=NUM_CLASSES)
 
 
 @pytest.fixture(scope='module')
@@ -64,8 +49,8 @@ def x():
     return torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
 
-def test_read_training_checkpoint_strips_ddp_prefix_and_keeps_metadata(tmp_path, mbn):
-    ema = _mbn_model(seed=1)
+def test_read_training_checkpoint_strips_ddp_prefix_and_keeps_metadata(tmp_path, mbn, two_branch_mbn):
+    ema = two_branch_mbn(seed=1, num_classes=NUM_CLASSES)
     checkpoint = read_checkpoint(_train_checkpoint(tmp_path / 'ckpt.pth.tar', mbn, ema=ema, ddp=True))
     assert checkpoint.arch == 'test_mbn_resnet' and checkpoint.epoch == 7
     assert checkpoint.args['num_classes'] == NUM_CLASSES

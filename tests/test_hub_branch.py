@@ -19,20 +19,6 @@ NUM_CLASSES = 5
 REPO_ID = 'org/test-mbn-adv'
 
 
-def _mbn_model(seed: int = 0) -> torch.nn.Module:
-    """A tiny mixture-BN model whose two branches compute different functions."""
-    torch.manual_seed(seed)
-    model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES)
-    with torch.no_grad():
-        for module in mixture_bn_modules(model):
-            for bn in (module, module.adv_bn):
-                bn.weight.uniform_(0.5, 1.5)
-                bn.bias.normal_(0, 0.2)
-                bn.running_mean.normal_(0, 0.2)
-                bn.running_var.uniform_(0.5, 2.0)
-    return model.eval()
-
-
 def _outputs(model: torch.nn.Module, x: torch.Tensor, branch: str = None) -> torch.Tensor:
     """Eval outputs of `model` on `branch`, or on the route it holds when `branch` is None."""
     model.eval()
@@ -48,8 +34,8 @@ def _publish(*argv) -> None:
 
 
 @pytest.fixture(scope='module')
-def source():
-    return _mbn_model()
+def source(two_branch_mbn):
+    return two_branch_mbn(num_classes=NUM_CLASSES)
 
 
 @pytest.fixture(scope='module')
@@ -162,8 +148,8 @@ def test_plain_branch_export_of_a_routed_export_records_no_route(tmp_path, expor
     torch.testing.assert_close(_outputs(plain, x), _outputs(source, x, branch))
 
 
-def test_write_export_needs_one_branch(tmp_path):
-    model = _mbn_model()
+def test_write_export_needs_one_branch(tmp_path, two_branch_mbn):
+    model = two_branch_mbn(num_classes=NUM_CLASSES)
     with route(model, 'mix', gamma=0.5), pytest.raises(ValueError, match='one branch'):
         write_export(model, tmp_path)
     write_export(set_inference_branch(model, 'adv'), tmp_path)

@@ -157,6 +157,15 @@ def test_bare_state_dict_needs_a_model_name(tmp_path, run, capsys):
                     '--local-dir', tmp_path / 'a') == 0
 
 
+def test_weights_of_another_architecture_are_a_one_line_error(tmp_path, run, capsys):
+    torch.save(run.model.state_dict(), tmp_path / 'bare.pth')
+    assert _publish(tmp_path / 'bare.pth', '--model', 'mbn_resnet18', '--inference-branch', 'adv',
+                    '--local-dir', tmp_path / 'a') == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'does not fit mbn_resnet18' in err[0] and 'Traceback' not in err[0]
+    assert not (tmp_path / 'a').exists()
+
+
 class FakeHfApi:
     """Records what an upload would do; `existing` plays the files already in the repository."""
 

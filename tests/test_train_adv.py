@@ -120,6 +120,9 @@ def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedP
     (['--num-classes', '5'], '10 classes'),
     (['--val-split', 'valdation'], "no folder of split 'valdation'"),
     (['--method', 'fast_advprop', '--attack-norm', 'l2'], '--attack-norm l2'),
+    (['--pretrained'], '--pretrained: test_mbn_resnet has no pretrained weights'),  # the cause, not a class count
+    (['--model', 'resnet18', '--pretrained'], 'have 1000 classes but the run has 10 (--num-classes or the data set); '
+                                              'add --reset-classifier'),
 ])
 def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir, bad, message):
     result = _run_script('train_adv.py', '--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, *bad)

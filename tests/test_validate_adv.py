@@ -130,6 +130,8 @@ def test_results_are_not_overwritten_without_the_flag(digits_dir, tmp_path, caps
     (['--model', 'test_mbn_resnet', '--attacks', 'pgd', '--attack-kwargs', 'bogus=1'], 'rejected'),
     (['--model', 'test_mbn_resnet', '--gammas', '2'], 'gamma'),
     (['--model', 'test_mbn_resnet', '--data-dir', '/no/such/folder', '--dataset', ''], 'not found'),
+    (['--model', 'test_mbn_resnet', '--pretrained'], '--pretrained: test_mbn_resnet has no pretrained weights'),
+    (['--model', 'resnet18', '--pretrained'], 'have 1000 classes but the run has 10'),
 ])
 def test_bad_input_is_a_one_line_error(digits_dir, tmp_path, capsys, extra, message):
     assert _run(_argv(digits_dir, tmp_path, *extra)) == 2

@@ -12,7 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
-__all__ = ['USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'one_line', 'parse_with_config', 'run_cli']
+__all__ = ['USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'check_pretrained_option', 'one_line',
+           'parse_with_config', 'run_cli']
 
 _logger = logging.getLogger(__name__)
 
@@ -129,6 +130,34 @@ def parse_with_config(
         config = _read_config(parser, path, text)
         parser.set_defaults(**config)
     return parser.parse_args(argv), config
+
+
+def check_pretrained_option(model_name: str, num_classes: Optional[int], reset_classifier: Optional[bool],
+                            weights_option: str) -> None:
+    """``--pretrained`` in the command's own terms, checked before anything is built: a name timm has no weights for
+    (said first, as the cause), or weights whose class count differs from the run's.
+
+    Args:
+        model_name: The ``--model`` value.
+        num_classes: The classes the run asks for (``--num-classes`` or the data set's), None if unknown.
+        reset_classifier: The ``--reset-classifier`` value; None where the command has no such option.
+        weights_option: The option that gives weights instead (``--initial-checkpoint``, ``--checkpoint``).
+
+    Raises:
+        ValueError: A one-line message naming the options to change.
+    """
+    from .hub.loading import has_pretrained_weights, pretrained_num_classes
+
+    if not has_pretrained_weights(model_name):
+        raise ValueError(f'--pretrained: {model_name} has no pretrained weights (timm registers none for it); drop '
+                         f'--pretrained, or give the weights with {weights_option}')
+    available = pretrained_num_classes(model_name)
+    if available is None or num_classes is None or available == num_classes or reset_classifier:
+        return
+    hint = (f'add --reset-classifier to train a new {num_classes}-class head' if reset_classifier is not None
+            else f'pass --num-classes {available}')
+    raise ValueError(f'--pretrained: the weights of {model_name} have {available} classes but the run has '
+                     f'{num_classes} (--num-classes or the data set); {hint}')
 
 
 def run_cli(main: Callable[[Optional[List[str]]], Optional[int]], prog: str, argv: Optional[List[str]] = None) -> int:

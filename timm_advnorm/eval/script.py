@@ -31,7 +31,7 @@ from timm.utils import ParseKwargs, setup_default_logging
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
-from ..cli import ArgumentParser, add_hidden_alias, one_line, parse_with_config, run_cli
+from ..cli import ArgumentParser, add_hidden_alias, check_pretrained_option, one_line, parse_with_config, run_cli
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import explicit_preprocessing
 from .bn_stats import collect_bn_stats, summarize_bn_stats
@@ -48,7 +48,7 @@ from .results import check_writable, csv_rows, write_csv, write_json
 from .sanity import run_sanity_checks, summarize_checks
 from .stages import EvalContext
 from .state import EvalState, check_state_path
-from .summary import amp_report, results_warnings, summarize_variant
+from .summary import amp_report, attack_title, results_warnings, summarize_variant
 from .variants import INTERPOLATIONS, Variant, model_variants
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..layers import get_inference_branch
@@ -248,12 +248,11 @@ def create_eval_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, str]:
         kwargs['num_classes'] = num_classes
     # an hf-hub: or local-dir: name *is* a set of weights: evaluating its random initialization makes no sense
     from_hub = bool(args.model) and split_source(args.model)[0] != 'path' and not args.checkpoint
-    try:
-        model = create_model_from_name_or_checkpoint(
-            args.model, args.checkpoint or None, pretrained=args.pretrained or from_hub, ema=args.use_ema,
-            branch=args.branch, **kwargs)
-    except RuntimeError as e:  # timm: unknown model name or a state dict that does not fit
-        raise ValueError(f'cannot create the model: {str(e).strip().splitlines()[0]}') from e
+    if args.pretrained and not args.checkpoint:
+        check_pretrained_option(args.model, num_classes, None, '--checkpoint')
+    model = create_model_from_name_or_checkpoint(
+        args.model, args.checkpoint or None, pretrained=args.pretrained or from_hub, ema=args.use_ema,
+        branch=args.branch, **kwargs)
     name = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture') or args.model
     return model, name
 
@@ -339,7 +338,7 @@ def _log_summary(results: Dict[str, Any]) -> None:
     for line in results['warnings']:
         _logger.warning(line)
     for variant in results['variants']:
-        attacks = ', '.join(f"{a['label']} {a['accuracy']:.2f}" + (f" (success {a['success_rate']:.2f})"
+        attacks = ', '.join(f"{attack_title(a)} {a['accuracy']:.2f}" + (f" (success {a['success_rate']:.2f})"
                                                                     if a.get('success_rate') is not None else '')
                             for a in variant['attacks'])
         worst = f", worst case {variant['worst_case']:.2f}" if variant['worst_case'] is not None else ''

@@ -32,8 +32,8 @@ from .sanity import check_warnings
 from .stages import AttackStage, attack_norm
 from .variants import Variant
 
-__all__ = ['summarize_variant', 'amp_report', 'headline', 'headline_label', 'round_percent', 'results_warnings',
-           'EPS_SCALE']
+__all__ = ['summarize_variant', 'amp_report', 'attack_title', 'headline', 'headline_label', 'round_percent',
+           'results_warnings', 'EPS_SCALE']
 
 #: The scale of every ε in results: a norm of the perturbation in 0-255 pixel units (k means k/255 on [0, 1]).
 EPS_SCALE = '0-255'
@@ -171,6 +171,16 @@ def amp_report(table: ResultTable, variant: str, plan: EvalPlan, tolerance: floa
     return dict(samples=int(min(plan.amp_samples, len(table.get(variant, 'clean')['position']))),
                 tolerance=round_percent(tolerance), passed=all(c['ok'] for c in comparisons),
                 comparisons=comparisons)
+
+
+def attack_title(entry: Mapping[str, Any]) -> str:
+    """An attack entry of the results as a reader should see it: its label, with the budget that ran added where
+    the label does not carry it (``pgd (20 iterations)``, ``square (400 queries)``; ``pgd-t-13`` as it is)."""
+    for key, unit in (('steps', 'iterations'), ('queries', 'queries')):
+        budget = entry.get(key)
+        if budget and not entry['label'].endswith(f'-{budget}'):
+            return f"{entry['label']} ({budget} {unit})"
+    return entry['label']
 
 
 def results_warnings(results: Mapping[str, Any]) -> List[str]:

@@ -30,7 +30,8 @@ from .checkpoint import Checkpoint, read_checkpoint, split_source, strip_wrapper
 
 __all__ = [
     'load_weights', 'create_model_from_name_or_checkpoint', 'adapt_state_dict', 'check_num_classes',
-    'state_dict_num_classes', 'source_config', 'model_config', 'PLUGIN_CONFIG_KEY',
+    'state_dict_num_classes', 'source_config', 'model_config', 'PLUGIN_CONFIG_KEY', 'has_pretrained_weights',
+    'pretrained_num_classes',
 ]
 
 _logger = logging.getLogger(__name__)
@@ -159,7 +160,12 @@ def load_weights(
     checkpoint = _as_checkpoint(source)
     state_dict = adapt_state_dict(checkpoint.weights(ema), model, branch)
     check_num_classes(model, state_dict, checkpoint.source)
-    result = model.load_state_dict(state_dict, strict=strict)
+    try:
+        result = model.load_state_dict(state_dict, strict=strict)
+    except RuntimeError as e:  # keys or shapes that do not fit: the weights are not this model's
+        arch = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture') or type(model).__name__
+        raise ValueError(f'{checkpoint.source} does not fit {arch}: '
+                         f'{" ".join(str(e).split())[:400]}') from e
     if result.missing_keys or result.unexpected_keys:
         _logger.warning(f'Loaded {checkpoint.source} non-strictly: missing {result.missing_keys}, '
                         f'unexpected {result.unexpected_keys}.')
@@ -181,6 +187,27 @@ def source_config(model_name: str) -> Optional[Dict[str, Any]]:
     from timm.models._hub import hf_split
     repo_id, revision = hf_split(location)
     return json.loads(Path(hf_hub_download(repo_id, 'config.json', revision=revision)).read_text())
+
+
+def _check_registered(model_name: str) -> None:
+    """Raise a ValueError, not timm's RuntimeError, for a registry name timm does not know (bad input, not a defect)."""
+    if split_source(model_name)[0] == 'path' and not timm.is_model(model_name):
+        raise ValueError(f'Unknown model {model_name!r}: not registered with timm (timm.list_models() lists those that '
+                         f'are; this plugin registers its own on import timm_advnorm).')
+
+
+def has_pretrained_weights(model_name: str) -> bool:
+    """Whether ``pretrained=True`` can load weights for `model_name`: an ``hf-hub:``/``local-dir:`` name always names
+    weights; a registry name (optionally ``.tag``) only when timm registers a file, URL or Hub id for it."""
+    if split_source(model_name)[0] != 'path':
+        return True
+    cfg = get_pretrained_cfg(model_name)
+    return bool(cfg is not None and cfg.has_weights)
+
+
+def pretrained_num_classes(model_name: str) -> Optional[int]:
+    """Classes of the pretrained weights `model_name` names (None where nothing says)."""
+    return _pretrained_num_classes(model_name, source_config(model_name))
 
 
 def _pretrained_num_classes(model_name: str, config: Optional[Mapping[str, Any]]) -> Optional[int]:
@@ -266,7 +293,10 @@ def create_model_from_name_or_checkpoint(
             raise ValueError('Name a model, a checkpoint, or both.')
         if ema or branch:
             raise ValueError('ema and branch select weights inside a checkpoint: pass checkpoint=... as well.')
+        _check_registered(model_name)
         config = source_config(model_name)
+        if pretrained and not has_pretrained_weights(model_name):
+            raise ValueError(f'{model_name} has no pretrained weights (timm registers no weight file for it).')
         if pretrained:
             _check_pretrained_classes(
                 model_name, _pretrained_num_classes(model_name, config), kwargs.get('num_classes'), reset_classifier)
@@ -278,6 +308,7 @@ def create_model_from_name_or_checkpoint(
     arch = model_name or loaded.arch
     if not arch:
         raise ValueError(f'{checkpoint} does not name its architecture: pass a model name.')
+    _check_registered(arch)
     if branch is not None and not model_name:
         from ..models import base_architecture
         arch = base_architecture(arch)

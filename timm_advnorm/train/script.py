@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace, create_attack
-from ..cli import one_line, run_cli
+from ..cli import check_pretrained_option, run_cli
 from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
@@ -193,13 +193,12 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     if args.dataset == 'digits' and args.img_size is None:
         args.img_size = 32
 
-    try:
-        model = create_model_from_name_or_checkpoint(
-            args.model, args.initial_checkpoint or None, pretrained=args.pretrained,
-            reset_classifier=args.reset_classifier, num_classes=num_classes, drop_rate=args.drop,
-            **({'drop_path_rate': args.drop_path} if args.drop_path is not None else {}))
-    except RuntimeError as e:  # timm: unknown model name or a state dict that does not fit
-        raise ValueError(f'cannot create the model: {one_line(e)}') from e
+    if args.pretrained and not args.initial_checkpoint:
+        check_pretrained_option(args.model, num_classes, args.reset_classifier, '--initial-checkpoint')
+    model = create_model_from_name_or_checkpoint(
+        args.model, args.initial_checkpoint or None, pretrained=args.pretrained,
+        reset_classifier=args.reset_classifier, num_classes=num_classes, drop_rate=args.drop,
+        **({'drop_path_rate': args.drop_path} if args.drop_path is not None else {}))
     data_config = resolve_data_config(
         dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
     record_preprocessing(model, data_config)
