@@ -8,7 +8,7 @@ import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.layers import mixture_bn_modules, route
 from timm_advnorm.models import bottleneck_resnet_depth, deep_resnet_layers
 
-DEEP_LAYERS = {338: (3, 42, 64, 3), 518: (3, 66, 100, 3), 638: (3, 82, 124, 3)}  # DESIGN.md, section 2
+DEEP_LAYERS = {338: (3, 42, 64, 3), 518: (3, 66, 100, 3), 638: (3, 82, 124, 3)}  # the documented stage split
 STANDARD_LAYERS = {152: (3, 8, 36, 3), 200: (3, 24, 36, 3)}
 DEEP_MODELS = [f'{prefix}resnet{depth}' for prefix in ('', 'mbn_', 'nfr_') for depth in DEEP_LAYERS]
 DEEP_MODELS += ['mbn_resnet152', 'mbn_resnet200', 'nfr_resnet152', 'nfr_resnet200', 'gn_resnet152']

@@ -3,6 +3,7 @@ torch and other dependencies, no network) and run a short digits demo from a fol
 the console commands a user gets from ``pip install timm-advnorm``."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,9 +26,13 @@ def _run(command, cwd: Path, env: dict, timeout: int = 600) -> subprocess.Comple
 @pytest.fixture(scope='module')
 def wheel(tmp_path_factory) -> Path:
     """The wheel of this checkout, built offline with this environment's setuptools."""
+    # built from a copy: an in-place build leaves build/ in the checkout, whose stale files later wheels would ship
+    source = tmp_path_factory.mktemp('source') / 'timm-advnorm'
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        '.git', '.venv', 'build', 'dist', 'output', 'data', '*.egg-info', '__pycache__', '.pytest_cache'))
     dist = tmp_path_factory.mktemp('dist')
     subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '--no-index', '-q',
-                    '-w', str(dist), str(REPO)], check=True, capture_output=True, timeout=300)
+                    '-w', str(dist), str(source)], check=True, capture_output=True, timeout=300)
     wheels = list(dist.glob('timm_advnorm-*.whl'))
     assert len(wheels) == 1
     return wheels[0]

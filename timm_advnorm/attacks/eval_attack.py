@@ -1,7 +1,7 @@
 """What evaluation attacks share: running BN statistics, per-sample best iterates and dropping fooled samples.
 
-Evaluation (DESIGN §3, §5) keeps per sample any iterate that fools the model and stops attacking that sample, so
-later iterations run on fewer rows. Dropping rows changes nothing for the others only if rows are independent, which
+Evaluation keeps per sample any iterate that fools the model and stops attacking that sample, so later iterations
+run on fewer rows. Dropping rows changes nothing for the others only if rows are independent, which
 holds in eval mode (running BN statistics): evaluation attacks therefore refuse ``bn_stats='batch'``. A sample the
 model already misclassifies is returned unchanged: robust accuracy can never exceed clean accuracy.
 
