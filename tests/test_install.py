@@ -23,13 +23,21 @@ def _run(command, cwd: Path, env: dict, timeout: int = 600) -> subprocess.Comple
     return result
 
 
+def _not_source(folder: str, names: list) -> set:
+    """What a copy of the checkout leaves out: caches everywhere, and the checkout's own environment, build and run
+    outputs at its top (only there: ``timm_advnorm/data`` is a package)."""
+    skipped = {name for name in names if name in ('__pycache__', '.pytest_cache') or name.endswith('.egg-info')}
+    if Path(folder) == REPO:
+        skipped |= {'.git', '.venv', 'build', 'dist', 'output', 'data'} & set(names)
+    return skipped
+
+
 @pytest.fixture(scope='module')
 def wheel(tmp_path_factory) -> Path:
     """The wheel of this checkout, built offline with this environment's setuptools."""
     # built from a copy: an in-place build leaves build/ in the checkout, whose stale files later wheels would ship
     source = tmp_path_factory.mktemp('source') / 'timm-advnorm'
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        '.git', '.venv', 'build', 'dist', 'output', 'data', '*.egg-info', '__pycache__', '.pytest_cache'))
+    shutil.copytree(REPO, source, ignore=_not_source)
     dist = tmp_path_factory.mktemp('dist')
     subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '--no-index', '-q',
                     '-w', str(dist), str(source)], check=True, capture_output=True, timeout=300)
