@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
+os.environ.pop('HF_TOKEN', None)  # uploads are faked in the tests; a real token must never be used
 
 
 @pytest.fixture(scope='session')

@@ -299,3 +299,41 @@ def test_tensorpack_reader_drops_the_tensor_suffix_and_training_variables(tmp_pa
     np.savez(tmp_path / 'v.npz', **{'conv0/W:0': np.zeros((7, 7, 3, 64), np.float32), 'learning_rate:0': 0.1,
                                     'EMA/cost': 1.0, 'linear/W/Momentum:0': np.zeros(1)})
     assert list(read_tensorpack_npz(tmp_path / 'v.npz')) == ['conv0/W']
+
+
+# --- the wrong kind of file, and usage errors ---
+
+def test_each_converter_says_what_a_source_of_another_format_is(tmp_path, fast_advprop, nofrost, capsys):
+    """A file of another release fails on what it is, not on a layout the converter could not find in it."""
+    _, fast_src = fast_advprop
+    _, nofrost_folder = nofrost
+    np.savez(tmp_path / 'other.npz', weights=np.zeros(4, np.float32))
+    torch.save(timm.create_model('test_resnet').state_dict(), tmp_path / 'resnet.pth')
+    cases = [
+        ('tensorpack-resnet', fast_src, 'not an npz archive (as tensorpack writes): a torch.save file'),
+        ('tensorpack-resnet', tmp_path / 'other.npz', 'no "group*/block*" variables: not a tensorpack ResNet'),
+        ('nofrost', tmp_path / 'resnet.pth', 'No "stages.*" keys: not the weights of a timm NF-ResNet'),
+        ('nofrost', tmp_path / 'other.npz', 'not a checkpoint: a numpy .npz archive'),
+        ('fast-advprop', nofrost_folder / 'best_RA.pth', 'not a Fast AdvProp mixture-BN checkpoint'),
+    ]
+    for fmt, src, message in cases:
+        assert _convert(fmt, src, tmp_path / 'out') == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith('timm-advnorm-convert: error:') and message in err[0], err
+    assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['nofrost', 'src'], 'the following arguments are required: DST (see timm-advnorm-convert nofrost --help)'),
+    (['fast-advprop', 'a', 'b', '--branch', 'both'],
+     "argument --branch: invalid choice: 'both' (choose from 'clean', 'adv') "
+     '(see timm-advnorm-convert fast-advprop --help)'),
+    (['tensorpack-resnet', 'a', 'b', '--bogus'], 'unrecognized arguments: --bogus (see --help)'),
+    ([], 'the following arguments are required: FORMAT (see --help)'),
+])
+def test_usage_errors_are_one_line_of_the_command_even_in_a_sub_command(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _convert(*argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f'timm-advnorm-convert: error: {message}'], err

@@ -1,5 +1,6 @@
 """The robust-evaluation loop: resumption, sharding, cascades, targets, per-unit seeding and shared PGD budgets."""
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,6 +152,31 @@ def test_seeded_subset_is_reproducible_complete_when_asked_and_in_random_order()
     # a dataset listed class by class (100 images per class): any prefix, e.g. the sanity one, spans the classes
     prefix_classes = {index // 100 for index in seeded_subset(1000, 0, seed=0)[:64]}
     assert len(prefix_classes) == 10
+
+
+def test_readable_subset_finds_unreadable_images_and_replaces_them_in_seeded_order(tmp_path):
+    from PIL import Image
+    from timm.data import ImageDataset
+
+    from timm_advnorm.eval.data import find_unreadable, readable_subset
+
+    for i in range(20):
+        path = tmp_path / str(i % 2) / f'{i:02d}.png'
+        path.parent.mkdir(exist_ok=True)
+        Image.new('RGB', (4, 4), (i, 0, 0)).save(path)
+    dataset = ImageDataset(str(tmp_path))
+    assert readable_subset(dataset, 8, 0, skip_unreadable=True) == (seeded_subset(20, 8, 0), {})
+    order = seeded_subset(20, 0, seed=0)
+    bad = order[:2] + order[9:10]  # two in the subset of 8, one among the images that replace them
+    for index in bad:
+        Path(dataset.filename(index, absolute=True)).write_bytes(b'\x89PNG\r\n\x1a\n cut')
+    found = find_unreadable(dataset, range(20))
+    assert sorted(found) == sorted(bad) and all(found[i][0] == dataset.filename(i) and found[i][1] for i in bad)
+    assert readable_subset(dataset, 8, 0, skip_unreadable=False) == (order[:8], {i: found[i] for i in bad[:2]})
+    assert readable_subset(dataset, 8, 0, skip_unreadable=True) == (
+        [i for i in order if i not in bad][:8], {i: found[i] for i in bad})
+    assert readable_subset(dataset, 0, 0, skip_unreadable=True)[0] == [i for i in order if i not in bad]
+    assert find_unreadable(TensorDataset(torch.zeros(3, 1)), [0, 1]) == {}  # it raises on a bad sample itself
 
 
 def test_model_mode_is_restored(model, data):

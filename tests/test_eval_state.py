@@ -119,8 +119,8 @@ def test_a_line_that_is_no_record_is_an_error_naming_it(tmp_path, line):
 def test_a_state_path_must_be_a_usable_file(tmp_path):
     with pytest.raises(ValueError, match='is a folder'):
         check_state_path(tmp_path)
-    check_state_path(tmp_path / 'new' / 'state.jsonl')  # creates the folder, leaves no file
-    assert list((tmp_path / 'new').iterdir()) == []
+    check_state_path(tmp_path / 'new' / 'state.jsonl')  # creates nothing: the folder comes with the state file
+    assert list(tmp_path.iterdir()) == []
     (tmp_path / 'file').write_text('')
     with pytest.raises(ValueError, match='not a folder'):
         check_state_path(tmp_path / 'file' / 'state.jsonl')
@@ -128,12 +128,16 @@ def test_a_state_path_must_be_a_usable_file(tmp_path):
 
 def test_outputs_are_probed_up_front_and_nothing_is_left_behind(tmp_path):
     check_writable(tmp_path / 'a' / 'b' / 'results.json', overwrite=False)
-    assert (tmp_path / 'a' / 'b').is_dir() and list((tmp_path / 'a' / 'b').iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # no folder: a run refused later leaves nothing behind
+    (tmp_path / 'a').mkdir()
     with pytest.raises(ValueError, match='it is a folder'):
         check_writable(tmp_path / 'a', overwrite=True)
     (tmp_path / 'file').write_text('')
     with pytest.raises(ValueError, match='file: it is not a folder'):
         check_writable(tmp_path / 'file' / 'plot.png', overwrite=True)
+    with pytest.raises(ValueError, match=r'file/sub: .*/file is not a folder'):  # a missing folder under a file
+        check_writable(tmp_path / 'file' / 'sub' / 'plot.png', overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['a', 'file']  # the probes left nothing
 
 
 @pytest.mark.parametrize('umask', [0o022, 0o002, 0o077])

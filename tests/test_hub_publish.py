@@ -224,6 +224,47 @@ def test_dry_run_and_missing_token_upload_nothing(tmp_path, run, hub, monkeypatc
     assert 'HF_TOKEN' in capsys.readouterr().err
 
 
+def test_an_upload_that_cannot_happen_writes_no_folder(tmp_path, run, hub, monkeypatch, capsys):
+    """--local-dir with --repo-id: the token and the Hub repository are checked before the folder is written, so
+    the command can be retried as it is once they are fixed (it used to fail then on a non-empty folder)."""
+    out = tmp_path / 'exports' / 'model'
+    argv = [run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m', '--local-dir', out]
+    monkeypatch.delenv('HF_TOKEN')
+    assert _publish(*argv) == 2
+    assert 'HF_TOKEN' in capsys.readouterr().err and hub.calls == []
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv('HF_TOKEN', 'hf_test')
+    hub.existing = ['model.safetensors']
+    assert _publish(*argv) == 2
+    assert 'already holds 1 files: pass --overwrite' in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [] and not [c for c in hub.calls if c[0] == 'upload_folder']
+    hub.existing = []
+    assert _publish(*argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ['README.md', 'config.json', 'model.safetensors']
+    assert [c[2] for c in hub.calls if c[0] == 'upload_folder'] == [['README.md', 'config.json', 'model.safetensors']]
+
+
+def test_a_failed_publish_leaves_no_folder_behind(tmp_path, run, capsys):
+    bad_template = tmp_path / 'bad.md'
+    bad_template.write_text('$front_matter $no_such_section')
+    assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', tmp_path / 'a' / 'b' / 'export',
+                    '--card-template', bad_template) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ['bad.md']  # neither the export nor its missing parents
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--private'], '--private and --revision apply to the Hub repository'),
+    (['--revision', 'v1'], '--private and --revision apply to the Hub repository'),
+    (['--repo-id', 'no-org'], 'org/name'),
+])
+def test_options_that_do_not_fit_are_refused_before_anything(tmp_path, run, capsys, extra, message):
+    assert _publish(run.checkpoint, '--inference-branch', 'adv', '--local-dir', tmp_path / 'out', '--dry-run',
+                    *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_publish_script_runs_from_the_repository(tmp_path, run):
     env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'HF_TOKEN')}
     result = subprocess.run(

@@ -93,3 +93,81 @@ def test_agc_without_a_threshold_clips_with_timms_default_factor():
     assert args.clip_grad == 0.01 and 'clip_grad: 0.01' in args_text
     assert parse_args(['--clip-mode', 'agc', '--clip-grad', '0.05'])[0].clip_grad == 0.05
     assert parse_args(['--clip-mode', 'norm'])[0].clip_grad is None
+
+
+def _usage_error(parse, argv, capsys) -> str:
+    """The one line a usage error writes (exit status 2, no usage block)."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'usage:' not in err[0], err
+    return err[0]
+
+
+@pytest.mark.parametrize('text, message', [
+    ('epochs: 2.5\n', 'key epochs: '),
+    ('lr: [0.1, 0.2]\n', 'key lr: expected a single float value, got [0.1, 0.2]'),
+    ('lr: [{a: 1}]\n', 'key lr: expected a single float value, got [{"a": 1}]'),
+    ('scale: 0.5\n', 'key scale: expected a list of 2 float values, got 0.5'),
+    ('scale: [0.1, 0.5, 1.0]\n', 'key scale: expected 2 float values, got 3: [0.1, 0.5, 1.0]'),
+    ('method: foo\n', 'key method: invalid choice: "foo" (choose from vanilla, madry'),
+    ('pretrained: "yes"\n', 'key pretrained: expected true or false, got "yes"'),
+    ('attack_steps: null\n', 'key attack_steps: expected a single int value, got null'),
+    ('decay_milestones: []\n', 'key decay_milestones: expected one or more int values, got an empty list'),
+    ('val_samples: many\n', 'key val_samples: invalid value "many"'),  # the hidden alias of num_samples
+    ('list_recipes: true\n', 'key list_recipes: --list-recipes is an action, not a setting a config can hold'),
+    ('- epochs: 1\n- lr: 0.1\n', 'must map argument names to values, got a list'),
+    ('just a sentence\n', 'must map argument names to values, got a str'),
+    ('epochs: 3\nmodel: \x01\n', 'is not valid YAML: special characters are not allowed (line 2, column 8)'),
+])
+def test_train_config_values_are_held_to_the_options_types(tmp_path, capsys, text, message):
+    path = tmp_path / 'bad.yaml'
+    path.write_text(text)
+    line = _usage_error(parse_args, ['-c', str(path)], capsys)
+    assert line.startswith(f'train_adv.py: error: config file {path}') and message in line, line
+
+
+@pytest.mark.parametrize('text, message', [
+    ('gammas: [a]\n', 'key gammas: invalid float value: "a"'),
+    ('sanity_steps: [1, 2]\n', 'key sanity_steps: expected a single int value, got [1, 2]'),
+    ('attack_norm: l3\n', 'key attack_norm: invalid choice: "l3" (choose from linf, l2)'),
+    ('interpolations: [mix, cubic]\n', 'key interpolations: invalid choice: "cubic" (choose from mix, logits)'),
+    ('model_kwargs: [drop_rate=0.1]\n', 'key model_kwargs: expected a mapping of names to values'),
+    ('reduced: 1\n', 'key reduced: expected true or false, got 1'),
+])
+def test_validate_config_values_are_held_to_the_options_types(tmp_path, capsys, text, message):
+    from timm_advnorm.eval.script import parse_args as parse_validate_args
+    path = tmp_path / 'bad.yaml'
+    path.write_text(text)
+    line = _usage_error(parse_validate_args, ['-c', str(path), '--model', 'test_mbn_resnet', '--dataset', 'digits'],
+                        capsys)
+    assert line.startswith(f'validate_adv.py: error: config file {path}') and message in line, line
+
+
+def test_config_values_convert_as_the_command_line_would(tmp_path):
+    """One value for a list option is a one-element list (as ``--mean 0.5``); PyYAML's string ``1e-4`` is a float;
+    the command line still wins over the config."""
+    from timm_advnorm.eval.script import parse_args as parse_validate_args
+    path = tmp_path / 'config.yaml'
+    path.write_text('lr: 1e-4\nmean: 0.5\ndecay_milestones: 30\nval_attack_targeted: null\n')
+    args, _ = parse_args(['-c', str(path)])
+    assert args.lr == 1e-4 and args.mean == [0.5] and args.decay_milestones == [30] and args.val_attack_targeted is None
+    assert parse_args(['-c', str(path), '--lr', '0.2'])[0].lr == 0.2
+    path.write_text('gammas: 0.5\nattack_steps: 10\nmodel_kwargs: {drop_rate: 0.1}\n')
+    args = parse_validate_args(['-c', str(path), '--model', 'test_mbn_resnet', '--dataset', 'digits'])
+    assert args.gammas == [0.5] and args.attack_steps == [10] and args.model_kwargs == {'drop_rate': 0.1}
+
+
+def test_the_arguments_a_run_saves_are_a_valid_config(tmp_path):
+    """``args.yaml`` of a run (every option, unset ones as null) reproduces the run's arguments through ``-c``."""
+    args, args_text = parse_args(['-c', 'digits_demo_mbn', '--mean', '0.5', '0.5', '0.5'])
+    (tmp_path / 'args.yaml').write_text(args_text)
+    again, _ = parse_args(['-c', str(tmp_path / 'args.yaml')])
+    assert {**vars(again), 'config': None} == {**vars(args), 'config': None}
+
+
+def test_usage_errors_are_one_line_with_a_help_hint(capsys):
+    line = _usage_error(parse_args, ['--lr', 'fast'], capsys)
+    assert line.startswith('train_adv.py: error: argument --lr: ') and line.endswith('fast (see --help)'), line
+    assert _usage_error(parse_args, ['-c'], capsys).endswith('argument -c/--config: expected one argument (see --help)')

@@ -1,4 +1,5 @@
-"""The training epoch and per-epoch validation: what they log, which branches they validate, what ranks checkpoints."""
+"""The training epoch and per-epoch validation: what they log, which branches they validate, what ranks checkpoints,
+and what a non-finite step does."""
 import pytest
 import timm
 import torch
@@ -7,7 +8,8 @@ import torch.nn as nn
 import timm_advnorm  # noqa: F401
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.task import TASKS, VanillaTask, create_task
-from timm_advnorm.train.loop import eval_metric_for, metric_names, train_one_epoch, validate, validation_message
+from timm_advnorm.train.loop import (DivergenceError, NonFiniteGuard, check_finite_state, eval_metric_for,
+                                     metric_names, train_one_epoch, validate, validation_message)
 
 NUM_CLASSES = 10
 SPACE = InputSpace()
@@ -41,8 +43,8 @@ def test_validation_reports_the_metrics_the_task_names_and_ranks_by_one_of_them(
     metric; the image count is reported beside the accuracies, never among them."""
     task = _task(method, _model('test_nfr_resnet' if method == 'nofrost' else 'test_mbn_resnet'))
     branches = task.validated_branches
-    result = validate(task.get_eval_model(), _loader(8), torch.device('cpu'), _attack(), robust_loader=_loader(6, seed=1),
-                      branches=branches)
+    result = validate(task.get_eval_model(), _loader(8), torch.device('cpu'), _attack(),
+                      robust_loader=_loader(6, seed=1), branches=branches)
     assert list(result.metrics) == metric_names(branches)
     assert all(0.0 <= v <= 100.0 for v in result.metrics.values())
     assert result.robust_samples == 6
@@ -89,3 +91,97 @@ def test_an_epoch_logs_each_loss_once(method, losses):
     metrics = train_one_epoch(0, task, _loader(10), optimizer, torch.device('cpu'), log_interval=0)
     assert [k for k in metrics if k.startswith('loss')] == losses
     assert metrics['passes_per_image'] == task.passes_per_image
+
+
+def _nan_batches(loader, bad):
+    """`loader` with the images of the batches numbered in `bad` made NaN (as a corrupt batch, or a diverged
+    forward: the loss, the gradients and the BN statistics of that forward are all NaN)."""
+    return [(torch.full_like(x, float('nan')) if i in bad else x, y) for i, (x, y) in enumerate(loader)]
+
+
+def _sgd_vanilla():
+    model = _model()
+    return model, _task('vanilla', model), torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def test_a_nonfinite_loss_stops_the_epoch_before_the_optimizer_steps():
+    model, task, optimizer = _sgd_vanilla()
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    with pytest.raises(DivergenceError, match=r'non-finite loss \(nan\).*at epoch 0, batch 1/2'):
+        train_one_epoch(0, task, _nan_batches(_loader(10), {0}), optimizer, torch.device('cpu'), log_interval=0)
+    assert all(torch.equal(before[k], v) for k, v in model.named_parameters()), 'the optimizer stepped on NaN'
+    assert not optimizer.state, 'no momentum may hold a NaN step'
+
+
+def test_a_nonfinite_gradient_of_a_finite_loss_stops_the_epoch():
+    model, task, optimizer = _sgd_vanilla()
+    head = model.get_classifier().weight
+    head.register_hook(lambda grad: grad * float('inf'))
+    before = head.detach().clone()
+    with pytest.raises(DivergenceError, match=r'non-finite grad_norm') as error:
+        train_one_epoch(0, task, _loader(10), optimizer, torch.device('cpu'), clip_grad=1.0, log_interval=0)
+    assert 'loss (' not in str(error.value), 'the loss was finite'
+    assert torch.equal(head.detach(), before)
+
+
+def _buffers(model: nn.Module):
+    return [b.clone() for b in model.buffers()]
+
+
+def test_skipped_steps_leave_weights_statistics_and_the_mean_loss_untouched_up_to_the_budget(caplog):
+    """Two NaN batches of four with two skips allowed: the run goes on as if those batches were absent (their NaN
+    BN statistics undone), says so twice, and a third NaN batch stops it."""
+    model, task, optimizer = _sgd_vanilla()
+    guard = NonFiniteGuard(max_skips=2)
+    loader = _nan_batches(_loader(20), {1, 2})
+    metrics = train_one_epoch(0, task, loader, optimizer, torch.device('cpu'), log_interval=0, guard=guard)
+    assert guard.skipped == 2 and caplog.text.count('Skipped a training step') == 2
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(torch.isfinite(b.float()).all() for b in model.buffers()), 'a skipped forward left NaN statistics'
+    assert torch.isfinite(torch.tensor(metrics['loss'])) and 'grad_norm' not in metrics
+
+    # the good batches alone, from the same start, give the same weights and statistics
+    reference, reference_task, reference_optimizer = _sgd_vanilla()
+    train_one_epoch(0, reference_task, [loader[0], loader[3]], reference_optimizer, torch.device('cpu'),
+                    log_interval=0)
+    for ours, theirs in zip([*model.parameters(), *_buffers(model)],
+                            [*reference.parameters(), *_buffers(reference)]):
+        if ours.is_floating_point():
+            torch.testing.assert_close(ours, theirs)
+
+    with pytest.raises(DivergenceError, match=r'after skipping 2 such step\(s\) \(--skip-nonfinite 2\)'):
+        train_one_epoch(1, task, _nan_batches(_loader(10), {1}), optimizer, torch.device('cpu'), log_interval=0,
+                        guard=guard)
+
+
+def test_a_step_synchronizes_with_the_device_once(monkeypatch):
+    """The finiteness check rides on the transfer that logs the losses: one ``tolist`` per step, no ``item``."""
+    _, task, optimizer = _sgd_vanilla()
+    calls = []
+    for name in ('item', 'tolist', '__bool__', '__float__'):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=original, _n=name: calls.append(_n) or _f(self, *a))
+    train_one_epoch(0, task, _loader(15), optimizer, torch.device('cpu'), clip_grad=1.0, log_interval=0)
+    monkeypatch.undo()
+    assert calls == ['tolist'] * 3
+
+
+def test_the_checkpoint_state_must_be_finite():
+    """Weights, buffers, the EMA and the optimizer state: a NaN anywhere is named, and nothing is saved."""
+    model, task, optimizer = _sgd_vanilla()
+    train_one_epoch(0, task, _loader(10), optimizer, torch.device('cpu'), log_interval=0)
+    task.setup_ema(decay=0.9)
+    check_finite_state(task, optimizer, epoch=0)
+    for tensor, name in ((model.get_classifier().bias, 'state_dict.fc.bias'),
+                         (next(m for m in model.modules() if isinstance(m, nn.BatchNorm2d)).running_var, 'running_var'),
+                         (next(iter(optimizer.state.values()))['momentum_buffer'], 'optimizer.state.0'),
+                         (next(task.get_trainable_module(ema=True).parameters()), 'state_dict_ema')):
+        saved = tensor.detach().clone()
+        with torch.no_grad():
+            tensor.view(-1)[0] = float('inf')
+        with pytest.raises(DivergenceError, match=r'non-finite .*after epoch 3') as error:
+            check_finite_state(task, optimizer, epoch=3)
+        assert name in str(error.value)
+        with torch.no_grad():
+            tensor.copy_(saved)
+    check_finite_state(task, optimizer, epoch=0)

@@ -329,6 +329,88 @@ def test_bad_setup_is_a_one_line_error_before_the_evaluation(digits_dir, tmp_pat
     assert not (out / 'results.json').exists()
 
 
+def _image_folder(digits_dir: Path, root: Path, bad: dict, per_class: int = 3) -> Path:
+    """A two-class image folder of digits (``root/validation/{0,1}/``) plus the `bad` files (path: bytes)."""
+    for label in ('0', '1'):
+        (root / 'validation' / label).mkdir(parents=True)
+        for image in sorted((digits_dir / 'digits-32px' / 'validation' / label).iterdir())[:per_class]:
+            (root / 'validation' / label / image.name).write_bytes(image.read_bytes())
+    for name, data in bad.items():
+        (root / 'validation' / name).write_bytes(data)
+    return root
+
+
+def _truncated_png(digits_dir: Path) -> bytes:
+    return next((digits_dir / 'digits-32px' / 'validation' / '2').iterdir()).read_bytes()[:60]
+
+
+def test_unreadable_images_are_refused_by_name_or_skipped_and_listed(digits_dir, tmp_path, capsys):
+    """timm would evaluate the next image in place of a bad one and still report 8 samples."""
+    folder = _image_folder(digits_dir, tmp_path / 'images', {'0/text.png': b'not an image',
+                                                             '1/cut.png': _truncated_png(digits_dir)})
+    argv = _argv(digits_dir, tmp_path / 'out', '--model', 'test_mbn_resnet', '--dataset', '', '--data-dir', folder,
+                 '--num-samples', '0', '--attacks', 'fgsm', '--gammas', '1', '--sanity-samples', '0')
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and '2 of the 8 images to evaluate' in err[0] and '--skip-bad-images' in err[0], err
+    assert '0/text.png (cannot identify image file' in err[0] and '1/cut.png (' in err[0], err
+    assert not (tmp_path / 'out').exists()
+
+    assert _run(argv + ['--skip-bad-images']) == 0
+    results = _results(tmp_path / 'out')
+    assert results['num_samples'] == 6 and all(v['samples'] == 6 for v in results['variants'])
+    assert sorted(entry['file'] for entry in results['skipped_images']) == ['0/text.png', '1/cut.png']
+    assert all(entry['error'] for entry in results['skipped_images'])
+
+
+def test_skipped_images_are_replaced_from_the_seeded_order(digits_dir, tmp_path):
+    folder = _image_folder(digits_dir, tmp_path / 'images', {f'0/bad{i}.png': b'' for i in range(3)}, per_class=6)
+    common = ['--model', 'test_mbn_resnet', '--dataset', '', '--data-dir', folder, '--num-samples', '10',
+              '--attacks', 'fgsm', '--gammas', '1', '--sanity-samples', '0', '--skip-bad-images']
+    assert _run(_argv(digits_dir, tmp_path / 'a', *common)) == 0
+    results = _results(tmp_path / 'a')
+    assert results['num_samples'] == 10 and results['variants'][0]['samples'] == 10  # the size asked for
+    skipped = {entry['file'] for entry in results['skipped_images']}
+    assert skipped and skipped <= {f'0/bad{i}.png' for i in range(3)}  # those the first 10 of the seeded order held
+    clean = _image_folder(digits_dir, tmp_path / 'clean', {}, per_class=6)
+    assert _run(_argv(digits_dir, tmp_path / 'b', *common[:5], clean, *common[6:])) == 0
+    assert _results(tmp_path / 'b')['skipped_images'] == []
+
+
+def test_the_evaluation_loader_never_evaluates_another_image_in_place_of_a_bad_one(digits_dir, tmp_path):
+    """A file that turns unreadable after the up-front check fails the run (timm would load the next image)."""
+    from timm.data import resolve_data_config
+
+    from timm_advnorm.eval.distributed import DistributedInfo
+
+    folder = _image_folder(digits_dir, tmp_path / 'images', {'0/late.png': b''})
+    args = validate_adv.parse_args(['--model', 'test_mbn_resnet', '--dataset', '', '--data-dir', str(folder)])
+    data_config = resolve_data_config({}, model=timm.create_model('test_mbn_resnet'))
+    dataset = validate_adv.create_eval_dataset(args, data_config, DistributedInfo())
+    late = next(i for i in range(len(dataset)) if dataset.filename(i) == '0/late.png')
+    with pytest.raises(RuntimeError, match='Failed to load'):
+        dataset[late]
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--gammas', '2'], 'gamma'),
+    (['--attacks', 'nope'], 'Unknown attack'),
+    (['--bn-layer', 'no.such.layer', '--plot-dir', '{out}/plots'], 'no mixture-BN layer of that name'),
+    (['--dataset', '', '--data-dir', '{tmp}/missing'], 'not found'),
+    (['--split', 'nosuch'], "no folder of split 'nosuch'"),
+    (['--resume-state', '{out}/state/state.jsonl', '--checkpoint', '{tmp}/missing.pth'], 'not found'),
+])
+def test_a_refused_run_creates_no_folder(digits_dir, tmp_path, capsys, extra, message):
+    """The output folders (results, plots, state) come with the first file written into them, not before."""
+    out = tmp_path / 'out' / 'nested'
+    extra = [a.format(out=out, tmp=tmp_path) for a in extra]
+    argv = _argv(digits_dir, out, '--model', 'test_mbn_resnet', '--attacks', 'fgsm', '--gammas', '1', *extra)
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_split_folder_is_found_like_timm_but_never_falls_back_to_the_root(tmp_path):
     (tmp_path / 'validation').mkdir()
     assert split_folder(tmp_path, 'val') == tmp_path / 'validation'

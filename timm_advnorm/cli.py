@@ -2,13 +2,17 @@
 
 Every command (``timm-advnorm-train``, ``-validate``, ``-publish``, ``-convert`` and the top-level scripts) reports
 bad input the same way: ``<prog>: error: <one line>`` on stderr and exit status 2, never a traceback (the traceback
-is logged at debug level for whoever needs it). ``--help`` shows every option's default.
+is logged at debug level for whoever needs it), never the usage block (a misused option says ``(see --help)``).
+``--help`` shows every option's default. A ``-c`` YAML config is held to the options' types, counts and choices,
+as the command line is.
 """
 import argparse
+import functools
+import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -46,16 +50,33 @@ class _DefaultsHelpFormatter(argparse.HelpFormatter):
 class ArgumentParser(argparse.ArgumentParser):
     """timm-style parser of the package's commands: one-line usage errors with exit status 2, defaults in ``--help``.
 
-    Hidden aliases (`add_hidden_alias`) are accepted on the command line and as keys of a ``-c`` YAML config.
+    Error lines start with the command's name (``timm-advnorm-convert: error:``), also for a sub-command's parser,
+    which is created with this class and told the command (`add_subparsers`). Hidden aliases (`add_hidden_alias`)
+    are accepted on the command line and as keys of a ``-c`` YAML config.
+
+    Args:
+        command: Name that starts error lines (default: `prog`; a sub-command's parser gets its parent's).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, command: Optional[str] = None, **kwargs: Any):
         kwargs.setdefault('formatter_class', _DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
+        self.command = command or self.prog
         self.config_aliases: Dict[str, str] = {}
 
-    def error(self, message: str):
-        self.exit(2, f'{self.prog}: error: {message}\n')
+    def add_subparsers(self, **kwargs: Any) -> argparse._SubParsersAction:
+        """Sub-command parsers of this class, whose errors start with this command's name."""
+        kwargs.setdefault('parser_class', functools.partial(type(self), command=self.command))
+        return super().add_subparsers(**kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error: one line and where to read more, instead of argparse's usage block, which buries it."""
+        hint = '--help' if self.prog == self.command else f'{self.prog} --help'
+        self.fail(f'{message} (see {hint})')
+
+    def fail(self, message: str) -> NoReturn:
+        """Exit with status 2 after ``<command>: error: <message>`` on stderr."""
+        self.exit(2, f'{self.command}: error: {message}\n')
 
 
 def add_hidden_alias(parser: ArgumentParser, container: Any, alias: str, dest: str, **kwargs: Any) -> None:
@@ -73,24 +94,115 @@ def add_hidden_alias(parser: ArgumentParser, container: Any, alias: str, dest: s
     parser.config_aliases[alias.lstrip('-').replace('-', '_')] = dest
 
 
-def _read_config(parser: ArgumentParser, path: Union[str, Path], text: str) -> Dict[str, Any]:
-    """The YAML mapping in `text` (the file at `path`), keys translated from hidden aliases; usage errors for a file
-    that is not YAML, not a mapping, or holds keys no option has (a misspelled key would silently keep a default)."""
+def _yaml_problem(error: yaml.YAMLError, text: str) -> str:
+    """What is wrong with a YAML text and where: ``<problem> (line L, column C)``."""
+    if isinstance(error, yaml.reader.ReaderError):  # a control character: the reader gives an offset, no mark
+        line = text.count('\n', 0, error.position) + 1
+        column = error.position - text.rfind('\n', 0, error.position)
+        return f'{error.reason} (line {line}, column {column})'
+    mark = getattr(error, 'problem_mark', None) or getattr(error, 'context_mark', None)
+    where = f' (line {mark.line + 1}, column {mark.column + 1})' if mark is not None else ''
+    return f'{getattr(error, "problem", None) or one_line(error)}{where}'
+
+
+class _ConfigValueError(ValueError):
+    """A config value the option's action would not take, and what it takes instead (raised inside this module)."""
+
+
+def _shown(value: Any) -> str:
+    """A config value as written in YAML's JSON subset: ``2.5``, ``"yes"``, ``[0.1, 0.2]``, ``null``."""
+    return json.dumps(value, default=str)
+
+
+def _type_name(action: argparse.Action) -> str:
+    """The option's type as argparse names it in messages (``int``, ``float``; ``str`` when it has none)."""
+    return getattr(action.type, '__name__', None) or 'str'
+
+
+def _convert_one(action: argparse.Action, value: Any) -> Any:
+    """One config value through the action's ``type`` and ``choices``, as the command line's text would go.
+
+    The value goes as text, so that ``2.5`` is not an int (``int(2.5)`` would truncate it) and ``true`` is not a
+    number; PyYAML's strings for floats without a dot (``1e-4``) convert as on the command line.
+    """
+    if value is None or isinstance(value, (bool, list, dict)):
+        raise _ConfigValueError(f'expected a single {_type_name(action)} value, got {_shown(value)}')
     try:
-        config = yaml.safe_load(text)
+        converted = (action.type or str)(value if isinstance(value, str) else str(value))
+    except argparse.ArgumentTypeError as e:
+        raise _ConfigValueError(f'invalid value {_shown(value)}: {e}') from None
+    except (TypeError, ValueError):
+        raise _ConfigValueError(f'invalid {_type_name(action)} value: {_shown(value)}') from None
+    if action.choices is not None and converted not in action.choices:
+        raise _ConfigValueError(f'invalid choice: {_shown(value)} (choose from {", ".join(map(str, action.choices))})')
+    return converted
+
+
+def _convert_store(action: argparse.Action, value: Any) -> Any:
+    """A config value for a value-taking option: one value or a list, as its ``nargs`` says.
+
+    A single value for an option taking one or more (``gammas: 0.5``) is a one-element list, as ``--gammas 0.5``.
+    """
+    if value is None and action.default is None:  # an unset option, as a saved args.yaml writes it
+        return None
+    nargs = action.nargs
+    if nargs in (None, '?'):
+        return _convert_one(action, value)
+    items = value if isinstance(value, list) else [value]
+    if not isinstance(value, list) and isinstance(nargs, int) and nargs > 1:
+        raise _ConfigValueError(f'expected a list of {nargs} {_type_name(action)} values, got {_shown(value)}')
+    if isinstance(nargs, int) and len(items) != nargs:
+        raise _ConfigValueError(f'expected {nargs} {_type_name(action)} values, got {len(items)}: {_shown(value)}')
+    if nargs == '+' and not items:
+        raise _ConfigValueError(f'expected one or more {_type_name(action)} values, got an empty list')
+    return [_convert_one(action, item) for item in items]
+
+
+def _convert_config_value(action: argparse.Action, value: Any) -> Any:
+    """`value` as the option's action would store it from the command line.
+
+    Raises:
+        _ConfigValueError: What the option takes instead.
+    """
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
+        if isinstance(value, bool) or (value is None and action.default is None):
+            return value
+        raise _ConfigValueError(f'expected true or false, got {_shown(value)}')
+    if isinstance(action, argparse._StoreAction):
+        return _convert_store(action, value)
+    if action.nargs == 0:  # --help, --list-recipes: things to do, not values
+        raise _ConfigValueError(f'{"/".join(action.option_strings)} is an action, not a setting a config can hold')
+    if isinstance(action.default, Mapping) and not isinstance(value, Mapping):  # key=value options (--model-kwargs)
+        raise _ConfigValueError(f'expected a mapping of names to values, got {_shown(value)}')
+    return value
+
+
+def _read_config(parser: ArgumentParser, path: Union[str, Path], text: str) -> Dict[str, Any]:
+    """The YAML mapping in `text` (the file at `path`), keys translated from hidden aliases, each value converted
+    and checked as the option's action would on the command line; usage errors for a file that is not YAML, not a
+    mapping, holds keys no option has (a misspelled key would silently keep a default), or a value the option would
+    not take (naming the key, the value and what it takes)."""
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, 'problem_mark', None)
-        where = f' (line {mark.line + 1}, column {mark.column + 1})' if mark is not None else ''
-        parser.error(f'config file {path} is not valid YAML: {getattr(e, "problem", None) or one_line(e)}{where}')
-    if config is None:
+        parser.fail(f'config file {path} is not valid YAML: {_yaml_problem(e, text)}')
+    if raw is None:
         return {}
-    if not isinstance(config, dict):
-        parser.error(f'config file {path} must map argument names to values, got a {type(config).__name__}')
-    config = {parser.config_aliases.get(key, key): value for key, value in config.items()}
-    known = {action.dest for action in parser._actions}
-    unknown = sorted(str(key) for key in set(config) - known)
+    if not isinstance(raw, dict):
+        parser.fail(f'config file {path} must map argument names to values, got a {type(raw).__name__}')
+    actions: Dict[str, argparse.Action] = {}
+    for action in parser._actions:  # an option before its hidden aliases, which share its destination
+        actions.setdefault(action.dest, action)
+    unknown = sorted(str(key) for key in raw if parser.config_aliases.get(key, key) not in actions)
     if unknown:
-        parser.error(f'unknown key(s) in {path}: {", ".join(unknown)}')
+        parser.fail(f'unknown key(s) in {path}: {", ".join(unknown)}')
+    config = {}
+    for key, value in raw.items():
+        dest = parser.config_aliases.get(key, key)
+        try:
+            config[dest] = _convert_config_value(actions[dest], value)
+        except _ConfigValueError as e:
+            parser.fail(f'config file {path}, key {key}: {e}')
     return config
 
 
@@ -101,7 +213,9 @@ def parse_with_config(
 ) -> Tuple[argparse.Namespace, Dict[str, Any]]:
     """Parse `argv` with the ``-c/--config`` YAML file's values as defaults (the command line wins).
 
-    The parser must have a ``-c/--config`` option. Keys are the options' destinations (long names with underscores).
+    The parser must have a ``-c/--config`` option. Keys are the options' destinations (long names with underscores)
+    or hidden aliases; each value goes through its option's type, count and choices, as on the command line, before
+    it becomes a default, so that ``epochs: 2.5`` is the same usage error as ``--epochs 2.5``.
 
     Args:
         parser: The command's parser.
@@ -110,9 +224,9 @@ def parse_with_config(
             none; default: the value as a path.
 
     Returns:
-        The namespace and the config's values (empty without ``-c``).
+        The namespace and the config's values, converted (empty without ``-c``).
     """
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = ArgumentParser(prog=parser.prog, command=parser.command, add_help=False)
     pre.add_argument('-c', '--config', default='')
     config_args, _ = pre.parse_known_args(argv)
     config: Dict[str, Any] = {}
@@ -120,13 +234,13 @@ def parse_with_config(
         try:
             path = resolve(config_args.config) if resolve else Path(config_args.config)
         except ValueError as e:
-            parser.error(one_line(e))
+            parser.fail(one_line(e))
         if not path.is_file():
-            parser.error(f'config file {config_args.config} not found')
+            parser.fail(f'config file {config_args.config} not found')
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as e:
-            parser.error(f'cannot read config file {path}: {getattr(e, "strerror", None) or one_line(e)}')
+            parser.fail(f'cannot read config file {path}: {getattr(e, "strerror", None) or one_line(e)}')
         config = _read_config(parser, path, text)
         parser.set_defaults(**config)
     return parser.parse_args(argv), config

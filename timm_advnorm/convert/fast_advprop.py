@@ -18,7 +18,7 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import timm
 import torch
 
-from ..hub.checkpoint import load_torch_file, strip_wrapper_prefixes
+from ..hub.checkpoint import load_weights_file, strip_wrapper_prefixes
 from ..layers import ADV_BN_KEY, branch_state_dict
 from .common import create_target, load_exactly, provenance, save_converted
 
@@ -101,9 +101,11 @@ def convert_fast_advprop(
         overwrite: Replace a non-empty `dst`.
 
     Raises:
-        ValueError: Not a Fast AdvProp checkpoint, an unknown layout, or keys that do not map one to one.
+        FileNotFoundError: No file at `src`.
+        ValueError: A damaged file, not a Fast AdvProp checkpoint, an unknown layout, or keys that do not map one to
+            one.
     """
-    state_dict = fast_advprop_state_dict(load_torch_file(src))
+    state_dict = fast_advprop_state_dict(load_weights_file(src))
     base = torchvision_resnet_name(state_dict)
     if branch is not None:
         state_dict = branch_state_dict(state_dict, branch)

@@ -18,7 +18,7 @@ from typing import Dict, Mapping, Optional, Union
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from ..hub.checkpoint import load_torch_file, strip_wrapper_prefixes
+from ..hub.checkpoint import load_weights_file, strip_wrapper_prefixes
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = ['FORMAT', 'PREPROCESSING', 'nofrost_state_dict', 'nf_resnet_name', 'convert_nofrost']
@@ -51,8 +51,12 @@ def nf_resnet_name(state_dict: Mapping[str, torch.Tensor]) -> str:
     """timm's NF-ResNet (``nf_resnet26``, ``nf_resnet50``, ``nf_resnet101``) with this many blocks per stage.
 
     Raises:
-        ValueError: No ``stages.*`` keys, or a block layout of no timm NF-ResNet.
+        ValueError: No ``stages.*`` keys (weights of another architecture), or a block layout of no timm NF-ResNet.
     """
+    if not any(key.startswith('stages.') for key in state_dict):
+        first = ', '.join(sorted(state_dict)[:3])
+        raise ValueError(f'No "stages.*" keys: not the weights of a timm NF-ResNet, as NoFrost saves them (keys: '
+                         f'{first}, ...).')
     depths = tuple(
         len({key.split('.')[2] for key in state_dict if key.startswith(f'stages.{stage}.')}) for stage in range(4))
     if depths not in _NF_RESNETS:
@@ -75,9 +79,10 @@ def convert_nofrost(
         overwrite: Replace a non-empty `dst`.
 
     Raises:
-        ValueError: Not a NoFrost checkpoint, or keys that do not map one to one.
+        FileNotFoundError: No file at `src`.
+        ValueError: A damaged file, not a NoFrost checkpoint, or keys that do not map one to one.
     """
-    state_dict = nofrost_state_dict(load_torch_file(src))
+    state_dict = nofrost_state_dict(load_weights_file(src))
     target = model_name or nf_resnet_name(state_dict)
     if 'head.fc.weight' not in state_dict:
         raise ValueError(f'{src}: no classifier "head.fc.weight".')

@@ -36,6 +36,7 @@ import torch.nn as nn
 from timm.layers import Conv2dSame
 from timm.layers.pool2d_same import MaxPool2dSame
 
+from ..hub.checkpoint import file_format, zip_members
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = [
@@ -58,13 +59,36 @@ _TRAINING_ONLY = re.compile(
     r'(global_step|learning_rate)$|^EMA/|^AccumGrad|^apply_gradients|/(Momentum|Adam|Adam_1|RMSProp|RMSProp_1|'
     r'Adagrad|Adadelta|Adadelta_1|AccumGrad)$')
 _DENOISE = re.compile(r'_denoise/|/non_local/')
+# What a file that is not an npz archive is instead, by its `file_format`.
+_NOT_NPZ = {'torch-pickle': 'a torch.save file', 'safetensors': 'a safetensors file',
+            'empty': 'an empty file (0 bytes)', 'text': 'a text file', 'unknown': 'a file of unknown format'}
 
 Arrays = Mapping[str, np.ndarray]
 StateDict = Dict[str, torch.Tensor]
 
 
+def _check_npz(path: Path) -> None:
+    """Raise unless `path` is a whole numpy ``.npz`` archive. ``np.load`` takes any zip for one, a torch.save
+    checkpoint included, and finds no arrays in it: the conversion would then fail for the wrong reason."""
+    if not path.is_file():
+        raise FileNotFoundError(f'File not found: {path}')
+    kind = file_format(path)
+    if kind != 'zip':
+        raise ValueError(f'{path}: not an npz archive (as tensorpack writes): {_NOT_NPZ[kind]}')
+    names = zip_members(path)
+    if not names or not all(name.endswith('.npy') for name in names):
+        what = 'a torch.save file' if any(name.endswith('data.pkl') for name in names) else 'a zip of other files'
+        raise ValueError(f'{path}: not an npz archive (as tensorpack writes): {what}')
+
+
 def read_tensorpack_npz(path: Union[str, Path]) -> Dict[str, np.ndarray]:
-    """Variables of a tensorpack ``.npz``, names without the ``:0`` tensor suffix, training-only ones dropped."""
+    """Variables of a tensorpack ``.npz``, names without the ``:0`` tensor suffix, training-only ones dropped.
+
+    Raises:
+        FileNotFoundError: No file at `path`.
+        ValueError: The file is not an npz archive (e.g. a torch checkpoint), or a truncated or damaged one.
+    """
+    _check_npz(Path(path))
     with np.load(path, allow_pickle=False) as npz:
         arrays = {name[:-2] if name.endswith(':0') else name: npz[name] for name in npz.files}
     skipped = [name for name in arrays if _TRAINING_ONLY.search(name)]
@@ -176,10 +200,15 @@ def convert_tensorpack_resnet(
         overwrite: Replace a non-empty `dst`.
 
     Raises:
-        ValueError: An unknown layout, a denoising model, or variables that do not map one to one.
+        FileNotFoundError: No file at `src`.
+        ValueError: Not a whole npz archive, no tensorpack ResNet in it, an unknown layout, a denoising model, or
+            variables that do not map one to one.
     """
     arrays = read_tensorpack_npz(src)
     layers = tensorpack_resnet_layers(arrays)
+    if not any(layers):
+        first = ', '.join(sorted(arrays)[:3])
+        raise ValueError(f'{src}: no "group*/block*" variables: not a tensorpack ResNet (variables: {first}, ...).')
     target = model_name or _RESNETS.get(layers)
     if target is None:
         raise ValueError(f'Blocks per group {layers} match no timm ResNet ({sorted(_RESNETS.values())}).')

@@ -10,7 +10,8 @@ Every figure says what was run: its title names the model, the attacks with thei
 ε as k/255, the names being those of the budgets that ran), the variants, the number of samples, and whether the
 protocol (or the probe) was reduced. The `figure_*` functions build a matplotlib `Figure` with the object API on
 an Agg canvas (no pyplot global state, no display needed), or return None when there is nothing to plot, so that
-its axes can be read back; `write_plots` writes them atomically.
+its axes can be read back; `write_plots` writes them atomically (through `OutputFiles`, which never replaces another
+run's plot unless told to).
 """
 import logging
 import textwrap
@@ -21,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .bn_stats import default_bn_layer
-from .results import atomic_write
+from .results import OutputFiles
 
 __all__ = ['figure_accuracy_vs_iterations', 'figure_accuracy_vs_eps', 'figure_tradeoff', 'figure_bn_stats',
            'write_plots', 'eps_text', 'PLOT_NAMES']
@@ -55,9 +56,11 @@ def _title(fig, *lines: str) -> None:
     fig.suptitle('\n'.join(textwrap.fill(line, width, break_on_hyphens=False) for line in lines), fontsize='medium')
 
 
-def _save(fig, path: PathLike) -> None:
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format='png', dpi=120))
-    _logger.info('Wrote %s', path)
+def _save(fig, path: PathLike, outputs: OutputFiles) -> Path:
+    """Publish `fig` as a PNG at `path` (or where `outputs` keeps it); returns where it went."""
+    written = outputs.publish(path, lambda tmp: fig.savefig(tmp, format='png', dpi=120))
+    _logger.info('Wrote %s', written)
+    return written
 
 
 def eps_text(eps: float) -> str:
@@ -308,9 +311,20 @@ def write_plots(
         plot_dir: PathLike,
         bn_stats: Optional[Mapping[str, Any]] = None,
         bn_layer: Optional[str] = None,
+        outputs: Optional[OutputFiles] = None,
 ) -> List[str]:
-    """Every applicable plot of `results` into `plot_dir`; returns the written file names."""
+    """Every applicable plot of `results` into `plot_dir`; returns the names of the written files.
+
+    Args:
+        results: A results dict of ``validate_adv.py``.
+        plot_dir: Destination folder (created when missing).
+        bn_stats: Per-layer BN statistics (`collect_bn_stats`) for the BN plot.
+        bn_layer: Layer of the BN plot (default: `default_bn_layer`).
+        outputs: Publishes the files; default: one that replaces existing plots. A run that must not replace
+            another's passes its own, and gets back the names it kept its plots under.
+    """
     plot_dir = Path(plot_dir)
+    outputs = outputs or OutputFiles(overwrite=True)
     iterations, eps, tradeoff, bn = PLOT_NAMES
     figures = [(iterations, figure_accuracy_vs_iterations(results)), (eps, figure_accuracy_vs_eps(results)),
                (tradeoff, figure_tradeoff(results))]
@@ -319,6 +333,5 @@ def write_plots(
     written = []
     for name, fig in figures:
         if fig is not None:
-            _save(fig, plot_dir / name)
-            written.append(name)
+            written.append(_save(fig, plot_dir / name, outputs).name)
     return written

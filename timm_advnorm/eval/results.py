@@ -1,8 +1,10 @@
 """Writing results: JSON (everything) and CSV (one row per variant and attack), atomically, never clobbering.
 
-A robust evaluation can take days; its results file must never be half-written (temp file + ``os.replace``) nor
-silently overwritten by the next run (refused unless the caller allows it), and an output that cannot be written must
-be found before the evaluation, not after it (`check_writable`, `check_folder_writable`).
+A robust evaluation can take days; its results file must never be half-written (a temporary file published in one
+step) nor silently overwritten by another run, not even one that ran at the same time (`OutputFiles`: the target is
+claimed by ``os.link``, which fails when it exists, so the check and the write are one step), and an output that
+cannot be written must be found before the evaluation, not after it, without leaving anything behind when the run
+is refused (`check_writable`, `check_folder_writable` create no folder).
 
 The CSV says what ran (`CSV_FIELDS`): ``attack`` is the name of the budget that ran (``pgd-t-13``), next to the
 protocol's name for it (``protocol_attack``: ``pgd-t-2000``); iterations and queries have their own columns;
@@ -11,21 +13,27 @@ protocol's name for it (``protocol_attack``: ``pgd-t-2000``); iterations and que
 noise rows have no norm nor ε but their ``noise`` model and, for Gaussian noise, ``sigma`` on ``sigma_scale``.
 """
 import csv
+import errno
 import io
 import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-__all__ = ['check_writable', 'check_folder_writable', 'atomic_write', 'write_json', 'write_csv', 'csv_rows',
-           'CSV_FIELDS']
+__all__ = ['OutputFiles', 'kept_name', 'check_writable', 'check_folder_writable', 'atomic_write', 'write_json',
+           'write_csv', 'csv_rows', 'json_text', 'csv_text', 'CSV_FIELDS']
 
 CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'protocol_attack', 'threat', 'norm', 'eps_255', 'eps_rule',
               'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy', 'success_rate', 'samples')
 #: Attack-entry keys copied into a row under their own name.
 _COPIED = ('threat', 'norm', 'eps_rule', 'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy',
            'success_rate')
+#: ``os.link`` errors of file systems without hard links (FAT, some FUSE and object-store mounts).
+_NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
+
+PathLike = Union[str, Path]
+Writer = Callable[[Path], None]
 
 
 def _new_temp_file(path: Path) -> Path:
@@ -43,29 +51,43 @@ def _new_temp_file(path: Path) -> Path:
             continue
 
 
-def check_folder_writable(folder: Union[str, Path]) -> None:
-    """Create `folder` (and its parents) when missing, then create and remove a file in it.
+def _existing_ancestor(folder: Path) -> Path:
+    """`folder` itself if it exists, else its nearest existing ancestor (where creating it would start)."""
+    folder = Path(os.path.abspath(folder))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
 
-    That is what writing into it will do, so a "folder" that is a file, a read-only or pseudo file system, or a
-    missing permission shows up now, before hours of evaluation, and not when the results are written.
+
+def check_folder_writable(folder: PathLike) -> None:
+    """Check that files can be written into `folder`, creating nothing that outlives the check.
+
+    A file is created and removed in `folder`, or, when it is missing, in its nearest existing ancestor, where
+    creating it would start: that is what writing will do, so a "folder" that is a file, a read-only or pseudo file
+    system, or a missing permission shows up now, before hours of evaluation, and not when the results are written.
+    Missing folders are created when the first file is written into them, so a run refused for another reason
+    leaves no empty folder behind.
 
     Raises:
         ValueError: Nothing can be written into `folder`.
     """
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f'cannot write into {folder}: it is not a folder.')
+    ancestor = _existing_ancestor(folder)
+    missing = ancestor != Path(os.path.abspath(folder))
+    if not ancestor.is_dir():
+        raise ValueError(f'cannot write into {folder}: {ancestor if missing else "it"} is not a folder.')
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        _new_temp_file(folder / 'write-probe').unlink()
+        _new_temp_file(ancestor / 'write-probe').unlink()
     except OSError as e:
-        raise ValueError(f'cannot write into {folder}: {e.strerror or e}.') from None
+        where = f' (it would be created in {ancestor})' if missing else ''
+        raise ValueError(f'cannot write into {folder}{where}: {e.strerror or e}.') from None
 
 
-def check_writable(path: Union[str, Path], overwrite: bool) -> None:
+def check_writable(path: PathLike, overwrite: bool) -> None:
     """Check up front that `path` can be written: not an existing file unless `overwrite`, in a writable folder.
 
-    Creates the missing parent folders (see `check_folder_writable`).
+    Creates nothing (see `check_folder_writable`). This only catches what exists now; `OutputFiles` enforces the
+    rule when the file is written.
 
     Raises:
         FileExistsError: `path` exists and `overwrite` is false.
@@ -79,29 +101,130 @@ def check_writable(path: Union[str, Path], overwrite: bool) -> None:
     check_folder_writable(path.parent)
 
 
-def atomic_write(path: Union[str, Path], write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp_path)`` on a temporary file next to `path`, then rename it over `path` in one step.
-
-    The file gets the permissions ``open()`` would give it (0666 less the umask).
-    """
-    path = Path(path)
+def _written_temp(path: Path, write: Writer) -> Path:
+    """A temporary file next to `path` (its folders created) holding what ``write(tmp)`` wrote; removed on failure."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _new_temp_file(path)
     try:
         write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_write(path: PathLike, write: Writer) -> None:
+    """Call ``write(tmp_path)`` on a temporary file next to `path`, then rename it over `path` in one step.
+
+    Replaces an existing `path` (see `OutputFiles` for files that must not replace another's). The file gets the
+    permissions ``open()`` would give it (0666 less the umask).
+    """
+    path = Path(path)
+    tmp = _written_temp(path, write)
+    try:
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def _write_text(path: Union[str, Path], text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+def _link_new(tmp: Path, path: Path) -> None:
+    """Publish `tmp` as `path` only if `path` does not exist, in one step.
+
+    ``os.link`` fails with FileExistsError when `path` exists, whoever created it and however recently. On a file
+    system without hard links the target is claimed by an exclusive create (one step too), then replaced by `tmp`:
+    a reader may briefly see it empty, but no other run's file is ever replaced.
+
+    Raises:
+        FileExistsError: `path` exists.
+    """
+    try:
+        os.link(tmp, path)
+    except OSError as e:
+        if e.errno not in _NO_HARD_LINKS:  # FileExistsError included
+            raise
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        os.replace(tmp, path)
 
 
-def write_json(path: Union[str, Path], results: Mapping[str, Any]) -> None:
+def kept_name(path: PathLike, tag: str) -> Path:
+    """Where a file that could not take `path` is kept: ``results.json`` -> ``results.kept-<tag>.json``
+    (``results.bn_stats.json`` -> ``results.kept-<tag>.bn_stats.json``, so the set keeps its suffixes)."""
+    path = Path(path)
+    stem, dot, suffixes = path.name.partition('.')
+    return path.with_name(f'{stem}.kept-{tag}{dot}{suffixes}')
+
+
+class OutputFiles:
+    """The output files of one run, published so that no run ever silently replaces another's.
+
+    Each file is written to a temporary file next to its target, then published in one step: with `overwrite` by
+    ``os.replace``; without it by ``os.link``, which fails when the target exists, so of two runs that publish the
+    same name at once exactly one succeeds, however recently the other checked. The other loses nothing: from its
+    first clash on, it publishes every file under a name tagged ``kept-<tag>`` (`kept_name`, one tag for the run,
+    so its files stay a set) and `check_nothing_kept` reports where they are.
+
+    Args:
+        overwrite: Replace existing files (``--overwrite``).
+    """
+
+    def __init__(self, overwrite: bool = False):
+        self.overwrite = overwrite
+        #: ``(wanted, written)`` for every file published under a kept name, in publishing order.
+        self.kept: List[Tuple[Path, Path]] = []
+        self._tag: Optional[str] = None
+
+    def publish(self, path: PathLike, write: Writer) -> Path:
+        """Write a file with ``write(tmp_path)`` and publish it at `path`, or under its kept name once a clash
+        happened (this file's or an earlier one's); returns where it went."""
+        path = Path(path)
+        tmp = _written_temp(path, write)
+        try:
+            return self._publish_temp(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _publish_temp(self, tmp: Path, path: Path) -> Path:
+        """Publish the written `tmp` as `path` (see `publish`)."""
+        if self.overwrite:
+            os.replace(tmp, path)
+            return path
+        if self._tag is None:
+            try:
+                _link_new(tmp, path)
+                return path
+            except FileExistsError:
+                self._tag = secrets.token_hex(4)
+        while True:
+            kept = kept_name(path, self._tag)
+            try:
+                _link_new(tmp, kept)
+                self.kept.append((path, kept))
+                return kept
+            except FileExistsError:  # a 32-bit tag collision: draw another for this and later files
+                self._tag = secrets.token_hex(4)
+
+    def check_nothing_kept(self) -> None:
+        """Say where this run's files went if another run took their names while it ran.
+
+        Raises:
+            FileExistsError: A file was kept under another name; the message names every one.
+        """
+        if self.kept:
+            first = self.kept[0][0]
+            raise FileExistsError(f'{first} was written by another run while this one ran; nothing was replaced, and '
+                                  f'this run\'s outputs were kept as {", ".join(str(k) for _, k in self.kept)} '
+                                  '(--overwrite replaces existing files).')
+
+
+def json_text(results: Mapping[str, Any]) -> str:
+    """`results` as indented JSON text."""
+    return json.dumps(results, indent=2) + '\n'
+
+
+def write_json(path: PathLike, results: Mapping[str, Any]) -> None:
     """Write `results` as indented JSON, atomically."""
-    _write_text(path, json.dumps(results, indent=2) + '\n')
+    atomic_write(path, lambda tmp: tmp.write_text(json_text(results)))
 
 
 def csv_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -118,10 +241,15 @@ def csv_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
-def write_csv(path: Union[str, Path], rows: Iterable[Mapping[str, Any]]) -> None:
-    """Write `rows` as CSV with `CSV_FIELDS` columns, atomically."""
+def csv_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    """`rows` as CSV text with `CSV_FIELDS` columns."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction='ignore')
     writer.writeheader()
     writer.writerows(rows)
-    _write_text(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def write_csv(path: PathLike, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write `rows` as CSV with `CSV_FIELDS` columns, atomically."""
+    atomic_write(path, lambda tmp: tmp.write_text(csv_text(rows)))

@@ -8,6 +8,11 @@ the model's own preprocessing. Mixture-BN models are evaluated per branch and ov
 interpolation. Sanity checks run with every evaluation. Results go to JSON + CSV, plots to PNG; a state file makes a
 long evaluation resumable; ``torchrun`` shards it across processes.
 
+Bad input (arguments, model, protocol, variants, data, outputs) is found before anything is written: the output
+folders are only created when the results are. Results never replace existing files without ``--overwrite``, not even
+those of a run that finished meanwhile: its files are then kept under other names, and the run says where and exits
+with status 2.
+
 Examples:
     timm-advnorm-validate --checkpoint model_best.pth.tar --data-dir /imagenet --protocol xie2020 \\
         --gammas 0 0.5 1 --results-file results/xie2020.json --plot-dir results/plots
@@ -21,12 +26,12 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from timm.data import create_dataset, create_transform, resolve_data_config
+from timm.data import ImageDataset, create_dataset, create_transform, resolve_data_config
 from timm.utils import ParseKwargs, setup_default_logging
 
 from .. import models  # noqa: F401  (registers the plugin's models)
@@ -35,7 +40,7 @@ from ..cli import ArgumentParser, add_hidden_alias, check_pretrained_option, one
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import explicit_preprocessing
 from .bn_stats import collect_bn_stats, summarize_bn_stats
-from .data import IndexedSubset, seeded_subset, shard_range
+from .data import IndexedSubset, readable_subset, shard_range
 from .distributed import (
     DistributedInfo, cleanup_distributed, gather_records, init_distributed, primary_first)
 from .evaluator import RobustEvaluator, show_progress
@@ -44,7 +49,7 @@ from .plots import PLOT_NAMES, write_plots
 from .protocols import (
     Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks, reduce_protocol)
 from .records import ResultTable
-from .results import check_writable, csv_rows, write_csv, write_json
+from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .sanity import run_sanity_checks, summarize_checks
 from .stages import EvalContext
 from .state import EvalState, check_state_path
@@ -59,6 +64,8 @@ PROG = 'validate_adv.py'
 #: ``--reduced`` (smoke tests) takes this root of every iteration and query budget; marked in the results.
 REDUCED_ROOT = 3
 AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
+#: Unreadable files named in an error or warning line (all of them go into the results).
+_LISTED_FILES = 3
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
@@ -81,6 +88,12 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--num-samples', type=int, default=0, metavar='N',
                        help='Size of the seeded evaluation subset (0: the whole split).')
     group.add_argument('--seed', type=int, default=42, metavar='S', help='Seed of the subset, targets and attacks.')
+    group.add_argument('--skip-bad-images', action='store_true',
+                       help='The subset\'s images are decoded before the evaluation; a file that fails (corrupt, '
+                            'truncated, not an image) is an error naming it, as timm\'s loader would silently evaluate '
+                            'the next image in its place. With this flag such files are skipped: the subset takes the '
+                            'next readable images of the seeded order, and the results list the skipped files '
+                            '(skipped_images).')
 
     group = parser.add_argument_group('Model')
     group.add_argument('--model', '-m', default=None, metavar='NAME',
@@ -176,7 +189,10 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--plot-dir', default='', metavar='DIR', help='Write PNG plots here.')
     group.add_argument('--resume-state', default='', metavar='PATH',
                        help='Append finished work here and resume from it (one file per rank under torchrun).')
-    group.add_argument('--overwrite', action='store_true', help='Replace existing results and plots.')
+    group.add_argument('--overwrite', action='store_true',
+                       help='Replace existing results and plots. Without it an existing file is an error before the '
+                            'evaluation, and one that another run writes meanwhile is kept: this run\'s files then go '
+                            'to names tagged kept-<tag>, and it exits with status 2 saying where.')
     return parser
 
 
@@ -200,8 +216,12 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
         parser.error('--verify-amp checks an --amp evaluation; add --amp')
     if args.num_samples < 0 or args.sanity_samples < 0 or args.verify_amp < 0:
         parser.error('--num-samples, --sanity-samples and --verify-amp must be >= 0')
-    if args.batch_size < 1 or args.sanity_steps < 1:
-        parser.error('--batch-size and --sanity-steps must be >= 1')
+    if args.batch_size < 1 or args.sanity_steps < 1 or args.sanity_queries < 1:
+        parser.error('--batch-size, --sanity-steps and --sanity-queries must be >= 1')
+    if args.metric_samples is not None and args.metric_samples < 1:
+        parser.error('--metric-samples must be >= 1 (leave it out for every sample)')
+    if not 0 <= args.amp_tolerance <= 1:
+        parser.error(f'--amp-tolerance is an accuracy difference as a fraction, in [0, 1]; got {args.amp_tolerance}')
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     _check_setup_args(parser, args)
     return args
@@ -215,7 +235,7 @@ def _needs_data_dir(dataset: str) -> bool:
 
 def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see, caught before anything is loaded: the device, the normalization
-    lengths (timm would only assert) and a dataset root that is needed but not given."""
+    lengths (timm would only assert), the crop fraction and a dataset root that is needed but not given."""
     try:
         torch.device(args.device)
     except (RuntimeError, TypeError):
@@ -228,6 +248,8 @@ def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             setattr(args, name, values)
         if values is not None and len(values) not in (1, channels):
             parser.error(f'--{name} takes 1 value or one per input channel ({channels}), got {len(values)}')
+    if args.crop_pct is not None and args.crop_pct <= 0:  # timm would silently take its default for 0
+        parser.error(f'--crop-pct must be > 0, got {args.crop_pct}')
     if not (args.data_dir or args.data) and _needs_data_dir(args.dataset):
         parser.error(f'dataset {args.dataset or "folder"!r} needs --data-dir')
 
@@ -390,8 +412,45 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
         raise ValueError(f'cannot load dataset {args.dataset or "folder"!r} from {root}: {one_line(e)}') from e
     if isinstance(dataset, IterableDataset):
         raise ValueError(f'dataset {args.dataset!r} is iterable; robust evaluation needs a map-style dataset')
+    if isinstance(dataset, ImageDataset):  # a file that turns unreadable after `select_subset` checked it: fail,
+        dataset._max_retries = 1  # never evaluate the next image in its place (timm's ImageDataset tries 10)
     dataset.transform = create_transform(**data_config, is_training=False)
     return dataset
+
+
+def select_subset(args: argparse.Namespace, dataset: Dataset) -> Tuple[List[int], List[Dict[str, str]]]:
+    """The seeded subset to evaluate, its images decoded first (`readable_subset`): unreadable files are an error
+    naming them, or with ``--skip-bad-images`` skipped for the next readable images of the seeded order.
+
+    Every rank draws and checks the same subset itself (no rank waits on another, so an error ends them all alike).
+
+    Returns:
+        The dataset indices, and the skipped files as ``{file, error}`` entries (file names relative to the root).
+
+    Raises:
+        ValueError: Unreadable images without ``--skip-bad-images``, or no readable image at all.
+    """
+    indices, unreadable = readable_subset(dataset, args.num_samples, args.seed, args.skip_bad_images, args.workers)
+    named = [f'{name} ({error})' for name, error in unreadable.values()]
+    listed = ', '.join(named[:_LISTED_FILES]) + (f' and {len(named) - _LISTED_FILES} more'
+                                                  if len(named) > _LISTED_FILES else '')
+    where = getattr(getattr(dataset, 'reader', None), 'root', None) or 'the dataset'
+    if unreadable and not args.skip_bad_images:
+        raise ValueError(f'{len(unreadable)} of the {len(indices)} images to evaluate in {where} cannot be read: '
+                         f'{listed}; repair or remove them, or pass --skip-bad-images to evaluate without them')
+    if not indices:
+        raise ValueError(f'none of the images in {where} can be read: {listed}')
+    if unreadable:
+        _logger.warning('Skipped %d unreadable images in %s: %s.', len(unreadable), where, listed)
+    return indices, [dict(file=name, error=error) for name, error in unreadable.values()]
+
+
+def _check_bn_layer(args: argparse.Namespace, bn_stats: Dict[str, Any]) -> None:
+    """``--bn-layer`` must name a mixture-BN layer of the model: found now, not when the plots are drawn after the
+    evaluation."""
+    if args.bn_layer is not None and args.bn_layer not in bn_stats:
+        examples = f'; e.g. {", ".join(list(bn_stats)[:3])}' if bn_stats else ' (it has none)'
+        raise ValueError(f'--bn-layer {args.bn_layer}: the model has no mixture-BN layer of that name{examples}')
 
 
 def _state_path(args: argparse.Namespace, dist_info: DistributedInfo) -> str:
@@ -417,8 +476,9 @@ def _check_matplotlib() -> None:
 
 
 def _check_outputs(args: argparse.Namespace, dist_info: DistributedInfo) -> None:
-    """Create the output folders and probe every output now, so that an output that cannot be written (or a
-    missing matplotlib) ends the run before the evaluation and not after it, losing its results.
+    """Probe every output now, so that an output that cannot be written (or a missing matplotlib) ends the run
+    before the evaluation and not after it, losing its results. Creates nothing: a run refused later, for its model
+    or data, leaves no folder behind.
 
     Raises:
         FileExistsError: An output exists and ``--overwrite`` is not given.
@@ -437,21 +497,28 @@ def _check_outputs(args: argparse.Namespace, dist_info: DistributedInfo) -> None
 
 
 def _write_outputs(args: argparse.Namespace, results: Dict[str, Any], bn_stats: Optional[Dict[str, Any]],
-                   paths: Tuple[Optional[Path], Optional[Path], Optional[Path]]) -> None:
-    """JSON + CSV first and plots last, so that a failing plot never costs the results; the JSON is then
-    rewritten (atomically) to list the plots."""
+                   paths: Tuple[Optional[Path], Optional[Path], Optional[Path]]) -> OutputFiles:
+    """CSV, BN statistics and plots, then the JSON, which names the files as written; a failing plot still leaves
+    the JSON and the CSV (the JSON is written on the way out), so it never costs the results.
+
+    Every file is published by one `OutputFiles` (returned): none replaces another run's without ``--overwrite``,
+    and from the first clash on, this run's files are kept under tagged names.
+    """
+    outputs = OutputFiles(args.overwrite)
     json_path, csv_path, bn_path = paths
     if json_path is not None:
+        csv_written = outputs.publish(csv_path, lambda tmp: tmp.write_text(csv_text(csv_rows(results))))
         if bn_stats:
-            results['bn_stats']['file'] = bn_path.name
-            write_json(bn_path, bn_stats)
-        write_json(json_path, results)
-        write_csv(csv_path, csv_rows(results))
-        _logger.info('Wrote %s and %s', json_path, csv_path)
-    if args.plot_dir:
-        results['plots'] = write_plots(results, args.plot_dir, bn_stats, args.bn_layer)
+            bn_written = outputs.publish(bn_path, lambda tmp: tmp.write_text(json_text(bn_stats)))
+            results['bn_stats']['file'] = bn_written.name
+    try:
+        if args.plot_dir:
+            results['plots'] = write_plots(results, args.plot_dir, bn_stats, args.bn_layer, outputs)
+    finally:
         if json_path is not None:
-            write_json(json_path, results)
+            json_written = outputs.publish(json_path, lambda tmp: tmp.write_text(json_text(results)))
+            _logger.info('Wrote %s and %s', json_written, csv_written)
+    return outputs
 
 
 def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
@@ -479,9 +546,11 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
                       autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn,
                       progress=progress)
     plan.check_attacks(ctx)
+    bn_stats = collect_bn_stats(model)
+    _check_bn_layer(args, bn_stats)
 
     dataset = create_eval_dataset(args, data_config, dist_info)
-    indices = seeded_subset(len(dataset), args.num_samples, args.seed)
+    indices, skipped = select_subset(args, dataset)
     start, stop = shard_range(len(indices), dist_info.rank, dist_info.world_size, args.batch_size)
     loader = DataLoader(IndexedSubset(dataset, indices, range(start, stop)), batch_size=args.batch_size,
                         shuffle=False, num_workers=args.workers, pin_memory=args.pin_mem)
@@ -514,10 +583,9 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     # the headline is the model as loaded: a mixture-BN model on the branch it runs on (recorded by its checkpoint)
     inference_branch = get_inference_branch(model)
     primary = next((s for s in summaries if s['kind'] in (inference_branch, 'model')), summaries[0])
-    bn_stats = collect_bn_stats(model)
     results = dict(
         model=model_name, checkpoint=args.checkpoint, dataset=args.dataset or 'folder', split=args.val_split,
-        num_samples=len(indices), seed=args.seed, img_size=data_config['input_size'][-1],
+        num_samples=len(indices), skipped_images=skipped, seed=args.seed, img_size=data_config['input_size'][-1],
         data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
         preprocessing=preprocessing, protocol=protocol.to_dict(), amp=args.amp_dtype if args.amp else None,
         world_size=dist_info.world_size,
@@ -533,8 +601,9 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
         total_seconds=round(time.perf_counter() - started, 3),
     )
     results = dict(warnings=results_warnings(results), **results)
-    _write_outputs(args, results, bn_stats, _results_paths(args.results_file))
+    outputs = _write_outputs(args, results, bn_stats, _results_paths(args.results_file))
     _log_summary(results)
+    outputs.check_nothing_kept()
     return results
 
 

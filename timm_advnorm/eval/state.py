@@ -26,7 +26,7 @@ _FORMAT = 'timm_advnorm.eval.state/1'
 
 def check_state_path(path: Union[str, Path]) -> None:
     """Check up front that `path` can serve as a state file: an existing file that can be read and appended to,
-    or a new file in a folder that can be written (created if missing).
+    or a new file in a folder that can be written (created with the file, not by this check).
 
     Raises:
         ValueError: `path` is a folder, or it or its folder cannot be used.

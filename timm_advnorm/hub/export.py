@@ -5,8 +5,10 @@ An export folder holds ``config.json`` + ``model.safetensors`` (timm's `save_for
 either whole (loads after ``import timm_advnorm``) or as one branch in its plain-BN twin architecture, which stock
 timm loads with no plugin. A whole mixture-BN export records its inference branch as ``config.json``'s
 ``model_args.inference_branch``: timm passes it to the entrypoint, so the loaded model runs on that branch. Folders
-are written atomically: staged next to the target, then renamed into place.
+are written atomically: staged next to the target, then renamed into place, a rename that refuses a folder another
+run filled meanwhile unless told to replace it.
 """
+import errno
 import hashlib
 import json
 import logging
@@ -27,7 +29,7 @@ from .checkpoint import Checkpoint
 from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
 
 __all__ = [
-    'build_export_model', 'write_export', 'staged_folder', 'install_to_hf_cache', 'needs_plugin',
+    'build_export_model', 'write_export', 'check_folder_target', 'staged_folder', 'install_to_hf_cache', 'needs_plugin',
     'export_data_args', 'DATA_ARG_KEYS',
 ]
 
@@ -149,30 +151,71 @@ def _make_readable(folder: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-@contextmanager
-def staged_folder(target: Union[str, Path], overwrite: bool = False) -> Iterator[Path]:
-    """Yield an empty staging folder that replaces `target` when the block succeeds, and vanishes if it fails.
+def _existing_ancestor(folder: Path) -> Path:
+    """`folder` if it exists, else its nearest existing ancestor (on the file system the folder would be made on)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _put_in_place(staging: Path, target: Path, overwrite: bool) -> None:
+    """Move the finished `staging` folder to `target` in one step.
+
+    Without `overwrite` the rename itself refuses a `target` that another run filled since the check (a folder
+    replaces only a missing or empty one), so the check and the move are one step. With it, a filled `target` is
+    first moved aside, then removed.
+
+    Raises:
+        FileExistsError: `target` was filled meanwhile and `overwrite` is not set.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if overwrite and target.exists():
+        retired = staging.with_name(staging.name.replace('.staging-', '.retired-'))
+        os.replace(target, retired)
+        os.replace(staging, target)
+        shutil.rmtree(retired)
+        return
+    try:
+        os.rename(staging, target)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            raise
+        raise FileExistsError(f'{target} was written by another run meanwhile: pass --overwrite to replace it.'
+                              ) from None
+
+
+def check_folder_target(target: Union[str, Path], overwrite: bool = False) -> Path:
+    """Check that an export folder may be written at `target`, creating nothing; returns it resolved (a symlinked
+    target stands for the folder it points to).
 
     Raises:
         FileExistsError: `target` is a file, or a non-empty folder and `overwrite` is not set.
     """
-    target = Path(target).expanduser().resolve()  # a symlinked target: replace the folder it points to
+    target = Path(target).expanduser().resolve()
     if target.exists() and not target.is_dir():
         raise FileExistsError(f'{target} exists and is not a folder.')
     if target.is_dir() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(f'{target} is not empty: pass --overwrite to replace it.')
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f'.{target.name}.staging-', dir=target.parent))
+    return target
+
+
+@contextmanager
+def staged_folder(target: Union[str, Path], overwrite: bool = False) -> Iterator[Path]:
+    """Yield an empty staging folder that replaces `target` when the block succeeds, and vanishes if it fails.
+
+    The staging folder is made next to `target`, or in its nearest existing ancestor when its folder is missing, so
+    that a failing block leaves no folder behind; the missing folders are created when the result is put in place.
+
+    Raises:
+        FileExistsError: `target` is a file, or a non-empty folder and `overwrite` is not set (checked by
+            `check_folder_target` before the block runs, and again atomically when the result is put in place).
+    """
+    target = check_folder_target(target, overwrite)
+    staging = Path(tempfile.mkdtemp(prefix=f'.{target.name}.staging-', dir=_existing_ancestor(target.parent)))
     try:
         yield staging
         _make_readable(staging)
-        if target.exists():
-            retired = staging.with_name(staging.name.replace('.staging-', '.retired-'))
-            os.replace(target, retired)
-            os.replace(staging, target)
-            shutil.rmtree(retired)
-        else:
-            os.replace(staging, target)
+        _put_in_place(staging, target, overwrite)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -14,7 +14,6 @@ A mixture-BN model is rebuilt on the inference branch its source records (``mode
 export's ``config.json``, or of the model config a training checkpoint carries): timm passes an export's
 ``model_args`` to the entrypoint, and checkpoints are routed here after their weights load.
 """
-import json
 import logging
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
@@ -26,7 +25,9 @@ from timm.models import get_pretrained_cfg
 
 from ..layers import ADV_BN_KEY, branch_state_dict, has_mixture_bn, mixture_bn_modules
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
-from .checkpoint import Checkpoint, read_checkpoint, split_source, strip_wrapper_prefixes
+from .checkpoint import (
+    WEIGHT_FILES, Checkpoint, check_checkpoint_file, read_checkpoint, read_config_json, split_source,
+    strip_wrapper_prefixes)
 
 __all__ = [
     'load_weights', 'create_model_from_name_or_checkpoint', 'adapt_state_dict', 'check_num_classes',
@@ -182,11 +183,24 @@ def source_config(model_name: str) -> Optional[Dict[str, Any]]:
         path = Path(location).expanduser() / 'config.json'
         if not path.is_file():
             raise FileNotFoundError(f'{model_name}: no config.json in the folder.')
-        return json.loads(path.read_text())
+        return read_config_json(path)
     from huggingface_hub import hf_hub_download
     from timm.models._hub import hf_split
     repo_id, revision = hf_split(location)
-    return json.loads(Path(hf_hub_download(repo_id, 'config.json', revision=revision)).read_text())
+    return read_config_json(Path(hf_hub_download(repo_id, 'config.json', revision=revision)),
+                            f'{model_name} config.json')
+
+
+def _check_local_weights(model_name: str) -> None:
+    """Check the weights file of a ``local-dir:`` name before timm loads it: timm's loader says of a damaged file
+    neither which it is nor what is wrong."""
+    kind, location = split_source(model_name)
+    if kind != 'local-dir':
+        return
+    folder = Path(location).expanduser()
+    weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
+    if weights is not None:
+        check_checkpoint_file(weights)
 
 
 def _check_registered(model_name: str) -> None:
@@ -300,6 +314,7 @@ def create_model_from_name_or_checkpoint(
         if pretrained:
             _check_pretrained_classes(
                 model_name, _pretrained_num_classes(model_name, config), kwargs.get('num_classes'), reset_classifier)
+            _check_local_weights(model_name)
         return _apply_plugin_config(timm.create_model(model_name, pretrained=pretrained, **kwargs), config)
 
     if model_name and split_source(model_name)[0] != 'path':

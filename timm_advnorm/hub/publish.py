@@ -10,7 +10,10 @@ checkout)::
 The checkpoint may be a ``train_adv.py`` checkpoint, a bare state dict (``.pth``/``.safetensors``, with
 ``--model``), an export folder (e.g. from ``timm_advnorm.convert``) or an ``hf-hub:``/``local-dir:`` name.
 Uploads read the token from ``HF_TOKEN``. A non-empty target (folder or Hub repository) is replaced only with
-``--overwrite``; folders are written atomically, so a failure leaves nothing half-written.
+``--overwrite``; folders are written atomically, so a failure leaves nothing half-written. Everything that can be
+checked is checked before anything is written (the arguments, the upload token, the ``--local-dir`` target, the
+results, the checkpoint and the model, the Hub repository), so a refused command, once its cause is fixed, can be
+run again as it was.
 """
 import argparse
 import logging
@@ -32,11 +35,13 @@ from ..layers import has_mixture_bn
 from ..layers.routing import get_inference_branch
 from .card import CardFacts, render_model_card
 from .checkpoint import Checkpoint, read_checkpoint
-from .export import build_export_model, export_data_args, needs_plugin, staged_folder, write_export
+from .export import (
+    build_export_model, check_folder_target, export_data_args, needs_plugin, staged_folder, write_export)
 from .loading import PLUGIN_CONFIG_KEY
 from .results import EvalResults, read_eval_results
 
-__all__ = ['get_args_parser', 'publish', 'upload_export', 'main', 'run', 'DEFAULT_CARD_TEMPLATE']
+__all__ = ['get_args_parser', 'publish', 'check_upload_target', 'upload_export', 'main', 'run',
+           'DEFAULT_CARD_TEMPLATE']
 
 _logger = logging.getLogger(__name__)
 _BRANCHES = ('clean', 'adv')
@@ -79,10 +84,13 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    """What the arguments alone tell: something to do, and options that fit together."""
     if not args.repo_id and not args.local_dir:
         raise ValueError('Nothing to do: give --repo-id (upload) and/or --local-dir (folder).')
     if args.dry_run and not args.local_dir:
         raise ValueError('--dry-run writes the folder that would be uploaded: give --local-dir.')
+    if (args.private or args.revision) and not args.repo_id:
+        raise ValueError('--private and --revision apply to the Hub repository: give --repo-id.')
     if args.branch and args.inference_branch and args.branch != args.inference_branch:
         raise ValueError(f'--branch {args.branch} exports that branch; --inference-branch cannot be another one.')
     if args.repo_id:
@@ -144,6 +152,34 @@ def _card_facts(
     )
 
 
+def _hub_api() -> HfApi:
+    """A Hub client with the token in ``HF_TOKEN``.
+
+    Raises:
+        ValueError: ``HF_TOKEN`` is not set.
+    """
+    token = os.environ.get('HF_TOKEN')
+    if not token:
+        raise ValueError('Set HF_TOKEN (a write token from https://huggingface.co/settings/tokens) to upload.')
+    return HfApi(token=token)
+
+
+def check_upload_target(api: HfApi, repo_id: str, revision: Optional[str] = None, overwrite: bool = False) -> None:
+    """Refuse to upload into a Hub repository (branch) that already holds files, unless `overwrite`.
+
+    Raises:
+        FileExistsError: The repository already holds files and `overwrite` is not set.
+    """
+    if overwrite or not api.repo_exists(repo_id):
+        return
+    try:
+        existing = [f for f in api.list_repo_files(repo_id, revision=revision) if f != '.gitattributes']
+    except RevisionNotFoundError:
+        existing = []
+    if existing:
+        raise FileExistsError(f'hf-hub:{repo_id} already holds {len(existing)} files: pass --overwrite.')
+
+
 def upload_export(
         folder: Union[str, Path],
         repo_id: str,
@@ -160,17 +196,8 @@ def upload_export(
         ValueError: ``HF_TOKEN`` is not set.
         FileExistsError: The repository already holds files and `overwrite` is not set.
     """
-    token = os.environ.get('HF_TOKEN')
-    if not token:
-        raise ValueError('Set HF_TOKEN (a write token from https://huggingface.co/settings/tokens) to upload.')
-    api = HfApi(token=token)
-    if api.repo_exists(repo_id):
-        try:
-            existing = [f for f in api.list_repo_files(repo_id, revision=revision) if f != '.gitattributes']
-        except RevisionNotFoundError:
-            existing = []
-        if existing and not overwrite:
-            raise FileExistsError(f'hf-hub:{repo_id} already holds {len(existing)} files: pass --overwrite.')
+    api = _hub_api()
+    check_upload_target(api, repo_id, revision, overwrite)
     api.create_repo(repo_id, private=private, exist_ok=True)
     if revision:
         api.create_branch(repo_id, branch=revision, exist_ok=True)
@@ -183,10 +210,18 @@ def upload_export(
 def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     """Export, write the card, and write and/or upload the folder, as the parsed `args` say.
 
+    Checks come first, cheapest first, and nothing is written until all have passed: the arguments, the upload
+    token, the ``--local-dir`` target, the results, the checkpoint and the model built from it, then the Hub
+    repository (it may not hold files without ``--overwrite``).
+
     Returns:
         The Hub commit URL, or None when nothing was uploaded.
     """
     _check_args(args)
+    upload = bool(args.repo_id) and not args.dry_run
+    api = _hub_api() if upload else None
+    if args.local_dir:
+        check_folder_target(args.local_dir, args.overwrite)
     results = read_eval_results(args.results) if args.results else None
     if results is not None:
         _check_results(args, results)
@@ -197,13 +232,14 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     if results is not None:
         _check_results_model(results, source_arch, model.pretrained_cfg['architecture'])
     plugin_config = checkpoint.config.get(PLUGIN_CONFIG_KEY)
+    if api is not None:
+        check_upload_target(api, args.repo_id, args.revision, args.overwrite)
 
     def fill(folder: Path) -> None:
         config = write_export(model, folder, export_data_args(checkpoint.args), plugin_config)
         facts = _card_facts(args, checkpoint, model, source_arch, config, results)
         (folder / 'README.md').write_text(render_model_card(card_template, facts), encoding='utf-8')
 
-    upload = bool(args.repo_id) and not args.dry_run
     if args.local_dir:
         with staged_folder(args.local_dir, overwrite=args.overwrite) as stage:
             fill(stage)

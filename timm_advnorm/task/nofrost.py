@@ -24,5 +24,7 @@ class NofrostTask(MixedTask):
         if any(isinstance(m, _BatchNorm) for m in model.modules()):
             raise ValueError('NoFrost trains normalizer-free models; this model has batch norm '
                              '(use e.g. nf_resnet50 or one of the deep NF ResNets).')
+        if not 0.0 <= adv_weight <= 1.0:  # said here: the base class would name its clean weight, 1 - λ
+            raise ValueError(f'adv_weight (λ) must be in [0, 1], got {adv_weight}.')
         super().__init__(model, *args, alpha=1.0 - adv_weight, clean_ratio=1.0, **kwargs)
         self.adv_weight = adv_weight

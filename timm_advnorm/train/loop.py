@@ -1,9 +1,11 @@
-"""One training epoch and one validation pass, shared by every method (the loop never branches on the method)."""
+"""One training epoch and one validation pass, shared by every method (the loop never branches on the method), and
+the divergence guard: no optimizer step on a non-finite loss or gradient, no checkpoint of non-finite state."""
 import logging
+import math
 import time
 from collections import OrderedDict
 from contextlib import nullcontext
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -15,9 +17,49 @@ from ..attacks.base import Attack
 from ..layers.routing import route
 from ..task import AdversarialClassificationTask
 
-__all__ = ['Validation', 'eval_metric_for', 'metric_names', 'train_one_epoch', 'validate', 'validation_message']
+__all__ = ['DivergenceError', 'NonFiniteGuard', 'Validation', 'check_finite_state', 'eval_metric_for', 'metric_names',
+           'train_one_epoch', 'validate', 'validation_message']
 
 _logger = logging.getLogger(__name__)
+
+#: What a diverged run can change, said with every divergence error.
+_DIVERGENCE_HINT = 'lower --lr, clip gradients (--clip-grad) or skip such steps (--skip-nonfinite N)'
+
+
+class DivergenceError(ValueError):
+    """Training produced a non-finite loss, gradient or weight; the run stops before anything non-finite is saved.
+
+    A ValueError, so the commands report it as one line with exit status 2: the remedy is in the user's hands (a lower
+    learning rate, clipping), and the checkpoints already written hold the last finite weights.
+    """
+
+
+class NonFiniteGuard:
+    """What a training step with a non-finite loss or gradient does: by default the run stops at the first; with
+    `max_skips` the step is skipped (no optimizer step, BN statistics and EMA untouched, a warning logged) up to
+    `max_skips` times over the run, and the next one stops it.
+
+    Args:
+        max_skips: Non-finite steps to skip before stopping (``--skip-nonfinite``).
+    """
+
+    def __init__(self, max_skips: int = 0):
+        self.max_skips = max_skips
+        self.skipped = 0
+
+    def skip(self, problem: str) -> None:
+        """Count the step `problem` describes as skipped, or raise when the budget of skips is spent.
+
+        Raises:
+            DivergenceError: The step is over the budget.
+        """
+        if self.skipped >= self.max_skips:
+            skipped = f' after skipping {self.skipped} such step(s) (--skip-nonfinite {self.max_skips})' \
+                if self.max_skips else ''
+            raise DivergenceError(f'training diverged: {problem}{skipped}; {_DIVERGENCE_HINT}')
+        self.skipped += 1
+        _logger.warning('Skipped a training step (%d of at most %d, --skip-nonfinite): %s.', self.skipped,
+                        self.max_skips, problem)
 
 
 def _autocast(device: torch.device, dtype: Optional[torch.dtype]):
@@ -40,12 +82,22 @@ def train_one_epoch(
         before_forward: Optional[Callable[[], None]] = None,
         log_interval: int = 50,
         distributed: bool = False,
+        guard: Optional[NonFiniteGuard] = None,
 ) -> Dict[str, float]:
     """Train `task` for one epoch; returns the epoch's mean loss parts, learning rate and throughput.
 
+    Every step checks its loss parts and gradient norm for finiteness before the optimizer step, in one
+    synchronization with the device (the values are logged from the same transfer); `guard` says what a non-finite
+    step does (default: stop with `DivergenceError`).
+
     Args:
         before_forward: Called after ``model.train()``, e.g. to switch BN to running statistics.
+        guard: Non-finite step policy, shared by the epochs of a run (it counts the skipped steps).
+
+    Raises:
+        DivergenceError: A non-finite step the guard does not skip; the optimizer has not stepped on it.
     """
+    guard = guard or NonFiniteGuard()
     task.train()
     if before_forward is not None:
         before_forward()
@@ -58,23 +110,28 @@ def train_one_epoch(
         input, target = input.to(device), target.to(device)
         if channels_last:
             input = input.contiguous(memory_format=torch.channels_last)
+        buffers = _snapshot_buffers(task) if guard.max_skips else None
         optimizer.zero_grad(set_to_none=True)
         with _autocast(device, amp_dtype):
             result = task(input, target)
         result['loss'].backward()
         task.finalize_gradients()
-        if clip_grad is not None:
-            dispatch_clip_grad(task.get_clip_parameters(exclude_head='agc' in clip_mode), value=clip_grad,
-                               mode=clip_mode)
-        optimizer.step()
-        task.update_ema(step=num_updates)
+        losses, grad_norm = _step_values(_logged_losses(result), _clip_and_measure(task, clip_grad, clip_mode),
+                                         distributed)
+        problem = _nonfinite_problem({**losses, 'grad_norm': grad_norm})
+        for key, value in losses.items():
+            meter = meters.setdefault(key, AverageMeter())
+            if problem is None:
+                meter.update(value, input.shape[0])
+        if problem is None:
+            optimizer.step()
+            task.update_ema(step=num_updates)
+            images += input.shape[0]
+        else:
+            guard.skip(f'{problem} at epoch {epoch}, batch {batch_idx + 1}/{num_batches} '
+                       f'(lr {optimizer.param_groups[0]["lr"]:.3g})')
+            _restore_buffers(task, buffers)
         num_updates += 1
-        images += input.shape[0]
-        for key, value in _logged_losses(result).items():
-            value = value.detach().float()
-            if distributed:
-                value = reduce_tensor(value, dist.get_world_size())
-            meters.setdefault(key, AverageMeter()).update(value.item(), input.shape[0])
         if lr_scheduler is not None:
             lr_scheduler.step_update(num_updates=num_updates)
         if log_interval and (batch_idx % log_interval == 0 or batch_idx == num_batches - 1):
@@ -82,11 +139,104 @@ def train_one_epoch(
             _logger.info(f'Train: {epoch} [{batch_idx + 1}/{num_batches}] {parts} '
                          f'lr: {optimizer.param_groups[0]["lr"]:.3g}')
     elapsed = time.perf_counter() - start
-    metrics = OrderedDict((k, m.avg) for k, m in meters.items())
+    # an epoch whose steps were all skipped has no loss to report: NaN, not the meters' initial 0
+    metrics = OrderedDict((k, m.avg if m.count else float('nan')) for k, m in meters.items())
     metrics['lr'] = optimizer.param_groups[0]['lr']
     metrics['images_per_sec'] = images / max(elapsed, 1e-9)
     metrics['passes_per_image'] = task.passes_per_image
     return metrics
+
+
+def _grad_norm(parameters: Iterable[nn.Parameter]) -> torch.Tensor:
+    """The 2-norm of all gradients together, as a tensor (no synchronization): one fused kernel per device and
+    dtype, as `torch.nn.utils.clip_grad_norm_` computes it."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+
+def _clip_and_measure(task: AdversarialClassificationTask, clip_grad: Optional[float], clip_mode: str) -> torch.Tensor:
+    """Clip the gradients as asked; returns their norm before clipping (a clipped NaN or Inf could look finite).
+
+    Clipping by norm computes that norm anyway: it is reused rather than computed twice.
+    """
+    if clip_grad is not None and clip_mode == 'norm':
+        return torch.nn.utils.clip_grad_norm_(task.get_clip_parameters(), clip_grad)
+    norm = _grad_norm(task.get_clip_parameters())
+    if clip_grad is not None:
+        dispatch_clip_grad(task.get_clip_parameters(exclude_head='agc' in clip_mode), value=clip_grad, mode=clip_mode)
+    return norm
+
+
+def _step_values(losses: Dict[str, torch.Tensor], grad_norm: torch.Tensor,
+                 distributed: bool) -> Tuple[Dict[str, float], float]:
+    """The step's loss parts (averaged over ranks) and gradient norm as numbers, in one transfer from the device.
+
+    Averaging over ranks spreads a non-finite value of any rank to all of them, so every rank takes the same
+    decision about the step.
+    """
+    stacked = torch.stack([value.detach().float() for value in losses.values()] + [grad_norm.detach().float()])
+    if distributed:
+        stacked = reduce_tensor(stacked, dist.get_world_size())
+    *values, norm = stacked.tolist()
+    return dict(zip(losses, values)), norm
+
+
+def _nonfinite_problem(values: Dict[str, float]) -> Optional[str]:
+    """What is not finite among a step's values, in words (``non-finite loss (nan), grad_norm (inf)``); None if all
+    are finite."""
+    bad = [f'{name} ({value})' for name, value in values.items() if not math.isfinite(value)]
+    return f'non-finite {", ".join(bad)}' if bad else None
+
+
+def _snapshot_buffers(task: AdversarialClassificationTask) -> List[torch.Tensor]:
+    """Copies of the model's buffers (BN running statistics and counters) before a step that may be skipped: the
+    forward of a non-finite step has already folded its activations into them."""
+    return [buffer.clone() for buffer in unwrap_model(task.trainable_module).buffers()]
+
+
+def _restore_buffers(task: AdversarialClassificationTask, saved: List[torch.Tensor]) -> None:
+    """Put back the buffers `_snapshot_buffers` copied."""
+    with torch.no_grad():
+        for buffer, value in zip(unwrap_model(task.trainable_module).buffers(), saved):
+            buffer.copy_(value)
+
+
+def _named_tensors(state: Any, prefix: str = '') -> Iterator[Tuple[str, torch.Tensor]]:
+    """The floating-point tensors of a checkpoint's state (nested dicts and lists), named by their path."""
+    if torch.is_tensor(state):
+        if state.is_floating_point() or state.is_complex():
+            yield prefix, state
+    elif isinstance(state, dict):
+        for key, value in state.items():
+            yield from _named_tensors(value, f'{prefix}.{key}' if prefix else str(key))
+    elif isinstance(state, (list, tuple)):
+        for index, value in enumerate(state):
+            yield from _named_tensors(value, f'{prefix}.{index}')
+
+
+def check_finite_state(task: AdversarialClassificationTask, optimizer: torch.optim.Optimizer, epoch: int,
+                       distributed: bool = False) -> None:
+    """Check that what a checkpoint would hold (weights and buffers of the model and its EMA, the optimizer state)
+    is finite, before it is validated and saved.
+
+    Finite steps can still end in non-finite weights (an update that overflows); a checkpoint of them would be
+    ranked like any other and resumed into NaN. Once per epoch, so the per-tensor checks cost nothing noticeable.
+
+    Raises:
+        DivergenceError: Some tensor, on some rank, is not finite.
+    """
+    state = {**task.get_checkpoint_state(), **task.get_checkpoint_state(ema=True), 'optimizer': optimizer.state_dict()}
+    named = list(_named_tensors(state))
+    device = named[0][1].device
+    finite = torch.stack([torch.isfinite(tensor).all().to(device) for _, tensor in named])
+    bad = (~finite).sum()
+    if distributed:
+        dist.all_reduce(bad)
+    if bad.item():
+        local = [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
+        where = ', '.join(local[:3]) + (f' and {len(local) - 3} more' if len(local) > 3 else '') if local \
+            else 'tensors of another process'
+        raise DivergenceError(f'training diverged: non-finite {where} after epoch {epoch}; {_DIVERGENCE_HINT}')
 
 
 def _logged_losses(result: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:

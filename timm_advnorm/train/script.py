@@ -5,10 +5,16 @@ Single process:  timm-advnorm-train -c digits_demo_mbn   (or python train_adv.py
 Many processes:  torchrun --nproc_per_node=8 -m timm_advnorm.train -c xie2020_mbn_resnet152 --data-dir /imagenet
 
 Each epoch validates clean and robust (PGD) top-1 — on the branches the method trains — and appends them, with
-the method's cost in forward+backward passes per image, to ``summary.csv`` in the run folder. Checkpoints are
-written atomically by timm's `CheckpointSaver`.
+the method's cost in forward+backward passes per image, to ``summary.csv`` in the run folder, after the epoch's
+checkpoint (written atomically by timm's `CheckpointSaver`), so that every row has its checkpoint.
+
+Every argument is checked before the run folder is made. A non-finite loss or gradient stops the run (or, with
+``--skip-nonfinite N``, skips up to N such steps) and no checkpoint ever holds non-finite weights: ``last`` and
+``model_best`` stay the last good ones, to resume from.
 """
 import argparse
+import contextlib
+import itertools
 import logging
 import os
 import sys
@@ -21,24 +27,26 @@ from timm.data import Mixup, create_dataset, create_loader, create_transform, re
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.task import load_task_ema_checkpoint, resume_task_checkpoint
-from timm.utils import CheckpointSaver, get_outdir, init_distributed_device, random_seed, setup_default_logging
-from timm.utils import update_summary
+from timm.utils import CheckpointSaver, init_distributed_device, random_seed, setup_default_logging, update_summary
 from timm.utils.checkpoint_saver import load_checkpoint_metadata
+from timm.utils.distributed import is_distributed_env
 from timm.utils.summary import trim_summary
 from torch.utils.data import DataLoader
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace, create_attack
-from ..cli import check_pretrained_option, run_cli
+from ..cli import check_pretrained_option, one_line, run_cli
 from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
+from ..hub.checkpoint import check_checkpoint_file
 from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_inference_branch
 from ..task import create_task, running_stats_active, use_running_statistics
 from .args import parse_args
-from .loop import eval_metric_for, metric_names, train_one_epoch, validate, validation_message
+from .loop import (DivergenceError, NonFiniteGuard, check_finite_state, eval_metric_for, metric_names, train_one_epoch,
+                   validate, validation_message)
 
-__all__ = ['main', 'epoch_schedule', 'run']
+__all__ = ['main', 'epoch_schedule', 'new_run_folder', 'run']
 
 _logger = logging.getLogger('train_adv')
 
@@ -81,24 +89,17 @@ def _val_attack(args, space: InputSpace, amp_dtype):
 
 
 def _check_args(args) -> None:
-    if args.batch_size < 1 or args.epochs < 1:
-        raise ValueError('--batch-size and --epochs must be positive.')
-    if args.attack_eps < 0 or args.attack_step <= 0 or args.attack_steps < 1:
-        raise ValueError('--attack-eps must be >= 0, --attack-step > 0 and --attack-steps >= 1.')
-    if args.running_stats_epochs < 0 or args.running_stats_epochs > args.epochs:
+    """Checks between arguments (each numeric argument's own range is its parser type's)."""
+    if args.running_stats_epochs > args.epochs:
         raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
-    if args.img_size is not None and args.img_size < 1:
-        raise ValueError('--img-size must be positive.')
-    if args.checkpoint_hist < 1:
-        raise ValueError('--checkpoint-hist must be >= 1.')
-    if not 0.0 <= args.smoothing < 1.0:
-        raise ValueError('--smoothing must be in [0, 1).')
-    if args.model_ema and not 0.0 < args.model_ema_decay < 1.0:
-        raise ValueError('--model-ema-decay must be in (0, 1).')
+    if args.scale[0] > args.scale[1]:
+        raise ValueError(f'--scale is a range: its lower bound {args.scale[0]} is above its upper {args.scale[1]}.')
     if args.method == 'fast_advprop' and args.attack_norm != 'linf':
         raise ValueError("Fast AdvProp's attack is L-inf PGD (its released code): --attack-norm l2 does not apply.")
     if args.resume and not os.path.isfile(args.resume):
         raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
+    if args.resume:  # timm's loader would blame the serialisation format for a damaged file
+        check_checkpoint_file(args.resume)
 
 
 # Arguments a resumed run must share with its checkpoint: another value trains something else under the same run
@@ -120,13 +121,39 @@ def _check_resume_args(args, checkpoint_args: dict) -> None:
                         "checkpoint's).", ', '.join(changed))
 
 
+def _resolve_device(name: Optional[str]) -> str:
+    """The device to train on (default: cuda when available, else cpu), checked before anything is built: timm
+    asserts on a CUDA device it cannot use, and torch fails on a missing one only when the model moves there."""
+    if name is None:
+        return 'cuda' if torch.cuda.is_available() else 'cpu'
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise ValueError(f'--device {name}: not a device ({one_line(e)})') from e
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f'--device {name}: no CUDA device is available here (torch.cuda.is_available() is False); '
+                         f'use --device cpu')
+    # under torchrun timm replaces the index by the process's local rank
+    if device.type == 'cuda' and device.index is not None and not is_distributed_env() \
+            and device.index >= torch.cuda.device_count():
+        raise ValueError(f'--device {name}: there are {torch.cuda.device_count()} CUDA device(s), numbered from 0')
+    return name
+
+
 def _data_roots(dataset_name: str, root, args) -> Tuple[Optional[str], Optional[str], bool]:
     """Train and validation roots, and whether timm should search them for the split.
 
-    For an image folder both split folders must exist: timm would otherwise fall back to the root for both, and
-    validate on the training images.
+    For an image folder the root and both split folders must exist: timm asserts on a missing root, and would fall
+    back to the root for a missing split, validating on the training images. A root that is a file (an archive)
+    goes to timm's reader as it is.
     """
-    if root is None or not is_folder_dataset(dataset_name) or not Path(root).is_dir():
+    if not is_folder_dataset(dataset_name):
+        return root, root, True
+    if root is None or not Path(root).exists():
+        what = f'{root} does not exist' if root else 'is required'
+        raise ValueError(f'--data-dir {what}: --dataset {args.dataset!r} reads images from a folder (with '
+                         f'{args.train_split}/ and {args.val_split}/ split folders)')
+    if not Path(root).is_dir():
         return root, root, True
     return str(split_folder(Path(root), args.train_split)), str(split_folder(Path(root), args.val_split)), False
 
@@ -160,20 +187,78 @@ def epoch_schedule(args, passes_per_image: float) -> Tuple[int, List[int], int]:
     return epochs, [scaled(m) for m in milestones], min(epochs, scaled(running)) if running else 0
 
 
-def _run_folder(args, args_text: str, start_epoch: int) -> str:
-    """The run folder: a new one under ``--output``, or, when resuming, the checkpoint's own, whose ``args.yaml``
-    is kept (the resumed run's arguments go beside it, named by the epoch it resumes at)."""
+def _check_steps(args, steps_per_epoch: int, train_images: int, batch_size: int, start_epoch: int,
+                 epochs: int) -> None:
+    """Refuse a run that would make no optimizer step: it would exit successfully with nothing trained."""
+    if steps_per_epoch == 0:
+        raise ValueError(f'the training split has {train_images} image(s) for {args.world_size} process(es), fewer '
+                         f'than one batch of {batch_size} (training drops the last partial batch): no step would be '
+                         f'made; lower --batch-size or add images')
+    if start_epoch >= epochs:
+        raise ValueError(f'--resume {args.resume} ends at epoch {start_epoch - 1}, the last of {epochs} epochs: '
+                         f'nothing is left to train; raise --epochs')
+
+
+# The partial file timm's `CheckpointSaver` writes each checkpoint to before renaming it.
+_PARTIAL_CHECKPOINT = 'tmp.pth.tar'
+
+
+def new_run_folder(root: str, name: str) -> str:
+    """Make and return a new folder `root`/`name`, or `name`-1, -2, ... when taken (as timm's `get_outdir`).
+
+    Each name is claimed with an exclusive ``mkdir``, so runs started at the same moment never share a folder: timm
+    tests, then creates, and the loser of that race fails after its whole set-up.
+    """
+    os.makedirs(root, exist_ok=True)
+    for count in itertools.count():
+        path = os.path.join(root, name if count == 0 else f'{name}-{count}')
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+
+
+def _open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
+    """The run folder and the name of the arguments file written in it: a new folder under ``--output``, or, when
+    resuming, the checkpoint's own, whose ``args.yaml`` is kept (the resumed run's arguments go beside it, named by
+    the epoch it resumes at) and whose partial checkpoint, left by a run killed while saving, is removed."""
     if args.resume:
         output_dir = os.path.dirname(os.path.abspath(args.resume))
         args_file = 'args.yaml' if not os.path.exists(os.path.join(output_dir, 'args.yaml')) else \
             f'args-resumed-epoch{start_epoch}.yaml'
+        partial = os.path.join(output_dir, _PARTIAL_CHECKPOINT)
+        if os.path.exists(partial):
+            os.remove(partial)
+            _logger.info(f'Removed {partial}, a checkpoint whose writing was interrupted.')
     else:
-        output_dir = get_outdir(args.output, args.experiment or f'{args.model.replace("/", "_")}-{args.method}',
-                                inc=True)
+        output_dir = new_run_folder(args.output, args.experiment or f'{args.model.replace("/", "_")}-{args.method}')
         args_file = 'args.yaml'
     with open(os.path.join(output_dir, args_file), 'w') as f:
         f.write(args_text)
-    return output_dir
+    return output_dir, args_file
+
+
+def _discard_unsaved_run(output_dir: str, args_file: str, made_folder: bool) -> None:
+    """Remove what a run that failed before saving any checkpoint wrote: its arguments file and, when the run made
+    the folder, the folder. A folder of arguments alone only hides the runs that trained.
+
+    Best effort: this runs while another error is on its way to the user.
+    """
+    with contextlib.suppress(OSError):
+        os.remove(os.path.join(output_dir, args_file))
+        if made_folder:
+            os.rmdir(output_dir)  # fails, keeping it, if anything else is in it
+            _logger.info(f'Removed {output_dir}: the run failed before its first checkpoint.')
+
+
+def _kept_checkpoints(output_dir: str) -> str:
+    """What a diverged run leaves to resume from, for its error line."""
+    last = os.path.join(output_dir, 'last.pth.tar')
+    if not os.path.exists(last):
+        return 'no checkpoint was written'
+    return (f'{last} holds the last finite weights (model_best.pth.tar beside it the best): resume from it, with '
+            f'--no-resume-opt for a new --lr (the optimizer state carries the learning rate)')
 
 
 def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
@@ -181,12 +266,13 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     setup_default_logging()
     args, args_text = parse_args(argv, prog=prog)
     _check_args(args)
-    args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    args.device = _resolve_device(args.device)
     device = init_distributed_device(args)
     random_seed(args.seed, args.rank)
     amp_dtype = torch.bfloat16 if args.amp else None
 
     dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size or 32)
+    train_root, val_root, search = _data_roots(dataset_name, root, args)
     num_classes = args.num_classes or (DIGITS_NUM_CLASSES if args.dataset == 'digits' else None)
     if num_classes is None:
         raise ValueError('--num-classes is required for datasets other than digits.')
@@ -255,7 +341,6 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     if mixup_fn is not None and mixed_rows % 2:
         raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '
                          f'(change --batch-size).')
-    train_root, val_root, search = _data_roots(dataset_name, root, args)
     train_set = create_dataset(dataset_name, root=train_root, split=args.train_split, search_split=search,
                                is_training=True, batch_size=batch_size)
     val_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
@@ -269,6 +354,7 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
                   use_prefetcher=False, persistent_workers=False)
     loader_train = create_loader(train_set, batch_size=batch_size, is_training=True, no_aug=args.no_aug,
                                  scale=args.scale, hflip=args.hflip, **common)
+    _check_steps(args, len(loader_train), len(train_set), batch_size, start_epoch, epochs)
     val_batch_size = args.validation_batch_size or args.batch_size
     loader_val = create_loader(val_set, batch_size=val_batch_size, **common)
     loader_robust = loader_val
@@ -299,42 +385,56 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
                          f'(what --method {args.method} validates).')
     saver = output_dir = None
     if args.rank == 0:
-        output_dir = _run_folder(args, args_text, start_epoch)
-        saver = CheckpointSaver(model=model, optimizer=optimizer, args=args, task=task, checkpoint_dir=output_dir,
-                                recovery_dir=output_dir, decreasing=False, max_history=args.checkpoint_hist)
-        if args.resume:  # ranked checkpoints and summary rows of the resumed run, up to the resumed epoch
-            saver.load_state_dict_from_checkpoint(args.resume)
-            trim_summary(os.path.join(output_dir, 'summary.csv'), start_epoch)
-        _logger.info(f'{args.method}: {task.passes_per_image:g} forward+backward passes per image, '
-                     f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget), validating the '
-                     f'{" and ".join(branches)} branch{"es" if len(branches) > 1 else ""}, checkpoints ranked by '
-                     f'{args.eval_metric}; run in {output_dir}')
-
-    for epoch in range(start_epoch, epochs):
-        if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
-            loader_train.sampler.set_epoch(epoch)
-        running = running_stats_active(epoch, epochs, running_stats_epochs)
-        train_metrics = train_one_epoch(
-            epoch, task, loader_train, optimizer, device, lr_scheduler=scheduler, amp_dtype=amp_dtype,
-            clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
-            before_forward=(lambda: use_running_statistics(model)) if running else None,
-            log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed)
-        train_metrics['running_stats'] = float(running)
-        validation = validate(model, loader_val, device, val_attack, robust_loader=loader_robust,
-                              branches=branches, amp_dtype=amp_dtype,
-                              channels_last=args.channels_last, distributed=args.distributed)
-        eval_metrics = validation.metrics
-        if task.has_ema():
-            ema = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
-                           robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype,
-                           channels_last=args.channels_last, distributed=args.distributed)
-            eval_metrics.update((f'ema_{k}', v) for k, v in ema.metrics.items())
-        scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
+        output_dir, args_file = _open_run_folder(args, args_text, start_epoch)
+    saving = False  # whether this run has begun to write a checkpoint
+    try:
         if args.rank == 0:
-            _logger.info('Validation: ' + validation_message(eval_metrics, validation.robust_samples))
-            update_summary(epoch, train_metrics, eval_metrics, os.path.join(output_dir, 'summary.csv'),
-                           lr=train_metrics.pop('lr'))
-            saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric])
+            saver = CheckpointSaver(model=model, optimizer=optimizer, args=args, task=task, checkpoint_dir=output_dir,
+                                    recovery_dir=output_dir, decreasing=False, max_history=args.checkpoint_hist)
+            if args.resume:  # ranked checkpoints and summary rows of the resumed run, up to the resumed epoch
+                saver.load_state_dict_from_checkpoint(args.resume)
+                trim_summary(os.path.join(output_dir, 'summary.csv'), start_epoch)
+            _logger.info(f'{args.method}: {task.passes_per_image:g} forward+backward passes per image, '
+                         f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget), validating the '
+                         f'{" and ".join(branches)} branch{"es" if len(branches) > 1 else ""}, checkpoints ranked by '
+                         f'{args.eval_metric}; run in {output_dir}')
+
+        guard = NonFiniteGuard(args.skip_nonfinite)
+        for epoch in range(start_epoch, epochs):
+            if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
+                loader_train.sampler.set_epoch(epoch)
+            running = running_stats_active(epoch, epochs, running_stats_epochs)
+            train_metrics = train_one_epoch(
+                epoch, task, loader_train, optimizer, device, lr_scheduler=scheduler, amp_dtype=amp_dtype,
+                clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
+                before_forward=(lambda: use_running_statistics(model)) if running else None,
+                log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed, guard=guard)
+            train_metrics['running_stats'] = float(running)
+            # before validation, which changes no weight: what is validated is what is saved
+            check_finite_state(task, optimizer, epoch, distributed=args.distributed)
+            validation = validate(model, loader_val, device, val_attack, robust_loader=loader_robust,
+                                  branches=branches, amp_dtype=amp_dtype,
+                                  channels_last=args.channels_last, distributed=args.distributed)
+            eval_metrics = validation.metrics
+            if task.has_ema():
+                ema = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
+                               robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype,
+                               channels_last=args.channels_last, distributed=args.distributed)
+                eval_metrics.update((f'ema_{k}', v) for k, v in ema.metrics.items())
+            scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
+            if args.rank == 0:
+                _logger.info('Validation: ' + validation_message(eval_metrics, validation.robust_samples))
+                saving = True  # from here the folder holds a checkpoint, or a partial one the next resume removes
+                saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric])
+                # after the checkpoint: a run killed while saving leaves no row without its checkpoint
+                update_summary(epoch, train_metrics, eval_metrics, os.path.join(output_dir, 'summary.csv'),
+                               lr=train_metrics.pop('lr'))
+    except BaseException as e:
+        if args.rank == 0 and not saving:
+            _discard_unsaved_run(output_dir, args_file, made_folder=not args.resume)
+        if isinstance(e, DivergenceError) and args.rank == 0:
+            raise DivergenceError(f'{e}; {_kept_checkpoints(output_dir)}') from e
+        raise
     if args.rank == 0 and saver.best_metric is not None:
         _logger.info(f'*** Best {args.eval_metric}: {saver.best_metric:.2f} (epoch {saver.best_epoch}); '
                      f'run in {output_dir}')
