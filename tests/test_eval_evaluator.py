@@ -165,17 +165,17 @@ def test_readable_subset_finds_unreadable_images_and_replaces_them_in_seeded_ord
         path.parent.mkdir(exist_ok=True)
         Image.new('RGB', (4, 4), (i, 0, 0)).save(path)
     dataset = ImageDataset(str(tmp_path))
-    assert readable_subset(dataset, 8, 0, skip_unreadable=True) == (seeded_subset(20, 8, 0), {})
     order = seeded_subset(20, 0, seed=0)
+    assert readable_subset(dataset, order, 8, skip_unreadable=True) == (seeded_subset(20, 8, 0), {})
     bad = order[:2] + order[9:10]  # two in the subset of 8, one among the images that replace them
     for index in bad:
         Path(dataset.filename(index, absolute=True)).write_bytes(b'\x89PNG\r\n\x1a\n cut')
     found = find_unreadable(dataset, range(20))
     assert sorted(found) == sorted(bad) and all(found[i][0] == dataset.filename(i) and found[i][1] for i in bad)
-    assert readable_subset(dataset, 8, 0, skip_unreadable=False) == (order[:8], {i: found[i] for i in bad[:2]})
-    assert readable_subset(dataset, 8, 0, skip_unreadable=True) == (
+    assert readable_subset(dataset, order, 8, skip_unreadable=False) == (order[:8], {i: found[i] for i in bad[:2]})
+    assert readable_subset(dataset, order, 8, skip_unreadable=True) == (
         [i for i in order if i not in bad][:8], {i: found[i] for i in bad})
-    assert readable_subset(dataset, 0, 0, skip_unreadable=True)[0] == [i for i in order if i not in bad]
+    assert readable_subset(dataset, order, 0, skip_unreadable=True)[0] == [i for i in order if i not in bad]
     assert find_unreadable(TensorDataset(torch.zeros(3, 1)), [0, 1]) == {}  # it raises on a bad sample itself
 
 
@@ -240,3 +240,29 @@ def test_the_fp32_reference_attack_starts_where_the_checked_one_did(model, data,
     for column in ('correct', 'pred', 'linf'):
         np.testing.assert_array_equal(table.column('model', f'amp-fp32/{checked}', column),
                                       table.column('model', checked, column))
+
+
+def _imagenet_like_folder(root: Path, files) -> None:
+    """Tiny images at the given ``<wnid>/<file>`` names of an ImageNet validation folder."""
+    from PIL import Image
+    for i, name in enumerate(files):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new('RGB', (8, 8), (i * 40 % 256, 0, 0)).save(path, format='PNG')
+
+
+def test_the_robustbench_subset_takes_its_first_images_in_list_order(tmp_path):
+    from timm.data import ImageDataset
+
+    from timm_advnorm.eval.subsets import named_subset_order, subset_files
+
+    listed = subset_files('robustbench')
+    assert len(listed) == len(set(listed)) == 5000 and listed[0] == 'n09468604/ILSVRC2012_val_00015253.JPEG'
+    _imagenet_like_folder(tmp_path, listed[:4] + ['n01440764/ILSVRC2012_val_00000001.JPEG'])  # one not listed
+    dataset = ImageDataset(str(tmp_path))
+    order = named_subset_order(dataset, 'robustbench', num_samples=3)
+    assert [dataset.filename(i) for i in order] == listed[:4]  # the first 3, then what can replace them
+    with pytest.raises(ValueError, match='4996 of the 5000 images of --subset robustbench are not in'):
+        named_subset_order(dataset, 'robustbench')
+    with pytest.raises(ValueError, match='1 of the 5 images'):
+        named_subset_order(dataset, 'robustbench', num_samples=5)

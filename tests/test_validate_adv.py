@@ -506,3 +506,28 @@ def test_a_published_model_reproduces_its_card_when_loaded_from_the_hub(digits_d
     loaded = _results(tmp_path / 'loaded')
     assert loaded['inference_branch'] == 'adv' and loaded['primary_variant'] == 'adv'
     assert loaded['robust_top1'] == pytest.approx(robust_adv[0], abs=0.01)
+
+
+def test_robustbench_subset_and_model_info_fields(tmp_path):
+    """--subset robustbench evaluates the first N images of RobustBench's list and writes the result in the fields of
+    RobustBench's model_info JSON, saying what ran."""
+    from PIL import Image
+
+    from timm_advnorm.eval.subsets import subset_files
+
+    for i, name in enumerate(subset_files('robustbench')[:3]):
+        path = tmp_path / 'imagenet' / 'val' / name
+        path.parent.mkdir(parents=True)
+        Image.new('RGB', (40, 40), (60 * i, 30, 200)).save(path, format='PNG')
+    argv = ['--model', 'test_resnet', '--num-classes', '10', '--data-dir', tmp_path / 'imagenet', '--val-split', 'val',
+            '--subset', 'robustbench', '--num-samples', 3, '--protocol', 'robustbench', '--reduced', '-j', 0,
+            '--sanity-samples', 0, '--no-progress', '--results-file', tmp_path / 'rb.json']
+    assert _run([str(a) for a in argv]) == 0
+    results = json.loads((tmp_path / 'rb.json').read_text())
+    assert results['subset'] == 'robustbench' and results['num_samples'] == 3
+    info = results['robustbench_model_info']
+    assert {'link', 'name', 'authors', 'additional_data', 'number_forward_passes', 'dataset', 'venue', 'architecture',
+            'eps', 'clean_acc', 'reported', 'autoattack_acc'} <= set(info)
+    assert info['dataset'] == 'imagenet' and info['eps'] == '4/255' and info['architecture'] == 'test_resnet'
+    assert info['clean_acc'] == results['top1'] and info['autoattack_acc'] == results['robust_top1']
+    assert "first 3 of RobustBench's ImageNet list" in info['footnote'] and 'reduced budgets' in info['footnote']

@@ -142,23 +142,24 @@ def find_unreadable(dataset: Dataset, indices: Sequence[int], workers: int = 0) 
     return {index: (str(dataset.filename(index)), error) for batch in loader for index, error in batch if error}
 
 
-def readable_subset(dataset: Dataset, num_samples: int, seed: int, skip_unreadable: bool,
+def readable_subset(dataset: Dataset, order: Sequence[int], num_samples: int, skip_unreadable: bool,
                     workers: int = 0) -> Tuple[List[int], Dict[int, Tuple[str, str]]]:
-    """The seeded subset (`seeded_subset`) with its unreadable images found (`find_unreadable`).
+    """The first `num_samples` images of `order` (the seeded order, `seeded_subset`, or a named subset's list) with
+    their unreadable images found (`find_unreadable`).
 
     Args:
         dataset: The dataset.
-        num_samples: Size of the subset (0: the whole dataset).
-        seed: Seed of the draw.
-        skip_unreadable: Replace unreadable images by the next readable ones of the seeded order, so that the subset
-            keeps its size while there are images left (a subset without bad files is the plain seeded subset).
+        order: Dataset indices in the order they are taken.
+        num_samples: Size of the subset (0: all of `order`).
+        skip_unreadable: Replace unreadable images by the next readable ones of `order`, so that the subset keeps its
+            size while there are images left (a subset without bad files is the plain prefix of `order`).
             Otherwise the subset is returned as drawn, for the caller to refuse its bad files.
         workers: Loader processes decoding the images.
 
     Returns:
         The indices to evaluate, and the unreadable images found, ``{index: (file name, reason)}``.
     """
-    order = seeded_subset(len(dataset), 0, seed)
+    order = list(order)
     wanted = min(num_samples or len(order), len(order))
     chosen, unreadable, checked = [], {}, 0
     while len(chosen) < wanted and checked < len(order):

@@ -40,7 +40,7 @@ from ..cli import ArgumentParser, add_hidden_alias, check_pretrained_option, one
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import explicit_preprocessing
 from .bn_stats import collect_bn_stats, summarize_bn_stats
-from .data import IndexedSubset, readable_subset, shard_range
+from .data import IndexedSubset, readable_subset, seeded_subset, shard_range
 from .distributed import (
     DistributedInfo, cleanup_distributed, gather_records, init_distributed, primary_first)
 from .evaluator import RobustEvaluator, show_progress
@@ -53,6 +53,7 @@ from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .sanity import run_sanity_checks, summarize_checks
 from .stages import EvalContext
 from .state import EvalState, check_state_path
+from .subsets import SUBSETS, named_subset_order, robustbench_model_info
 from .summary import amp_report, attack_title, results_warnings, summarize_variant
 from .variants import INTERPOLATIONS, Variant, model_variants
 from ..hub import create_model_from_name_or_checkpoint, split_source
@@ -87,6 +88,10 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--class-map', default='', metavar='FILENAME', help='Class map file for folder datasets.')
     group.add_argument('--num-samples', type=int, default=0, metavar='N',
                        help='Size of the seeded evaluation subset (0: the whole split).')
+    group.add_argument('--subset', default=None, choices=list(SUBSETS),
+                       help='Evaluate a fixed list of images instead of a seeded draw: robustbench = the 5000 ImageNet '
+                            'validation images of RobustBench\'s leaderboard, in its order (--num-samples N takes its '
+                            'first N, as RobustBench does).')
     group.add_argument('--seed', type=int, default=42, metavar='S', help='Seed of the subset, targets and attacks.')
     group.add_argument('--skip-bad-images', action='store_true',
                        help='The subset\'s images are decoded before the evaluation; a file that fails (corrupt, '
@@ -430,7 +435,8 @@ def select_subset(args: argparse.Namespace, dataset: Dataset) -> Tuple[List[int]
     Raises:
         ValueError: Unreadable images without ``--skip-bad-images``, or no readable image at all.
     """
-    indices, unreadable = readable_subset(dataset, args.num_samples, args.seed, args.skip_bad_images, args.workers)
+    order = named_subset_order(dataset, args.subset, args.num_samples) if args.subset else seeded_subset(len(dataset), 0, args.seed)
+    indices, unreadable = readable_subset(dataset, order, args.num_samples, args.skip_bad_images, args.workers)
     named = [f'{name} ({error})' for name, error in unreadable.values()]
     listed = ', '.join(named[:_LISTED_FILES]) + (f' and {len(named) - _LISTED_FILES} more'
                                                   if len(named) > _LISTED_FILES else '')
@@ -585,7 +591,8 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     primary = next((s for s in summaries if s['kind'] in (inference_branch, 'model')), summaries[0])
     results = dict(
         model=model_name, checkpoint=args.checkpoint, dataset=args.dataset or 'folder', split=args.val_split,
-        num_samples=len(indices), skipped_images=skipped, seed=args.seed, img_size=data_config['input_size'][-1],
+        num_samples=len(indices), subset=args.subset, skipped_images=skipped, seed=args.seed,
+        img_size=data_config['input_size'][-1],
         data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
         preprocessing=preprocessing, protocol=protocol.to_dict(), amp=args.amp_dtype if args.amp else None,
         world_size=dist_info.world_size,
@@ -600,6 +607,7 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
         images_per_second=round(len(indices) * len(variants) / max(eval_seconds, 1e-9), 3),
         total_seconds=round(time.perf_counter() - started, 3),
     )
+    results['robustbench_model_info'] = robustbench_model_info(results, model.pretrained_cfg or {})
     results = dict(warnings=results_warnings(results), **results)
     outputs = _write_outputs(args, results, bn_stats, _results_paths(args.results_file))
     _log_summary(results)

@@ -16,11 +16,12 @@ export's ``config.json``, or of the model config a training checkpoint carries):
 """
 import logging
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import timm
 import torch
 import torch.nn as nn
+from huggingface_hub.errors import EntryNotFoundError
 from timm.models import get_pretrained_cfg
 
 from ..layers import ADV_BN_KEY, branch_state_dict, has_mixture_bn, mixture_bn_modules
@@ -210,6 +211,24 @@ def _check_registered(model_name: str) -> None:
                          f'are; this plugin registers its own on import timm_advnorm).')
 
 
+def _hub_weights_file(model_name: str) -> Optional[Tuple[str, str]]:
+    """``(repo_id, filename)`` of a registry name's pretrained weights on the Hugging Face Hub; None elsewhere."""
+    if split_source(model_name)[0] != 'path':
+        return None
+    cfg = get_pretrained_cfg(model_name)
+    if cfg is None or not cfg.hf_hub_id:
+        return None
+    return cfg.hf_hub_id, cfg.hf_hub_filename or 'pytorch_model.bin'
+
+
+def _unreachable_weights_message(model_name: str, repo_id: str, filename: str, error: BaseException) -> str:
+    """Why `model_name`'s weights could not be fetched, and how to put them in the cache of an offline machine."""
+    reason = ' '.join(str(error).split())[:200] or type(error).__name__
+    return (f'{model_name}: cannot get {filename} of hf-hub:{repo_id} ({reason}). On a machine with network, '
+            f'`hf download {repo_id} {filename}` fills the Hugging Face cache ($HF_HOME/hub); copy it here and '
+            f'run with HF_HUB_OFFLINE=1.')
+
+
 def has_pretrained_weights(model_name: str) -> bool:
     """Whether ``pretrained=True`` can load weights for `model_name`: an ``hf-hub:``/``local-dir:`` name always names
     weights; a registry name (optionally ``.tag``) only when timm registers a file, URL or Hub id for it."""
@@ -315,7 +334,14 @@ def create_model_from_name_or_checkpoint(
             _check_pretrained_classes(
                 model_name, _pretrained_num_classes(model_name, config), kwargs.get('num_classes'), reset_classifier)
             _check_local_weights(model_name)
-        return _apply_plugin_config(timm.create_model(model_name, pretrained=pretrained, **kwargs), config)
+        try:
+            model = timm.create_model(model_name, pretrained=pretrained, **kwargs)
+        except (EntryNotFoundError, OSError) as e:  # offline with an empty cache, no network, a moved file
+            hub_file = _hub_weights_file(model_name) if pretrained else None
+            if hub_file is None:
+                raise
+            raise ValueError(_unreachable_weights_message(model_name, *hub_file, e)) from e
+        return _apply_plugin_config(model, config)
 
     if model_name and split_source(model_name)[0] != 'path':
         raise ValueError(f'Give the weights once: {model_name} as model name and {checkpoint} as checkpoint.')
