@@ -2,9 +2,11 @@
 
 The papers count training cost in forward+backward passes per image (vanilla = 1, PGD-K adversarial training
 K + 1, AdvProp K + 2, Fast AdvProp ``p_adv * K + 1``); every task reports that figure as `passes_per_image`. Here
-each method runs full training steps (attack, task forward, backward, SGD step) on the same mixture-BN model and
-batch; its time per image divided by vanilla training's is the measured cost, printed beside the model's. NoFrost
-runs on a normalizer-free model of the same depth, with that model's own vanilla step as its unit.
+every registered method, built as the training command builds it (`from_args` on the command's parsed options), runs
+full training steps (attack, task forward, backward, SGD step) on the same mixture-BN model and batch; its time per
+image divided by vanilla training's is the measured cost, printed beside the model's. A method that refuses a
+mixture-BN model (NoFrost trains normalizer-free ones) runs on a normalizer-free model of the same depth, with that
+model's own vanilla step as its unit.
 
 An attack iteration needs no parameter gradients and, on running statistics, runs with BN folded, so it costs
 less than a training pass: a measured/model ratio below 1 means cheaper than the papers' accounting. The goal is
@@ -15,19 +17,25 @@ Example:
 """
 import argparse
 import statistics
-from typing import Callable, Tuple
+from typing import Callable, List, Tuple
 
 import timm
 import torch
 import torch.nn as nn
 
-import timm_advnorm  # noqa: F401  (registers the models)
-from timm_advnorm.attacks import InputSpace, create_attack
-from timm_advnorm.task import AdversarialClassificationTask, create_task
+import timm_advnorm  # noqa: F401  (registers the models and the methods)
+from timm_advnorm.attacks import InputSpace
+from timm_advnorm.task import AdversarialClassificationTask, get_task_class, list_tasks
+from timm_advnorm.train.args import get_args_parser as get_train_args_parser
 
 from _common import add_timing_args, measure
 
 NUM_CLASSES = 100
+#: The methods' attack, as training options: targeted PGD-K (``--steps``) at eps 16, step 4, random start.
+ATTACK_ARGS = ('--attack-eps', '16', '--attack-step', '4', '--attack-clean-start-prob', '0', '--seed', '0')
+#: Options of a method measured at its paper's own settings rather than the shared attack's: Fast AdvProp's PGD-1
+#: at eps 1, as in its packaged recipe.
+METHOD_ARGS = {'fast_advprop': ('--attack-eps', '1', '--attack-step', '1', '--attack-steps', '1')}
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -62,23 +70,34 @@ def _step_fn(task: AdversarialClassificationTask, model: nn.Module, x: torch.Ten
     return step
 
 
-def _tasks(args, device: torch.device):
-    """(label, task, model, loader batch) for every method; nofrost gets its own model and vanilla baseline."""
+def _training_args(method: str, steps: int) -> argparse.Namespace:
+    """The training command's options for `method`, checked as the command checks them (one process)."""
+    args = get_train_args_parser().parse_args(
+        ['--method', method, '--attack-steps', str(steps), *ATTACK_ARGS, *METHOD_ARGS.get(method, ())])
+    args.rank, args.distributed = 0, False
+    get_task_class(method).check_args(args)
+    return args
+
+
+def _tasks(args, device: torch.device) -> List[tuple]:
+    """(family, method, task, model, loader batch) for every registered method, on the first model family the method
+    can train; vanilla runs on every family, as its unit."""
+    models = {family: timm.create_model(name, num_classes=NUM_CLASSES).to(device)
+              for family, name in (('mbn', args.model), ('nf', args.nf_model))}
     out = []
-    for family, model_name, methods in (('mbn', args.model, ('vanilla', 'madry', 'mixed', 'alp', 'mbn',
-                                                              'fast_advprop')),
-                                        ('nf', args.nf_model, ('vanilla', 'nofrost'))):
-        model = timm.create_model(model_name, num_classes=NUM_CLASSES).to(device)
-        space = InputSpace.from_model(model)
-        attack = create_attack('pgd', space=space, eps=16.0, step=4.0, steps=args.steps, targeted=True,
-                               best_iterate=False, seed=0)
-        for method in methods:
-            if method == 'fast_advprop':
-                task = create_task(method, model, space=space, eps=1.0, steps=1)
-            else:
-                task = create_task(method, model, attack=attack, verbose=False)
-            batch = int(round(args.batch_size * getattr(task, 'batch_scale', 1.0)))
+    for method in list_tasks():
+        training_args = _training_args(method, args.steps)
+        for family, model in models.items():
+            space = InputSpace.from_model(model)
+            try:
+                task = get_task_class(method).from_args(training_args, model, space, num_classes=NUM_CLASSES,
+                                                        verbose=False)
+            except ValueError:  # a model the method refuses (NoFrost: one with batch norm)
+                continue
+            batch = int(round(args.batch_size * task.batch_scale))
             out.append((family, method, task, model, _batch(space, batch, args.img_size, device)))
+            if method != 'vanilla':
+                break
     return out
 
 

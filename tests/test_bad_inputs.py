@@ -87,6 +87,13 @@ TRAINING_CASES: List[Case] = [
     ('train', lambda tmp, ctx: ctx.train('--scale', '0.9', '0.1'), '--scale is a range'),
     ('train', lambda tmp, ctx: ctx.train('--method', 'nofrost', '--model', 'test_nfr_resnet', '--adv-weight', '2'),
      'adv_weight (λ) must be in [0, 1], got 2.0'),
+    # the training attack is a training attack of the attack registry, and one the method can run
+    ('train', lambda tmp, ctx: ctx.train('--attack', 'mifgsm'),
+     "argument --attack: 'mifgsm' is an evaluation attack (best iterate, fooled samples dropped, running statistics)"),
+    ('train', lambda tmp, ctx: ((tmp / 'c.yaml').write_text('attack: apgd-ce\n'), ctx.train('-c', tmp / 'c.yaml'))[-1],
+     "key attack: invalid value \"apgd-ce\": 'apgd-ce' is an evaluation attack"),
+    ('train', lambda tmp, ctx: ctx.train('--method', 'fast_advprop', '--attack', 'fgsm'),
+     '--attack fgsm does not apply'),
     # a run that would make no optimizer step: the digits' training split is smaller than one batch
     ('train', lambda tmp, ctx: ctx.train('-b', '4096'), 'fewer than one batch of 4096'),
     # where the data or the device is not: one line, not an AssertionError of timm's
@@ -251,6 +258,22 @@ EVALUATION_AND_PUBLISHING_CASES: List[Case] = [
                                    ctx.validate('--model', 'test_mbn_resnet', '--dataset', '', '--data-dir',
                                                 tmp / 'images', '--skip-bad-images'))[-1],
      'none of the images in'),
+    # validate: out-of-distribution sets, each from its own folder of class folders named by wnid
+    ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--dataset', 'digits', '--data-dir', ctx.digits_dir,
+                                   '--protocol', 'nofrost-star', '--imagenet-sketch-dir', tmp],
+     'give its folder (one folder per class, named by wnid) with --imagenet-r-dir'),
+    ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--protocol', 'imagenet-r', '--imagenet-r-dir', tmp,
+                                   '--imagenet-a-dir', tmp], '--imagenet-a-dir is read by --protocol imagenet-a'),
+    ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--protocol', 'imagenet-r', '--imagenet-r-dir', tmp,
+                                   '--data-dir', ctx.digits_dir], '--data-dir would not be used'),
+    ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--num-classes', '10', '--protocol', 'imagenet-a',
+                                   '--imagenet-a-dir', tmp], "the model has 10 classes, not ImageNet's 1000"),
+    ('validate', lambda tmp, ctx: ((tmp / 'val' / 'n01440764').mkdir(parents=True),
+                                   ['--model', 'test_mbn_resnet', '--protocol', 'imagenet-r', '--imagenet-r-dir',
+                                    tmp / 'val', '--results-file', ctx.out / 'r.json'])[-1],
+     'is not ImageNet-R: it needs one folder per class named by its wnid'),
+    ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--protocol', 'imagenet-sketch',
+                                   '--imagenet-sketch-dir', tmp / 'sketch'], 'sketch: no such folder'),
     # publish: everything checked before the checkpoint is read (the missing one is never the error named) and
     # before anything is written
     ('publish', lambda tmp, ctx: [tmp / 'last.pth.tar', '--inference-branch', 'adv', '--repo-id', 'org/m',

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ('timm-advnorm-train', 'timm-advnorm-validate', 'timm-advnorm-publish', 'timm-advnorm-convert')
+COMMANDS = ('timm-advnorm-train', 'timm-advnorm-validate', 'timm-advnorm-publish', 'timm-advnorm-convert',
+            'timm-advnorm-deepaugment')
 
 
 def _run(command, cwd: Path, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -71,6 +72,7 @@ def test_wheel_ships_the_commands_recipes_and_card_template(wheel):
     assert 'timm_advnorm/recipes/digits_demo_mbn.yaml' in names
     assert 'timm_advnorm/hub/model_card_template.md' in names
     assert 'timm_advnorm/eval/robustbench_imagenet_5000.txt' in names
+    assert {'timm_advnorm/eval/imagenet_r_wnids.txt', 'timm_advnorm/eval/imagenet_a_wnids.txt'} <= set(names)
     for command in COMMANDS:
         assert f'{command} = ' in entry_points
     # pip install "timm-advnorm[corruptions]" (the README's words) names an extra that exists
@@ -107,6 +109,8 @@ def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
     ['python', '-m', 'timm_advnorm.eval', '--help'],
     ['python', '-m', 'timm_advnorm.hub.publish', '--help'],
     ['python', '-m', 'timm_advnorm.convert', '--help'],
+    ['timm-advnorm-deepaugment', '--help'],
+    ['python', '-m', 'timm_advnorm.augment.generate', '--help'],
 ])
 def test_every_command_and_module_form_answers_help(installed, tmp_path, command):
     result = _run(command, tmp_path, installed[1])

@@ -11,7 +11,7 @@ import torch.nn as nn
 from timm.data import Mixup
 
 import timm_advnorm  # noqa: F401
-from timm_advnorm.attacks import InputSpace, create_attack
+from timm_advnorm.attacks import InputSpace, attack_context, create_attack, pgd
 from timm_advnorm.layers import MixtureBatchNorm2d, route
 from timm_advnorm.task import (
     TASKS, FastAdvPropTask, MbnTask, create_task, parameter_groups, shuffle_across_ranks, use_running_statistics)
@@ -346,3 +346,23 @@ def test_ddp_averages_the_gradients_of_single_route_passes(tmp_path, method):
                                                   ranks[0][f'local{step}'], ranks[1][f'local{step}']):
             torch.testing.assert_close(ddp_0, ddp_1)
             torch.testing.assert_close(ddp_0, (local_0 + local_1) / 2, rtol=1e-4, atol=1e-6)
+
+
+def test_fast_advprops_attack_is_pgd_with_its_gradients_reused():
+    """The adversarial rows are what `pgd` makes from the same random start on the adversarial branch with batch
+    statistics: gradient reuse changes where the input gradient comes from, not the attack."""
+    model = _model()
+    reference = copy.deepcopy(model)
+    task = FastAdvPropTask(model, space=SPACE, eps=8.0, step=2.0, steps=3, p_adv=0.5)
+    starts, inputs = [], []
+    random_start = task._random_start
+    task._random_start = lambda x, generator: (starts.append(generator.get_state()), random_start(x, generator))[1]
+    model.register_forward_pre_hook(lambda module, args: inputs.append(args[0].detach().clone()))
+    task.train()
+    x, y = _batch(8)
+    task(x, y)
+    generator = torch.Generator()
+    generator.set_state(starts[0])
+    with attack_context(reference, 'batch'), route(reference, 'adv'):
+        expected = pgd(reference, x[4:], y[4:], space=SPACE, eps=8.0, step=2.0, steps=3, generator=generator)
+    torch.testing.assert_close(inputs[-1], expected)

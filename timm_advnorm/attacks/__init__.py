@@ -3,13 +3,14 @@
 Importing this package registers every attack class with `create_attack`.
 """
 from .core import attack_context, cross_entropy_per_sample, input_gradient, is_fooled, random_targets
-from .registry import create_attack, list_attacks, register_attack
+from .registry import (
+    check_training_attack, create_attack, create_training_attack, list_attacks, register_attack, training_attacks)
 from .space import PIXEL_SCALE, InputSpace
 from .base import (
     Attack, l2_direction, pixel_l2_norm, project, project_l2, project_linf, random_l2_start, random_linf_start)
 from .fgsm import FGSM
 from .fold_bn import find_conv_bn_pairs, fold_batchnorm
-from .pgd import PGD, pgd, pgd_budgets
+from .pgd import PGD, PGDGeometry, pgd, pgd_budgets
 from .losses import cw_loss, dlr_loss, margin, targeted_dlr_loss
 from .eval_attack import EvalAttack
 from .apgd import APGDCE, APGDDLR, APGDT, apgd, apgd_targeted

@@ -200,10 +200,13 @@ class Attack:
         targeted: Whether the attack moves toward a target class (random among the other classes if not given).
         progress: Show a transient progress bar over the iterations of the attacks that run thousands of them (PGD,
             Square); the evaluator sets it when a person is watching.
+        trains: Whether the attack can make training examples: the last iterate of every sample, on running or batch
+            statistics (`EvalAttack` subclasses cannot: they keep best iterates and drop fooled samples).
     """
 
     targeted: bool = False
     progress: bool = False
+    trains: bool = True
 
     def __init__(
             self,

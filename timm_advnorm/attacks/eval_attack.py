@@ -100,6 +100,8 @@ class EvalAttack(Attack):
 
     #: Whether `perturb` accepts explicit `targets`.
     accepts_targets: bool = False
+    #: Evaluation semantics (best iterate, fooled samples dropped, running statistics) make no training examples.
+    trains: bool = False
     #: What the attack uses of the model: ``white-box`` (gradients), ``black-box`` (output queries only) or ``noise``
     #: (nothing: it perturbs every sample and has no ε budget). Evaluation treats them differently (`AttackSpec`).
     threat: str = 'white-box'

@@ -13,8 +13,13 @@ samples so fooled: they leave the batch, so later iterations run on fewer rows.
 Protocols that sweep the iteration count (Xie & Yuille's 20, 100, 500 and 2000 iterations at the same step) need not
 run each budget from scratch: `pgd_budgets` runs the longest once and reads the shorter budgets' results off the way,
 since from the same start the first N iterations of a longer run are exactly the N-iteration attack.
+
+`PGDGeometry` holds the pieces every PGD iteration is made of (random start, step with projection onto the ε-ball,
+clipping to valid pixels), so that attacks whose loop is not `pgd`'s (Fast AdvProp's gradient reuse, whose input
+gradient comes from a training backward) take exactly the same steps.
 """
-from typing import List, Optional, Sequence
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
@@ -28,9 +33,75 @@ from .core import LossFn, cross_entropy_per_sample, fooling_tier, input_gradient
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
-__all__ = ['pgd', 'pgd_budgets', 'PGD', 'STEP_RULES']
+__all__ = ['pgd', 'pgd_budgets', 'PGD', 'PGDGeometry', 'STEP_RULES']
 
 STEP_RULES = ('max', 'fixed')
+
+
+@dataclass(frozen=True)
+class PGDGeometry:
+    """The threat model of one PGD run in the units its steps act in, built once per run (the loop then launches no
+    host-to-device copies): the ε-ball, the step, and the valid pixel box.
+
+    Attributes:
+        norm: ``linf`` or ``l2``.
+        radius: L∞: per-channel normalized radius (1, C, 1, 1); L2: radius on the [0, 1] pixel scale.
+        step_size: The step, in the units of `radius`.
+        std: Per-channel std (1, C, 1, 1), to measure L2 norms on the pixel scale.
+        lower: Per-channel lowest valid normalized input (1, C, 1, 1).
+        upper: Per-channel highest valid normalized input (1, C, 1, 1).
+    """
+
+    norm: str
+    radius: Union[torch.Tensor, float]
+    step_size: Union[torch.Tensor, float]
+    std: torch.Tensor
+    lower: torch.Tensor
+    upper: torch.Tensor
+
+    @classmethod
+    def build(cls, space: InputSpace, eps: float, step: float, norm: str, like: torch.Tensor) -> 'PGDGeometry':
+        """The geometry of budget `eps` and step `step` (0-255 scale) for inputs like `like` (device and dtype)."""
+        if norm not in NORMS:
+            raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
+        std = space.std_like(like).to(like.dtype)
+        lower, upper = (b.to(like.dtype) for b in space.bounds(like))
+        if norm == 'linf':
+            radius = space.linf_budget(eps, like).to(like.dtype)
+            step_size = space.linf_budget(step, like).to(like.dtype)
+        else:
+            radius, step_size = eps / PIXEL_SCALE, step / PIXEL_SCALE
+        return cls(norm, radius, step_size, std, lower, upper)
+
+    def random_start(
+            self,
+            x: torch.Tensor,
+            clean_start_prob: float = 0.0,
+            generator: Optional[torch.Generator] = None,
+    ) -> torch.Tensor:
+        """A start perturbation drawn uniformly in the ε-ball, per sample; with probability `clean_start_prob` per
+        sample, none (start from the clean image). Not yet clipped to the pixel box (`clip` ``x + delta``)."""
+        if self.norm == 'linf':
+            delta = random_linf_start(x, self.radius, generator)
+        else:
+            delta = random_l2_start(x, self.radius, self.std, generator)
+        if clean_start_prob > 0:
+            delta[bernoulli(x.shape[0], clean_start_prob, x, generator)] = 0.0
+        return delta
+
+    def clip(self, x: torch.Tensor) -> torch.Tensor:
+        """`x` clipped to valid pixels."""
+        return torch.clamp(x, self.lower, self.upper)
+
+    def step(self, x_adv: torch.Tensor, x: torch.Tensor, grad: torch.Tensor, sign: float = 1.0) -> torch.Tensor:
+        """One PGD iteration from `x_adv` around the clean `x`: a step along the sign of the input gradient `grad`
+        (L∞) or its pixel-scale unit direction (L2), ascending for `sign` 1 and descending for -1, projected onto the
+        ε-ball and clipped to valid pixels (clipping to the box never leaves the ball: the box contains `x`)."""
+        if self.norm == 'linf':
+            delta = project_linf(x_adv + sign * self.step_size * grad.sign() - x, self.radius)
+        else:
+            delta = project_l2(x_adv + sign * self.step_size * l2_direction(grad, self.std) - x, self.radius, self.std)
+        return self.clip(x + delta)
 
 
 def _uses_batch_stats(model: nn.Module) -> bool:
@@ -154,31 +225,10 @@ def pgd_budgets(
 
     x_in = x.detach()
     x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    # Budgets and bounds are built once per call: the loop then launches no host-to-device copies.
-    std = space.std_like(x).to(x.dtype)
-    lower, upper = (b.to(x.dtype) for b in space.bounds(x))
-    if norm == 'linf':
-        radius = space.linf_budget(eps, x).to(x.dtype)
-        step_size = space.linf_budget(step, x).to(x.dtype)
-    else:
-        radius, step_size = eps / PIXEL_SCALE, step / PIXEL_SCALE
-
-    def ascend(x_adv: torch.Tensor, x_clean: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        if norm == 'linf':
-            delta = project_linf(x_adv + sign * step_size * grad.sign() - x_clean, radius)
-        else:
-            delta = project_l2(x_adv + sign * step_size * l2_direction(grad, std) - x_clean, radius, std)
-        return torch.clamp(x_clean + delta, lower, upper)  # clipping to the box never leaves the ball
-
+    geometry = PGDGeometry.build(space, eps, step, norm, x)
     x_adv = x.clone()
     if random_start:
-        if norm == 'linf':
-            delta = random_linf_start(x, radius, generator)
-        else:
-            delta = random_l2_start(x, radius, std, generator)
-        if clean_start_prob > 0:
-            delta[bernoulli(x.shape[0], clean_start_prob, x, generator)] = 0.0
-        x_adv = torch.clamp(x + delta, lower, upper)
+        x_adv = geometry.clip(x + geometry.random_start(x, clean_start_prob, generator))
 
     at_budget = {}
     if not best_iterate:
@@ -188,7 +238,7 @@ def pgd_budgets(
             if i == steps:
                 break
             grad, _, _ = input_gradient(model, x_adv, goal, loss_fn, autocast_dtype)
-            x_adv = ascend(x_adv, x, grad)
+            x_adv = geometry.step(x_adv, x, grad, sign)
         return [at_budget[n] for n in budgets]
 
     labels = hard_labels(y)
@@ -213,7 +263,7 @@ def pgd_budgets(
             active, x_adv, grad = active[keep], x_adv[keep], grad[keep]
             if active.numel() == 0:
                 break
-        x_adv = ascend(x_adv, x[active], grad)
+        x_adv = geometry.step(x_adv, x[active], grad, sign)
     # every sample fooled before the last budget: later budgets return the same record
     return [at_budget.get(n, best.x.to(x_in.dtype)) for n in budgets]
 

@@ -1,8 +1,13 @@
-"""Attacks by name, so scripts and protocols build them from strings (``--attack pgd``)."""
+"""Attacks by name, so scripts and protocols build them from strings (``--attack pgd``).
+
+Training takes its attack from the same registry, among the attacks that can make training examples
+(`training_attacks`): the evaluation attacks keep best iterates and drop fooled samples, which is no training batch.
+"""
 import inspect
 from typing import Any, Callable, Dict, List
 
-__all__ = ['register_attack', 'create_attack', 'list_attacks', 'attack_arguments', 'attack_threat']
+__all__ = ['register_attack', 'create_attack', 'list_attacks', 'attack_arguments', 'attack_threat', 'training_attacks',
+           'check_training_attack', 'create_training_attack']
 
 _ATTACKS: Dict[str, Callable] = {}
 
@@ -49,3 +54,34 @@ def attack_threat(name: str) -> str:
     """``white-box`` (gradients), ``black-box`` (output queries only) or ``noise`` (no adversary) for attack `name`
     (its class's ``threat``; attacks registered without one use gradients)."""
     return getattr(_attack_class(name), 'threat', 'white-box')
+
+
+def training_attacks() -> List[str]:
+    """Names of the registered attacks that can make training examples (their class's ``trains``)."""
+    return sorted(name for name, cls in _ATTACKS.items() if getattr(cls, 'trains', False))
+
+
+def check_training_attack(name: str) -> str:
+    """`name`, if it names an attack that can make training examples.
+
+    Raises:
+        ValueError: `name` is unknown, or an evaluation attack; the message names the training attacks.
+    """
+    if name not in training_attacks():
+        what = 'an evaluation attack (best iterate, fooled samples dropped, running statistics), not a training ' \
+               'attack' if name in _ATTACKS else 'not a registered attack'
+        raise ValueError(f'{name!r} is {what}; training attacks: {", ".join(training_attacks())}')
+    return name
+
+
+def create_training_attack(name: str, **options: Any):
+    """The training attack `name` configured from `options`, of which it takes those it has (`attack_arguments`).
+
+    Training describes its attack once for every attack (budget, step, iterations, ...); an option an attack has no
+    use for is left out: FGSM is one step by definition, so it takes no ``steps``.
+
+    Raises:
+        ValueError: `name` is not a training attack (`check_training_attack`).
+    """
+    arguments = attack_arguments(check_training_attack(name))
+    return create_attack(name, **{key: value for key, value in options.items() if key in arguments})

@@ -3,7 +3,8 @@
 ``validate_adv.py`` wires these together; each piece is usable on its own:
 
 * `protocols`: the papers' attack suites as data (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``,
-  ``corruptions``);
+  ``corruptions``, ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``, ``nofrost-star``);
+* `ood`: the out-of-distribution sets (ImageNet-R, ImageNet-A, ImageNet-Sketch) and the 200-class restriction;
 * `variants`: what is evaluated (a model, or a mixture-BN branch / interpolation over γ);
 * `plan` and `stages`: the work per batch (clean pass, attacks, sanity probes, metrics, AMP reference);
 * `evaluator`, `state`, `distributed`, `data`: the loop, its resumable state file, torchrun sharding, the seeded

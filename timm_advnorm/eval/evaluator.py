@@ -17,6 +17,7 @@ import torch.nn as nn
 from tqdm import tqdm
 
 from .data import target_offsets
+from .ood import ClassSubset
 from .records import Record, make_record
 from .stages import Batch, Columns, EvalContext, Stage
 from .state import EvalState
@@ -46,13 +47,15 @@ class RobustEvaluator:
         variants: Classifiers derived from `model` (see `variants.model_variants`).
         stages: Work per batch, in dependency order (``clean`` first).
         ctx: Shared evaluation settings.
-        num_classes: Number of classes (for random targets).
+        num_classes: Number of classes (for random targets): with `classes`, of the subset.
         num_samples: Size of the whole evaluation subset (all ranks), for per-position targets.
         seed: Evaluation seed.
         device: Where inputs go.
         state: Resumable record store, optional.
         channels_last: Feed inputs in channels-last memory format.
         progress: Show a progress bar.
+        classes: Score and attack every variant as a classifier of these of its classes only (`ClassSubset`: an
+            ImageNet model on ImageNet-R's 200 classes); ``None``: all.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class RobustEvaluator:
             state: Optional[EvalState] = None,
             channels_last: bool = False,
             progress: bool = False,
+            classes: Optional[Sequence[int]] = None,
     ):
         names = [stage.name for stage in stages]
         if len(set(names)) != len(names):
@@ -83,6 +87,7 @@ class RobustEvaluator:
         self.progress = progress
         self.offsets = target_offsets(num_samples, num_classes, seed).to(device)
         self.num_classes = num_classes
+        self.classes = None if classes is None else torch.as_tensor(classes, dtype=torch.long, device=device)
         self.computed = 0
 
     def _batch(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor) -> Batch:
@@ -122,6 +127,7 @@ class RobustEvaluator:
                 start = int(batch.positions[0])
                 for variant in self.variants:
                     with variant.activate(self.model) as net:
+                        net = net if self.classes is None else ClassSubset(net, self.classes)
                         previous: Dict[str, Columns] = {}
                         for stage in self.stages:
                             bar.set_postfix_str(f'{variant.name}/{stage.name}')

@@ -11,6 +11,9 @@ black-box attack, the input-gradient norm and a determinism probe. A reduced (sm
 probes too (`reduce_sanity`: fewer samples, iterations, queries and ε points), each check keeping what it compares.
 Optionally it also runs the NoFrost §4.3 robustness metrics and an fp32 reference of the clean pass and first
 white-box attack, to check a bf16 evaluation against full precision.
+
+A protocol's further out-of-distribution sets (`Protocol.ood`) are runs of their own over their own images, one
+clean pass each (`ood_stage`).
 """
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -22,7 +25,7 @@ from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
     ThicknessStage, attack_norm, build_attack)
 
-__all__ = ['SanityPlan', 'SanityBudget', 'EvalPlan', 'build_plan', 'reduce_sanity', 'SANITY_EPS_FACTORS',
+__all__ = ['SanityPlan', 'SanityBudget', 'EvalPlan', 'build_plan', 'reduce_sanity', 'ood_stage', 'SANITY_EPS_FACTORS',
            'SANITY_LARGE_EPS', 'REDUCED_SANITY_SAMPLES', 'REDUCED_SANITY_STEPS', 'REDUCED_SANITY_QUERIES',
            'REDUCED_SANITY_EPS_FACTORS']
 
@@ -208,6 +211,12 @@ def _sanity_stages(protocol: Protocol, budget: SanityBudget) -> Tuple[List[Stage
         spec = AttackSpec(blackbox, 'square', eps, dict(n_queries=queries), threat='black-box')
         stages.append(AttackStage(spec, limit=samples))
     return stages, SanityPlan(samples, eps, tuple(sweep), (fewer, more), blackbox, steps, queries, budget.reduced)
+
+
+def ood_stage(dataset: str) -> CleanStage:
+    """The clean pass over the out-of-distribution set `dataset` of `Protocol.ood`, named ``ood/<dataset>`` in
+    results and state files (a run of its own: its sample positions are not the evaluation data's)."""
+    return CleanStage(f'ood/{dataset}')
 
 
 def build_plan(

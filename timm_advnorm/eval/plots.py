@@ -233,9 +233,9 @@ def _headline_text(results: Mapping[str, Any], variant: Mapping[str, Any]) -> st
 
 def figure_tradeoff(results: Mapping[str, Any]):
     """Robust vs clean accuracy of a mixture-BN model as γ goes from the clean (0) to the adversarial branch (1);
-    None with fewer than two variants."""
+    None with fewer than two variants or without robust accuracy (a protocol whose headline is the clean accuracy)."""
     variants = [v for v in results['variants'] if v['gamma'] is not None and v['robust'] is not None]
-    if len(variants) < 2:
+    if len(variants) < 2 or results['protocol'].get('headline') == 'clean':
         return None
     ends = [v for v in variants if v['kind'] in ('clean', 'adv')]
     fig, (ax,) = _figure(width=6.5, height=4.5)

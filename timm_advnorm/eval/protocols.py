@@ -21,6 +21,16 @@ label that names another budget (``pgd-t-2000`` reduced to 13 iterations) is kep
   BIM-L2 with ε2 = ε∞·√d, 20 iterations of step ε/20.
 * ``corruptions``: the 15 ImageNet-C corruptions (Hendrycks & Dietterich, ICLR 2019) at severities 1-5, applied on
   the fly; reported per corruption and as the mean corruption accuracy.
+* ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``: clean accuracy on that out-of-distribution set, read from its
+  own folder (`ood`); an ImageNet model is scored on the 200 classes of ImageNet-R and ImageNet-A only.
+* ``nofrost-star``: Wang et al.'s NoFrost* evaluation (ICML 2022, §4.4, Figures 3 and 4): clean accuracy on the
+  evaluation data (ImageNet's validation set), the mean accuracy under the ImageNet-C corruptions (applied on the
+  fly, as ``corruptions``), clean accuracy on ImageNet-R and ImageNet-Sketch, and PGD and Square at ``nofrost``'s
+  budgets (§4.1: L∞ ε=8, 20 iterations, 400 queries); its headline is the PGD accuracy (the paper names none).
+
+A protocol spans data sets through `Protocol.dataset` and `Protocol.ood`: its clean pass and attacks run on the
+evaluation data, or on the out-of-distribution set `dataset` names, and every set of `ood` adds its clean accuracy,
+each read from its own folder.
 
 Budgets are on the 0-255 pixel scale (`timm_advnorm.attacks.space`): ε = k means k/255 on the [0, 1] scale, for L∞
 and L2 alike (an L2 budget is the Euclidean norm of the perturbation in 0-255 units, the [0, 1]-scale norm times 255;
@@ -33,6 +43,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..attacks.bim import galloway_l2_eps
 from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
 from ..attacks.registry import attack_arguments, attack_threat
+from .ood import OOD_DATASETS
 
 __all__ = [
     'AttackSpec', 'Protocol', 'PROTOCOLS', 'AGGREGATIONS', 'THREATS', 'get_protocol', 'list_protocols',
@@ -45,7 +56,7 @@ STEP_KEYS = ('steps',)
 QUERY_KEYS = ('n_queries',)
 EPS_RULES = ('fixed', 'sqrt_dim')
 
-HEADLINES = ('worst-case', 'last', 'mean')
+HEADLINES = ('worst-case', 'last', 'mean', 'clean')
 
 
 def budget_label(name: str, budget: int) -> str:
@@ -207,9 +218,13 @@ class Protocol:
             is then the cumulative robust accuracy.
         worst_case: Also report the per-sample worst case over the suite (robust only if no attack succeeds).
         headline: The protocol's single robust number: ``worst-case``, ``last`` (the last attack, e.g. PGD-2000),
-            ``mean`` (mean accuracy over the suite, e.g. the mean corruption accuracy) or an attack label.
+            ``mean`` (mean accuracy over the suite, e.g. the mean corruption accuracy), ``clean`` (the clean
+            accuracy: a protocol without attacks, measuring a shift of the data) or an attack label.
         metrics: Robustness metrics computed by default (see `timm_advnorm.eval.metrics`).
         reduced: Whether budgets were shrunk by `reduce_protocol` (results are then not the paper's protocol).
+        dataset: The out-of-distribution set (`ood.OOD_DATASETS`) the clean pass and the attacks run on, read from
+            its own folder; ``None``: the evaluation data.
+        ood: Further out-of-distribution sets whose clean accuracy the protocol reports, each from its own folder.
     """
 
     name: str
@@ -221,6 +236,8 @@ class Protocol:
     headline: str = 'last'
     metrics: Tuple[str, ...] = ()
     reduced: bool = False
+    dataset: Optional[str] = None
+    ood: Tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.aggregation not in AGGREGATIONS:
@@ -232,15 +249,31 @@ class Protocol:
             raise ValueError('A worst-case headline needs worst_case=True.')
         if len(set(labels)) != len(labels):
             raise ValueError(f'Protocol {self.name!r} has duplicate attack labels: {labels}.')
-        if not self.attacks:
+        sets = self.datasets
+        for name in sets:
+            if name not in OOD_DATASETS:
+                raise ValueError(f'Protocol {self.name!r}: unknown out-of-distribution data set {name!r}; '
+                                 f'available: {", ".join(OOD_DATASETS)}.')
+        if len(set(sets)) != len(sets):
+            raise ValueError(f'Protocol {self.name!r} reads a data set twice: {list(sets)}.')
+        if not self.attacks and not sets:
             raise ValueError(f'Protocol {self.name!r} has no attacks.')
+        if not self.attacks and self.headline != 'clean':
+            raise ValueError(f'Protocol {self.name!r} has no attacks: its headline is the clean accuracy (\'clean\').')
+
+    @property
+    def datasets(self) -> Tuple[str, ...]:
+        """Every out-of-distribution set it reads: `dataset` (when set), then `ood`."""
+        return ((self.dataset,) if self.dataset else ()) + tuple(self.ood)
 
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-serialisable description."""
+        """JSON-serialisable description; `dataset` and `ood` only when set (the description of a protocol without
+        them, and with it the state files of evaluations under way, stays as it was)."""
+        sets = dict(dataset=self.dataset, ood=list(self.ood)) if self.datasets else {}
         return dict(name=self.name, description=self.description, reference=self.reference,
                     aggregation=self.aggregation, worst_case=self.worst_case, headline=self.headline,
                     metrics=list(self.metrics),
-                    reduced=self.reduced, attacks=[spec.to_dict() for spec in self.attacks])
+                    reduced=self.reduced, attacks=[spec.to_dict() for spec in self.attacks], **sets)
 
 
 def _xie2020() -> Protocol:
@@ -305,7 +338,23 @@ def _corruptions() -> Protocol:
         'Hendrycks & Dietterich, ICLR 2019', attacks, headline='mean')
 
 
-PROTOCOLS = {p.name: p for p in (_xie2020(), _robustbench(), _nofrost(), _galloway(), _corruptions())}
+def _ood(name: str) -> Protocol:
+    dataset = OOD_DATASETS[name]
+    restricted = f', scored on its {dataset.num_classes} classes' if dataset.wnids_file else ''
+    return Protocol(name, f'Clean accuracy on {dataset.title}{restricted}.', dataset.reference, (), headline='clean',
+                    dataset=name)
+
+
+def _nofrost_star() -> Protocol:
+    adversarial = tuple(spec for spec in _nofrost().attacks if spec.label in ('pgd', 'square'))
+    return Protocol(
+        'nofrost-star', 'Clean, ImageNet-C (mean accuracy), ImageNet-R, ImageNet-Sketch, and PGD (20 iterations) and '
+        'Square (400 queries) at Linf eps=8.', 'Wang et al., ICML 2022, Sec. 4.4 (Figures 3 and 4) and Sec. 4.1',
+        _corruptions().attacks + adversarial, headline='pgd', ood=('imagenet-r', 'imagenet-sketch'))
+
+
+PROTOCOLS = {p.name: p for p in (_xie2020(), _robustbench(), _nofrost(), _galloway(), _corruptions(),
+                                 *(_ood(name) for name in OOD_DATASETS), _nofrost_star())}
 
 
 def list_protocols() -> Tuple[str, ...]:

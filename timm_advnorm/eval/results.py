@@ -10,7 +10,8 @@ The CSV says what ran (`CSV_FIELDS`): ``attack`` is the name of the budget that 
 protocol's name for it (``protocol_attack``: ``pgd-t-2000``); iterations and queries have their own columns;
 ``eps_255`` is the budget as a norm (``norm``) of the perturbation in 0-255 pixel units, k meaning k/255 on the
 [0, 1] scale, for L2 too, and ``eps_rule`` says how it was set (``sqrt_dim``: Galloway's ε∞·√d, already applied);
-noise rows have no norm nor ε but their ``noise`` model and, for Gaussian noise, ``sigma`` on ``sigma_scale``.
+noise rows have no norm nor ε but their ``noise`` model and, for Gaussian noise, ``sigma`` on ``sigma_scale``; the
+clean accuracy on an out-of-distribution set of the protocol is a row named by the set (``imagenet-r``).
 """
 import csv
 import errno
@@ -228,7 +229,8 @@ def write_json(path: PathLike, results: Mapping[str, Any]) -> None:
 
 
 def csv_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """One row per (variant, clean / attack / worst case) of a results dict (columns: see the module docstring)."""
+    """One row per (variant, clean / attack / worst case / out-of-distribution set) of a results dict (columns: see
+    the module docstring; an out-of-distribution set's row is named by the set, with its own sample count)."""
     rows = []
     for variant in results['variants']:
         base = dict(model=results['model'], variant=variant['name'], gamma=variant['gamma'], samples=variant['samples'])
@@ -238,6 +240,8 @@ def csv_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
                              eps_255=attack.get('eps'), **{key: attack.get(key) for key in _COPIED}))
         if variant['worst_case'] is not None:
             rows.append(dict(base, attack='worst-case', accuracy=variant['worst_case']))
+        for name, entry in variant['ood'].items():
+            rows.append(dict(base, attack=name, accuracy=entry['accuracy'], samples=entry['samples']))
     return rows
 
 

@@ -2,11 +2,13 @@
 timm's ``validate.py``.
 
 Evaluates a model (a timm name, ``hf-hub:``/``local-dir:`` name, or a `train_adv.py` checkpoint) against a named
-protocol (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``, ``corruptions``; see
-`timm_advnorm.eval.protocols`) or an explicit attack list, on a fixed seeded subset of a dataset, in eval mode with
-the model's own preprocessing. Mixture-BN models are evaluated per branch and over a γ sweep of feature and logit
-interpolation. Sanity checks run with every evaluation. Results go to JSON + CSV, plots to PNG; a state file makes a
-long evaluation resumable; ``torchrun`` shards it across processes.
+protocol (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``, ``corruptions``, ``imagenet-r``, ``imagenet-a``,
+``imagenet-sketch``, ``nofrost-star``; see `timm_advnorm.eval.protocols`) or an explicit attack list, on a fixed
+seeded subset of a dataset, in eval mode with the model's own preprocessing. Out-of-distribution sets are read from
+folders of their own (``--imagenet-r-dir``, ``--imagenet-a-dir``, ``--imagenet-sketch-dir``; `timm_advnorm.eval.ood`),
+each a run of its own, all reported in one results file. Mixture-BN models are evaluated per branch and over a γ
+sweep of feature and logit interpolation. Sanity checks run with every evaluation. Results go to JSON + CSV, plots to
+PNG; a state file makes a long evaluation resumable; ``torchrun`` shards it across processes.
 
 Bad input (arguments, model, protocol, variants, data, outputs) is found before anything is written: the output
 folders are only created when the results are. Results never replace existing files without ``--overwrite``, not even
@@ -25,6 +27,7 @@ import json
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -44,14 +47,15 @@ from .data import IndexedSubset, readable_subset, seeded_subset, shard_range
 from .distributed import (
     DistributedInfo, cleanup_distributed, gather_records, init_distributed, primary_first)
 from .evaluator import RobustEvaluator, show_progress
-from .plan import EvalPlan, build_plan
+from .ood import IMAGENET_CLASSES, OOD_DATASETS, OODDataset, create_ood_dataset, get_ood_dataset
+from .plan import EvalPlan, build_plan, ood_stage
 from .plots import PLOT_NAMES, write_plots
 from .protocols import (
-    Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks, reduce_protocol)
+    PROTOCOLS, Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks, reduce_protocol)
 from .records import ResultTable
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .sanity import run_sanity_checks, summarize_checks
-from .stages import EvalContext
+from .stages import EvalContext, Stage
 from .state import EvalState, check_state_path
 from .subsets import SUBSETS, named_subset_order, robustbench_model_info
 from .summary import amp_report, attack_title, results_warnings, summarize_variant
@@ -93,6 +97,11 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                             'validation images of RobustBench\'s leaderboard, in its order (--num-samples N takes its '
                             'first N, as RobustBench does).')
     group.add_argument('--seed', type=int, default=42, metavar='S', help='Seed of the subset, targets and attacks.')
+    for dataset in OOD_DATASETS.values():
+        readers = ', '.join(name for name, protocol in PROTOCOLS.items() if dataset.name in protocol.datasets)
+        group.add_argument(dataset.option, default=None, metavar='DIR',
+                           help=f'{dataset.title}: a folder of {dataset.num_classes} class folders named by wnid, as '
+                                f'released (read by --protocol {readers}).')
     group.add_argument('--skip-bad-images', action='store_true',
                        help='The subset\'s images are decoded before the evaluation; a file that fails (corrupt, '
                             'truncated, not an image) is an error naming it, as timm\'s loader would silently evaluate '
@@ -228,8 +237,41 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
     if not 0 <= args.amp_tolerance <= 1:
         parser.error(f'--amp-tolerance is an accuracy difference as a fraction, in [0, 1]; got {args.amp_tolerance}')
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    _check_ood_args(parser, args)
     _check_setup_args(parser, args)
     return args
+
+
+def _ood_folder(args: argparse.Namespace, dataset: OODDataset) -> Optional[str]:
+    """The folder `dataset`'s option names (None when not given)."""
+    return getattr(args, dataset.option[2:].replace('-', '_'))
+
+
+def _runs_on_ood(args: argparse.Namespace) -> bool:
+    """Whether the protocol runs on an out-of-distribution set instead of the evaluation data (``--data-dir``)."""
+    return bool(args.protocol) and get_protocol(args.protocol).dataset is not None
+
+
+def _check_ood_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every out-of-distribution set the protocol reads has its folder, no other set's folder is given (it would not
+    be read), and a protocol that runs on such a set is given none of the options of the evaluation data."""
+    reads = get_protocol(args.protocol).datasets if args.protocol else ()
+    for dataset in OOD_DATASETS.values():
+        given = _ood_folder(args, dataset) is not None
+        if dataset.name in reads and not given:
+            parser.error(f'protocol {args.protocol} evaluates {dataset.title}: give its folder (one folder per class, '
+                         f'named by wnid) with {dataset.option}')
+        if given and dataset.name not in reads:
+            readers = ', '.join(name for name, protocol in PROTOCOLS.items() if dataset.name in protocol.datasets)
+            parser.error(f'{dataset.option} is read by --protocol {readers}, not by '
+                         f'{"protocol " + args.protocol if args.protocol else "an attack list"}')
+    if _runs_on_ood(args):
+        unused = [option for option, value in (('--data-dir', args.data_dir or args.data), ('--dataset', args.dataset),
+                                               ('--class-map', args.class_map), ('--subset', args.subset)) if value]
+        if unused:
+            folder = get_ood_dataset(get_protocol(args.protocol).dataset).option
+            parser.error(f'protocol {args.protocol} reads its images from {folder}: {", ".join(unused)} would not '
+                         f'be used')
 
 
 def _needs_data_dir(dataset: str) -> bool:
@@ -255,7 +297,7 @@ def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             parser.error(f'--{name} takes 1 value or one per input channel ({channels}), got {len(values)}')
     if args.crop_pct is not None and args.crop_pct <= 0:  # timm would silently take its default for 0
         parser.error(f'--crop-pct must be > 0, got {args.crop_pct}')
-    if not (args.data_dir or args.data) and _needs_data_dir(args.dataset):
+    if not (args.data_dir or args.data) and _needs_data_dir(args.dataset) and not _runs_on_ood(args):
         parser.error(f'dataset {args.dataset or "folder"!r} needs --data-dir')
 
 
@@ -329,27 +371,35 @@ def _weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+def _digest(indices: Sequence[int]) -> str:
+    """SHA-256 of a subset's dataset indices: the subset's identity in a fingerprint."""
+    return hashlib.sha256(json.dumps(indices).encode()).hexdigest()
+
+
 def _fingerprint(args: argparse.Namespace, model_name: str, weights: str, protocol: Protocol,
-                 variants: Sequence[Variant], plan: EvalPlan, indices: Sequence[int], data_config: Dict[str, Any],
+                 variants: Sequence[Variant], plan: EvalPlan, runs: Sequence['DataRun'], data_config: Dict[str, Any],
                  dist_info: DistributedInfo) -> Dict[str, Any]:
     """What makes two evaluations the same one: `EvalState` refuses to resume a state file written by another.
 
     The model (name, source, digest of its weights, construction arguments), the data (dataset, resolved root,
-    split, class map, seeded subset, preprocessing), the attacks, and how the work is cut (batch size, ranks).
+    split, class map, seeded subset, preprocessing; each out-of-distribution set's folder and subset), the attacks,
+    and how the work is cut (batch size, ranks). An evaluation without out-of-distribution sets has the fingerprint
+    it had before they existed, so that its state file still resumes.
     """
     data_dir = args.data_dir or args.data
-    subset = hashlib.sha256(json.dumps(indices).encode()).hexdigest()
+    ood = {run.name: dict(folder=str(Path(_ood_folder(args, get_ood_dataset(run.name))).resolve()),
+                          subset=_digest(run.indices)) for run in runs if run.name}
     return dict(model=model_name, source=args.model or '', weights=weights,
                 checkpoint=str(Path(args.checkpoint).resolve()) if args.checkpoint else '',
                 pretrained=args.pretrained, use_ema=args.use_ema, branch=args.branch,
                 model_kwargs=dict(args.model_kwargs), num_classes=args.num_classes,
                 dataset=args.dataset, data_dir=str(Path(data_dir).resolve()) if data_dir else '', split=args.val_split,
                 class_map=args.class_map, protocol=protocol.to_dict(),
-                variants=[v.name for v in variants], subset=subset, seed=args.seed,
+                variants=[v.name for v in variants], subset=_digest(runs[0].indices), seed=args.seed,
                 stages=[[s.name, s.limit, getattr(s, 'source', None)] for s in plan.stages],
                 batch_size=args.batch_size, amp=args.amp_dtype if args.amp else None,
                 data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
-                rank=dist_info.rank, world_size=dist_info.world_size)
+                rank=dist_info.rank, world_size=dist_info.world_size, **(dict(ood=ood) if ood else {}))
 
 
 def _summarize(table: ResultTable, variant, plan, num_classes: int, input_size) -> Dict[str, Any]:
@@ -365,13 +415,18 @@ def _log_summary(results: Dict[str, Any]) -> None:
     for line in results['warnings']:
         _logger.warning(line)
     for variant in results['variants']:
-        attacks = ', '.join(f"{attack_title(a)} {a['accuracy']:.2f}" + (f" (success {a['success_rate']:.2f})"
-                                                                    if a.get('success_rate') is not None else '')
-                            for a in variant['attacks'])
-        worst = f", worst case {variant['worst_case']:.2f}" if variant['worst_case'] is not None else ''
+        first = next(iter(variant['scores']))  # 'clean', or the out-of-distribution set the protocol runs on
+        parts = [f"{first} {variant['clean']:.2f}"]
+        parts += [f"{attack_title(a)} {a['accuracy']:.2f}" + (f" (success {a['success_rate']:.2f})"
+                                                            if a.get('success_rate') is not None else '')
+                  for a in variant['attacks']]
+        if variant['worst_case'] is not None:
+            parts.append(f"worst case {variant['worst_case']:.2f}")
         if variant['corruption_errors'] is not None:
-            worst += f", mCE {variant['corruption_errors']['mce']:.2f} (normalized by AlexNet's ImageNet-C errors)"
-        _logger.info('%s: clean %.2f, %s%s', variant['name'], variant['clean'], attacks, worst)
+            parts.append(f"mCE {variant['corruption_errors']['mce']:.2f} (normalized by AlexNet's ImageNet-C errors)")
+        parts += [f'{key} {variant["scores"][key]:.2f}' for key in variant['scores']
+                  if key == 'imagenet-c' or key in variant['ood']]
+        _logger.info('%s: %s', variant['name'], ', '.join(parts))
 
 
 def build_protocol(args: argparse.Namespace) -> Protocol:
@@ -423,9 +478,11 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
     return dataset
 
 
-def select_subset(args: argparse.Namespace, dataset: Dataset) -> Tuple[List[int], List[Dict[str, str]]]:
-    """The seeded subset to evaluate, its images decoded first (`readable_subset`): unreadable files are an error
-    naming them, or with ``--skip-bad-images`` skipped for the next readable images of the seeded order.
+def select_subset(args: argparse.Namespace, dataset: Dataset, subset: Optional[str]
+                  ) -> Tuple[List[int], List[Dict[str, str]]]:
+    """The seeded subset to evaluate (or the named `subset`'s images), its images decoded first (`readable_subset`):
+    unreadable files are an error naming them, or with ``--skip-bad-images`` skipped for the next readable images of
+    the seeded order.
 
     Every rank draws and checks the same subset itself (no rank waits on another, so an error ends them all alike).
 
@@ -435,7 +492,8 @@ def select_subset(args: argparse.Namespace, dataset: Dataset) -> Tuple[List[int]
     Raises:
         ValueError: Unreadable images without ``--skip-bad-images``, or no readable image at all.
     """
-    order = named_subset_order(dataset, args.subset, args.num_samples) if args.subset else seeded_subset(len(dataset), 0, args.seed)
+    order = (named_subset_order(dataset, subset, args.num_samples) if subset
+             else seeded_subset(len(dataset), 0, args.seed))
     indices, unreadable = readable_subset(dataset, order, args.num_samples, args.skip_bad_images, args.workers)
     named = [f'{name} ({error})' for name, error in unreadable.values()]
     listed = ', '.join(named[:_LISTED_FILES]) + (f' and {len(named) - _LISTED_FILES} more'
@@ -449,6 +507,65 @@ def select_subset(args: argparse.Namespace, dataset: Dataset) -> Tuple[List[int]
     if unreadable:
         _logger.warning('Skipped %d unreadable images in %s: %s.', len(unreadable), where, listed)
     return indices, [dict(file=name, error=error) for name, error in unreadable.values()]
+
+
+@dataclass(frozen=True)
+class DataRun:
+    """One data set of an evaluation and the work run on it.
+
+    Attributes:
+        name: The out-of-distribution set (`ood.OOD_DATASETS`); ``None``: the evaluation data.
+        dataset: Its images, with the model's eval transform.
+        indices: The dataset index of every subset position.
+        skipped: Unreadable files skipped, as ``{file, error}`` entries.
+        stages: The work per batch.
+        classes: The model's class index of each label when the set has 200 of ImageNet's classes (`ClassSubset`).
+    """
+
+    name: Optional[str]
+    dataset: Dataset
+    indices: List[int]
+    skipped: List[Dict[str, str]]
+    stages: Tuple[Stage, ...]
+    classes: Optional[List[int]] = None
+
+    @property
+    def num_classes(self) -> Optional[int]:
+        """Classes scored, when a subset of the model's (`classes`)."""
+        return None if self.classes is None else len(self.classes)
+
+
+def _ood_run(args: argparse.Namespace, dataset: OODDataset, stages: Sequence[Stage], transform) -> DataRun:
+    """`stages` on the seeded subset of `dataset`'s folder, scored on its classes."""
+    images = create_ood_dataset(dataset, Path(_ood_folder(args, dataset)), transform)
+    return DataRun(dataset.name, images, *select_subset(args, images, None), tuple(stages), dataset.logit_indices())
+
+
+def create_runs(args: argparse.Namespace, protocol: Protocol, plan: EvalPlan, data_config: Dict[str, Any],
+                dist_info: DistributedInfo) -> List[DataRun]:
+    """The data sets of an evaluation, each subset drawn and decoded before anything is evaluated: first the plan's
+    stages on the evaluation data (or on the out-of-distribution set the protocol runs on), then a clean pass over
+    each further out-of-distribution set of the protocol (`Protocol.ood`).
+
+    Raises:
+        FileNotFoundError: A data folder is missing.
+        ValueError: A folder that is not its data set, or images that cannot be read (see `select_subset`).
+    """
+    transform = create_transform(**data_config, is_training=False)
+    if protocol.dataset:
+        main = _ood_run(args, get_ood_dataset(protocol.dataset), plan.stages, transform)
+    else:
+        dataset = create_eval_dataset(args, data_config, dist_info)
+        main = DataRun(None, dataset, *select_subset(args, dataset, args.subset), plan.stages)
+    return [main] + [_ood_run(args, get_ood_dataset(name), (ood_stage(name),), transform) for name in protocol.ood]
+
+
+def _check_imagenet_model(protocol: Protocol, model: torch.nn.Module) -> None:
+    """The out-of-distribution sets score ImageNet classifiers: a model with another number of classes is refused."""
+    if protocol.datasets and model.num_classes != IMAGENET_CLASSES:
+        titles = ' and '.join(get_ood_dataset(name).title for name in protocol.datasets)
+        raise ValueError(f'protocol {protocol.name} scores ImageNet classifiers on {titles}: the model has '
+                         f'{model.num_classes} classes, not ImageNet\'s {IMAGENET_CLASSES}')
 
 
 def _check_bn_layer(args: argparse.Namespace, bn_stats: Dict[str, Any]) -> None:
@@ -554,30 +671,35 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     plan.check_attacks(ctx)
     bn_stats = collect_bn_stats(model)
     _check_bn_layer(args, bn_stats)
+    _check_imagenet_model(protocol, model)
 
-    dataset = create_eval_dataset(args, data_config, dist_info)
-    indices, skipped = select_subset(args, dataset)
-    start, stop = shard_range(len(indices), dist_info.rank, dist_info.world_size, args.batch_size)
-    loader = DataLoader(IndexedSubset(dataset, indices, range(start, stop)), batch_size=args.batch_size,
-                        shuffle=False, num_workers=args.workers, pin_memory=args.pin_mem)
-
+    runs = create_runs(args, protocol, plan, data_config, dist_info)
+    main = runs[0]
     model.to(dist_info.device)
     if args.channels_last:
         model.to(memory_format=torch.channels_last)
-    num_classes = model.num_classes
+    num_classes = main.num_classes or model.num_classes
     state = None
     if args.resume_state:
         state = _open_state(_state_path(args, dist_info), _fingerprint(
-            args, model_name, weights, protocol, variants, plan, indices, data_config, dist_info))
-    _logger.info('Evaluating %s (%s%s) on %d samples (%d on this rank): protocol %s, variants %s.', model_name,
-                 args.checkpoint or 'no checkpoint',
+            args, model_name, weights, protocol, variants, plan, runs, data_config, dist_info))
+    _logger.info('Evaluating %s (%s%s): protocol %s, variants %s.', model_name, args.checkpoint or 'no checkpoint',
                  f', loaded on its {get_inference_branch(model)} branch' if get_inference_branch(model) else '',
-                 len(indices), stop - start, protocol.name, ', '.join(v.name for v in variants))
-    evaluator = RobustEvaluator(model, variants, plan.stages, ctx, num_classes, len(indices), args.seed,
-                                dist_info.device, state=state, channels_last=args.channels_last,
-                                progress=progress)
+                 protocol.name, ', '.join(v.name for v in variants))
     eval_started = time.perf_counter()
-    records = evaluator.run(loader)
+    records, computed = [], 0
+    for run in runs:
+        start, stop = shard_range(len(run.indices), dist_info.rank, dist_info.world_size, args.batch_size)
+        loader = DataLoader(IndexedSubset(run.dataset, run.indices, range(start, stop)), batch_size=args.batch_size,
+                            shuffle=False, num_workers=args.workers, pin_memory=args.pin_mem)
+        _logger.info('%s: %d samples (%d on this rank)%s.', get_ood_dataset(run.name).title if run.name else
+                     'Evaluation data', len(run.indices), stop - start,
+                     f', scored on its {run.num_classes} classes' if run.classes else '')
+        evaluator = RobustEvaluator(model, variants, run.stages, ctx, run.num_classes or model.num_classes,
+                                    len(run.indices), args.seed, dist_info.device, state=state,
+                                    channels_last=args.channels_last, progress=progress, classes=run.classes)
+        records += evaluator.run(loader)
+        computed += evaluator.computed
     eval_seconds = time.perf_counter() - eval_started
     records = gather_records(records, dist_info)
     cleanup_distributed(dist_info)
@@ -590,8 +712,11 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     inference_branch = get_inference_branch(model)
     primary = next((s for s in summaries if s['kind'] in (inference_branch, 'model')), summaries[0])
     results = dict(
-        model=model_name, checkpoint=args.checkpoint, dataset=args.dataset or 'folder', split=args.val_split,
-        num_samples=len(indices), subset=args.subset, skipped_images=skipped, seed=args.seed,
+        model=model_name, checkpoint=args.checkpoint, dataset=protocol.dataset or args.dataset or 'folder',
+        split=None if protocol.dataset else args.val_split, num_samples=len(main.indices), subset=args.subset,
+        skipped_images=main.skipped, seed=args.seed,
+        ood_data={run.name: dict(get_ood_dataset(run.name).to_dict(), num_samples=len(run.indices),
+                                 skipped_images=run.skipped) for run in runs if run.name},
         img_size=data_config['input_size'][-1],
         data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
         preprocessing=preprocessing, protocol=protocol.to_dict(), amp=args.amp_dtype if args.amp else None,
@@ -603,8 +728,8 @@ def validate(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
         amp_check=amp_report(table, primary['name'], plan, args.amp_tolerance) if args.verify_amp else None,
         variants=summaries,
         bn_stats=dict(layers=summarize_bn_stats(bn_stats)) if bn_stats else None,
-        eval_seconds=round(eval_seconds, 3), units_computed=evaluator.computed,
-        images_per_second=round(len(indices) * len(variants) / max(eval_seconds, 1e-9), 3),
+        eval_seconds=round(eval_seconds, 3), units_computed=computed,
+        images_per_second=round(sum(len(run.indices) for run in runs) * len(variants) / max(eval_seconds, 1e-9), 3),
         total_seconds=round(time.perf_counter() - started, 3),
     )
     results['robustbench_model_info'] = robustbench_model_info(results, model.pretrained_cfg or {})

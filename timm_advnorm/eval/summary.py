@@ -13,6 +13,8 @@ named by the budget it ran (``label``: ``pgd-t-13`` for a reduced PGD-2000, whos
   and ``robust_label``, what it is as it ran (``worst-case``, ``mean``, or the attack's ``label``: ``pgd-t-13``);
 * ``corruption_errors``: with all 15 ImageNet-C corruptions at 5 severities, CE per corruption and mCE (percent,
   normalized by AlexNet, `corruption_error`); None otherwise;
+* ``ood``: clean accuracy and sample count on each further out-of-distribution set of the protocol (`Protocol.ood`);
+* ``scores``: the protocol's accuracies side by side, as the papers' tables give them (`scores`);
 * ``metrics``: mean, median and standard deviation of each per-sample robustness metric;
 * ``eps_sweep`` and ``sanity_probe``: the sanity PGD's accuracy over ε, from ε = 0 (the clean accuracy of the same
   samples), and what that probe ran (`SanityPlan.to_dict`).
@@ -25,7 +27,7 @@ import numpy as np
 
 from ..attacks.noise import noise_settings
 from .corruption_error import corruption_errors
-from .plan import EvalPlan, SanityPlan
+from .plan import EvalPlan, SanityPlan, ood_stage
 from .protocols import AttackSpec, Protocol, resolve_eps
 from .records import ResultTable
 from .sanity import check_warnings
@@ -33,7 +35,7 @@ from .stages import AttackStage, attack_norm
 from .variants import Variant
 
 __all__ = ['summarize_variant', 'amp_report', 'attack_title', 'headline', 'headline_label', 'round_percent',
-           'results_warnings', 'EPS_SCALE']
+           'results_warnings', 'scores', 'EPS_SCALE']
 
 #: The scale of every ε in results: a norm of the perturbation in 0-255 pixel units (k means k/255 on [0, 1]).
 EPS_SCALE = '0-255'
@@ -87,10 +89,13 @@ def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_
     return entry
 
 
-def headline(protocol: Protocol, attacks: List[Dict[str, Any]], worst_case: Optional[float]) -> Optional[float]:
+def headline(protocol: Protocol, attacks: List[Dict[str, Any]], worst_case: Optional[float],
+             clean: Optional[float]) -> Optional[float]:
     """The protocol's single robust number (see `Protocol.headline`, an attack's protocol label), as a percentage."""
     if protocol.headline == 'worst-case':
         return worst_case
+    if protocol.headline == 'clean':
+        return clean
     if protocol.headline == 'mean':
         return round(float(np.mean([a['accuracy'] for a in attacks])), 4)
     if protocol.headline == 'last':
@@ -99,8 +104,8 @@ def headline(protocol: Protocol, attacks: List[Dict[str, Any]], worst_case: Opti
 
 
 def headline_label(protocol: Protocol, attacks: List[Dict[str, Any]]) -> str:
-    """What `headline` reports, named as it ran: ``worst-case``, ``mean``, or the attack's ``label``."""
-    if protocol.headline in ('worst-case', 'mean'):
+    """What `headline` reports, named as it ran: ``worst-case``, ``mean``, ``clean``, or the attack's ``label``."""
+    if protocol.headline in ('worst-case', 'mean', 'clean'):
         return protocol.headline
     if protocol.headline == 'last':
         return attacks[-1]['label']
@@ -113,6 +118,30 @@ def _eps_sweep(table: ResultTable, variant: str, sanity: SanityPlan) -> List[Dic
     points = [dict(eps=0.0, accuracy=round_percent(np.mean(clean['correct'][clean['position'] < sanity.samples])))]
     return points + [dict(eps=eps, accuracy=round_percent(np.mean(table.column(variant, stage, 'correct'))))
                      for eps, stage in sanity.sweep]
+
+
+def _ood_summary(table: ResultTable, variant: str, protocol: Protocol) -> Dict[str, Dict[str, Any]]:
+    """Clean accuracy and sample count on each out-of-distribution set of `protocol.ood` (`ood_stage`)."""
+    entries = {}
+    for name in protocol.ood:
+        correct = table.column(variant, ood_stage(name).name, 'correct')
+        entries[name] = dict(accuracy=round_percent(np.mean(correct)), samples=int(correct.size))
+    return entries
+
+
+def scores(protocol: Protocol, clean: Optional[float], attacks: List[Dict[str, Any]],
+           ood: Mapping[str, Mapping[str, Any]]) -> Dict[str, Optional[float]]:
+    """The protocol's accuracies side by side, as the papers' tables give them (NoFrost* Figures 3 and 4: clean,
+    ImageNet-C, ImageNet-R, ImageNet-Sketch, PGD, Square): clean, named by the out-of-distribution set the protocol
+    runs on if it does (``imagenet-r``); ``imagenet-c``, the mean accuracy over the ImageNet-C corruptions, if it has
+    any; each further out-of-distribution set; and each other attack, by the label that ran."""
+    row = {protocol.dataset or 'clean': clean}
+    corrupted = [a['accuracy'] for a in attacks if a['attack'] == 'corruption']
+    if corrupted:
+        row['imagenet-c'] = round(float(np.mean(corrupted)), 4)
+    row.update((name, entry['accuracy']) for name, entry in ood.items())
+    row.update((a['label'], a['accuracy']) for a in attacks if a['attack'] != 'corruption')
+    return row
 
 
 def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, input_size: Sequence[int]
@@ -140,10 +169,12 @@ def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, inpu
         probe = dict(plan.sanity.to_dict(), samples=int(np.sum(clean['position'] < plan.sanity.samples)))
     corrupted = {(a['kwargs']['corruption'], a['kwargs']['severity']): a['accuracy']
                  for a in attacks if a['attack'] == 'corruption'}
-    return dict(variant.to_dict(), samples=int(clean['correct'].size),
-                clean=round_percent(np.mean(clean['correct'])), attacks=attacks, worst_case=worst_case,
-                robust=headline(plan.protocol, attacks, worst_case),
-                robust_label=headline_label(plan.protocol, attacks), metrics=metrics, eps_sweep=sweep,
+    accuracy = round_percent(np.mean(clean['correct']))
+    ood = _ood_summary(table, name, plan.protocol)
+    return dict(variant.to_dict(), samples=int(clean['correct'].size), clean=accuracy, attacks=attacks,
+                worst_case=worst_case, robust=headline(plan.protocol, attacks, worst_case, accuracy),
+                robust_label=headline_label(plan.protocol, attacks), ood=ood,
+                scores=scores(plan.protocol, accuracy, attacks, ood), metrics=metrics, eps_sweep=sweep,
                 sanity_probe=probe, corruption_errors=corruption_errors(corrupted))
 
 

@@ -1,27 +1,25 @@
-"""Adversarial training methods on timm's `timm.task` API: one module per method, one factory for scripts."""
-from typing import Dict, Type
+"""Adversarial training methods on timm's `timm.task` API: one module per method, each registered by name.
 
-from .adversarial import AdversarialClassificationTask
-from .alp import AlpTask, logit_pairing_loss
-from .fast_advprop import FastAdvPropTask, parameter_groups, shuffle_across_ranks
-from .madry import MadryTask
-from .mbn import MbnTask
-from .mixed import MixedTask
-from .nofrost import NofrostTask
+Importing this package registers the built-in methods (`register_task`), in the order of the papers; `create_task`
+builds one by name, and the training command builds the chosen one from its options (`from_args`).
+"""
+from .adversarial import AdversarialClassificationTask, ArgumentGroup
+from .registry import TASKS, get_task_class, list_tasks, register_task, unregister_task
 from .vanilla import VanillaTask
+from .madry import MadryTask
+from .mixed import MixedTask
+from .alp import AlpTask, logit_pairing_loss
+from .mbn import MbnTask
+from .fast_advprop import FastAdvPropTask, parameter_groups, shuffle_across_ranks
+from .nofrost import NofrostTask
 from .running_stats import running_stats_active, use_running_statistics
 
-__all__ = ['AdversarialClassificationTask', 'AlpTask', 'FastAdvPropTask', 'MadryTask', 'MbnTask', 'MixedTask',
-           'NofrostTask', 'TASKS', 'VanillaTask', 'create_task', 'logit_pairing_loss', 'parameter_groups',
-           'running_stats_active', 'shuffle_across_ranks', 'use_running_statistics']
-
-TASKS: Dict[str, Type[AdversarialClassificationTask]] = {
-    task.method: task for task in (VanillaTask, MadryTask, MixedTask, AlpTask, MbnTask, FastAdvPropTask, NofrostTask)}
+__all__ = ['AdversarialClassificationTask', 'AlpTask', 'ArgumentGroup', 'FastAdvPropTask', 'MadryTask', 'MbnTask',
+           'MixedTask', 'NofrostTask', 'TASKS', 'VanillaTask', 'create_task', 'get_task_class', 'list_tasks',
+           'logit_pairing_loss', 'parameter_groups', 'register_task', 'running_stats_active', 'shuffle_across_ranks',
+           'unregister_task', 'use_running_statistics']
 
 
 def create_task(method: str, *args, **kwargs) -> AdversarialClassificationTask:
-    """Build the task of `method` (``vanilla``, ``madry``, ``mixed``, ``alp``, ``mbn``, ``fast_advprop``,
-    ``nofrost``)."""
-    if method not in TASKS:
-        raise ValueError(f'Unknown method {method!r}; choose from {", ".join(TASKS)}.')
-    return TASKS[method](*args, **kwargs)
+    """Build the task of the registered method `method` (`list_tasks`) with its constructor's arguments."""
+    return get_task_class(method)(*args, **kwargs)

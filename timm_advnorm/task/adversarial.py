@@ -7,8 +7,21 @@ ranks by: the mixture-BN branches its training pass routes rows through (`traine
 papers report (`default_eval_metric`). The training loop never branches on the method. The task also owns
 Mixup/CutMix, because where mixing happens is part of a method (Fast AdvProp mixes clean rows only; the others mix
 first and attack the mixed images with the soft target).
+
+The contract with the training command, each part with a default here, so that a method is one module registered
+with `register_task`:
+
+* **Options**: `add_args` declares the method's own options in its "Method <name>" argument group; `check_args`
+  refuses combinations it cannot train, before anything is built.
+* **Construction**: `from_args` builds the task from the parsed options: the training attack (`attack_from_args`,
+  the ``--attack`` of the attack registry), the method's options (`options_from_args`), the shared criterion
+  settings.
+* **Run**: `batch_scale` (loader rows per configured batch row), `mixed_rows`, `passes_per_image` (the cost model),
+  `validated_branches`, `default_eval_metric`, `finalize_gradients`, and `prepare_distributed` (which tells DDP
+  whether some parameters go unused in a step).
 """
-from typing import Callable, Dict, Optional, Tuple
+import argparse
+from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
 import torch
 import torch.nn as nn
@@ -16,11 +29,20 @@ from timm.task import ClassificationTask
 from timm.utils.model import unwrap_model
 
 from ..attacks.base import Attack, hard_labels
+from ..attacks.registry import create_training_attack
+from ..attacks.space import InputSpace
 from ..layers.routing import has_mixture_bn, route
 
-__all__ = ['AdversarialClassificationTask', 'MixFn']
+__all__ = ['AdversarialClassificationTask', 'ArgumentGroup', 'MixFn']
 
 MixFn = Callable[[torch.Tensor, torch.Tensor], tuple]
+
+
+class ArgumentGroup(Protocol):
+    """What `AdversarialClassificationTask.add_args` declares options in: argparse's ``add_argument``."""
+
+    def add_argument(self, *flags: str, **kwargs: Any) -> Any:
+        ...
 
 
 class AdversarialClassificationTask(ClassificationTask):
@@ -34,6 +56,7 @@ class AdversarialClassificationTask(ClassificationTask):
         criterion, criterion_kwargs, device, dtype, verbose: As timm's `ClassificationTask`.
     """
 
+    #: The method's name, set by `register_task`.
     method: str = ''
     #: Whether each training forward runs both branches of a mixture-BN model (the fused MBN pass); otherwise a
     #: pass on one route leaves the other branch's parameters without gradients, which DDP must be told.
@@ -61,19 +84,99 @@ class AdversarialClassificationTask(ClassificationTask):
         self.attack = attack
         self.mixup_fn = mixup_fn
 
+    @classmethod
+    def add_args(cls, group: ArgumentGroup) -> None:
+        """Declare the method's own command-line options in `group`, its "Method <name>" group of the training
+        command; none by default.
+
+        The shared options (the attack and its budget, Mixup, label smoothing, the seed) are the command's, and an
+        option another method declares may be read without declaring it again: every registered method's options are
+        on the parser whichever method runs. A subclass that does not override this declares its parent's options
+        again, which the command skips.
+        """
+
+    @classmethod
+    def check_args(cls, args: argparse.Namespace) -> None:
+        """Refuse option combinations the method cannot train, before anything is built; none by default.
+
+        Raises:
+            ValueError: One line naming the options.
+        """
+
+    @classmethod
+    def from_args(
+            cls,
+            args: argparse.Namespace,
+            model: nn.Module,
+            space: InputSpace,
+            *,
+            num_classes: int,
+            mixup_fn: Optional[MixFn] = None,
+            amp_dtype: Optional[torch.dtype] = None,
+            device: Optional[torch.device] = None,
+            verbose: bool = True,
+    ) -> 'AdversarialClassificationTask':
+        """The task the training command's parsed options describe, for `model`.
+
+        Args:
+            args: The parsed options, after the distributed set-up (``rank``, ``distributed``).
+            model: The model to train, on its device.
+            space: The model's input normalization (budgets are on the 0-255 scale).
+            num_classes: Classes of the run.
+            mixup_fn: Mixup/CutMix, when the options ask for it (the criterion then takes soft targets).
+            amp_dtype: Autocast dtype of the run, which attacks run their forwards under; None for fp32.
+            device: The training device.
+            verbose: Whether this process logs (rank 0).
+        """
+        criterion_kwargs = dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None)
+        return cls(model, **cls.kwargs_from_args(args, space, num_classes=num_classes, amp_dtype=amp_dtype),
+                   mixup_fn=mixup_fn, criterion_kwargs=criterion_kwargs, device=device, verbose=verbose)
+
+    @classmethod
+    def kwargs_from_args(cls, args: argparse.Namespace, space: InputSpace, *, num_classes: int,
+                         amp_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
+        """The constructor's method-specific keyword arguments (`from_args` adds the shared ones): the training
+        attack (`attack_from_args`) and the method's own options (`options_from_args`).
+
+        Override where the constructor takes others (Fast AdvProp runs its own attack inside the training pass).
+        """
+        return {'attack': cls.attack_from_args(args, space, amp_dtype), **cls.options_from_args(args)}
+
+    @classmethod
+    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
+        """Constructor keyword arguments from the method's own options (those `add_args` declares); none by default."""
+        return {}
+
+    @classmethod
+    def attack_from_args(cls, args: argparse.Namespace, space: InputSpace,
+                         amp_dtype: Optional[torch.dtype] = None) -> Optional[Attack]:
+        """The training attack the shared options describe: ``--attack`` from the attack registry with the options it
+        takes (budget, step and its rule, iterations, threat model, targets, clean starts, BN statistics), returning
+        the last iterate, seeded per process. None for a method that runs no attack."""
+        return create_training_attack(
+            args.attack, space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
+            norm=args.attack_norm, targeted=args.attack_targeted, random_start=True,
+            clean_start_prob=args.attack_clean_start_prob, step_rule=args.attack_step_rule, best_iterate=False,
+            bn_stats=args.attack_bn_stats, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
+
     @property
     def attack_steps(self) -> int:
-        """Forward+backward passes the attack spends per attacked image."""
-        return int(getattr(self.attack, 'steps', 1))
+        """Forward+backward passes the attack spends per attacked image (0 without an attack)."""
+        return 0 if self.attack is None else int(getattr(self.attack, 'steps', 1))
 
     @property
     def passes_per_image(self) -> float:
         """Training cost in forward+backward passes per training image (vanilla training = 1).
 
         The papers' budget unit: PGD-K adversarial training costs K + 1, AdvProp K + 2, Fast AdvProp
-        ``p_adv * K + 1``. Logged with every run.
+        ``p_adv * K + 1``. Logged with every run. By default the attack's passes plus one training pass.
         """
-        raise NotImplementedError
+        return self.attack_steps + 1.0
+
+    @property
+    def batch_scale(self) -> float:
+        """Rows of a loader batch per row of the configured batch size (``--batch-size``); 1 by default."""
+        return 1.0
 
     @property
     def validated_branches(self) -> Tuple[str, ...]:

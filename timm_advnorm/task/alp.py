@@ -3,12 +3,16 @@
 ``loss = α·CE(f(x_clean), y) + (1 - α)·CE(f(x_adv), y) + λ·mean((f(x_clean) - f(x_adv))²)``: the mixed clean +
 adversarial objective plus a squared-L2 penalty pulling each adversarial image's logits towards its clean pair's.
 """
-from typing import Dict
+import argparse
+from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
 
+from ..train.arg_types import non_negative_float
+from .adversarial import ArgumentGroup
 from .mixed import MixedTask
+from .registry import register_task
 
 __all__ = ['AlpTask', 'logit_pairing_loss']
 
@@ -18,6 +22,7 @@ def logit_pairing_loss(logits_clean: torch.Tensor, logits_adv: torch.Tensor) -> 
     return F.mse_loss(logits_adv.float(), logits_clean.float())
 
 
+@register_task('alp')
 class AlpTask(MixedTask):
     """Mixed clean + adversarial training with adversarial logit pairing; every clean image is kept.
 
@@ -26,11 +31,19 @@ class AlpTask(MixedTask):
         alpha: Weight of the clean cross-entropy.
     """
 
-    method = 'alp'
-
     def __init__(self, *args, pairing_weight: float = 0.5, **kwargs):
         super().__init__(*args, clean_ratio=1.0, **kwargs)
         self.pairing_weight = pairing_weight
+
+    @classmethod
+    def add_args(cls, group: ArgumentGroup) -> None:
+        """``--pairing-weight``; ``--alpha`` is the mixed method's."""
+        group.add_argument('--pairing-weight', type=non_negative_float, default=None,
+                           help='Adversarial logit pairing weight (alp: default 0.5; mbn: default 0 = off).')
+
+    @classmethod
+    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
+        return dict(alpha=args.alpha, pairing_weight=0.5 if args.pairing_weight is None else args.pairing_weight)
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
         input, target = self.mix(input, target)

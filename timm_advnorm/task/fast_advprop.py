@@ -6,7 +6,8 @@ Its five ingredients, each here:
    for the clean BN, the rest (``p_adv`` = 0.2) are attacked and feed the adversarial BN (`batch_scale`).
 2. **PGD-1 with gradient reuse.** The attack's forward/backward over the noisy rows (random start in the ε-box,
    untargeted, BN on batch statistics) is fused with the clean rows' training forward/backward: one backward yields
-   the input gradient for the attack *and* parameter gradients for training (Shafahi et al.'s "free" reuse).
+   the input gradient for the attack *and* parameter gradients for training (Shafahi et al.'s "free" reuse). Only
+   where the gradient comes from differs from PGD: the start and the steps are PGD's own (`PGDGeometry`).
    Every batch starts at random, as in Algorithm 1; the released code's ``randn() > prob_start_from_clean`` test
    (default 0.2) starts the whole batch from the clean images in about 58% of the steps, which we do not copy.
 3. **Shuffle BN.** Before their training forward, adversarial rows are shuffled across ranks with one permutation
@@ -25,6 +26,8 @@ Its five ingredients, each here:
 Mixup/CutMix apply to the clean rows only; adversarial rows keep their one-hot (smoothed) targets. With equal-budget
 training, the script divides epochs by `passes_per_image` = ``p_adv * K + 1``.
 """
+import argparse
+import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -32,13 +35,17 @@ import torch.distributed as dist
 import torch.nn as nn
 from timm.data.mixup import mixup_target
 
-from ..attacks.base import project_linf, random_linf_start
+from ..attacks.pgd import PGDGeometry
 from ..attacks.space import InputSpace
 from ..layers.mixture_bn import MixtureBatchNorm2d
 from ..layers.routing import has_mixture_bn, route
-from .adversarial import AdversarialClassificationTask
+from ..train.arg_types import open_fraction, positive_float
+from .adversarial import AdversarialClassificationTask, ArgumentGroup, MixFn
+from .registry import register_task
 
 __all__ = ['FastAdvPropTask', 'parameter_groups', 'shuffle_across_ranks']
+
+_logger = logging.getLogger(__name__)
 
 
 def parameter_groups(model: nn.Module) -> Dict[str, List[nn.Parameter]]:
@@ -78,6 +85,7 @@ def shuffle_across_ranks(
     return tuple(shuffled)
 
 
+@register_task('fast_advprop')
 class FastAdvPropTask(AdversarialClassificationTask):
     """Fast AdvProp training step on a mixture-BN model.
 
@@ -99,7 +107,6 @@ class FastAdvPropTask(AdversarialClassificationTask):
             permutation (with the step counter: the same on every rank).
     """
 
-    method = 'fast_advprop'
     trained_branches = ('clean', 'adv')
     default_eval_metric = 'top1'  # inference on the clean branch; the paper reports clean accuracy
 
@@ -145,6 +152,55 @@ class FastAdvPropTask(AdversarialClassificationTask):
         self.group_scales: Dict[str, float] = {}
         self.rescale_grads = rescale_grads
         self._groups = parameter_groups(model)
+
+    @classmethod
+    def add_args(cls, group: ArgumentGroup) -> None:
+        """Its batch split, row weights and two switches; β of the adversarial rows is ``--adv-weight`` (nofrost's
+        option) and the attack's budget, step and iterations are the shared ``--attack-*`` options."""
+        group.add_argument('--p-adv', type=open_fraction, default=0.2,
+                           help='Fast AdvProp: attacked share of the batch.')
+        group.add_argument('--noise-weight', type=positive_float, default=0.5,
+                           help='Fast AdvProp: β of the noisy rows.')
+        group.add_argument('--shuffle-bn', action=argparse.BooleanOptionalAction, default=True,
+                           help='Fast AdvProp: shuffle adversarial rows across ranks before their forward.')
+        group.add_argument('--rescale-grads', action=argparse.BooleanOptionalAction, default=True,
+                           help='Fast AdvProp: per-group gradient rescaling (synchronized update speed).')
+
+    @classmethod
+    def check_args(cls, args: argparse.Namespace) -> None:
+        """Its attack is its released code's PGD: no other ``--attack``, no other ``--attack-norm``."""
+        if args.attack != 'pgd':
+            raise ValueError(f"Fast AdvProp's attack is its own gradient-reuse PGD (its released code): --attack "
+                             f"{args.attack} does not apply.")
+        if args.attack_norm != 'linf':
+            raise ValueError(f"Fast AdvProp's attack is L-inf PGD (its released code): --attack-norm "
+                             f"{args.attack_norm} does not apply.")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, model: nn.Module, space: InputSpace, *, num_classes: int,
+                  mixup_fn: Optional[MixFn] = None, amp_dtype: Optional[torch.dtype] = None,
+                  device: Optional[torch.device] = None, verbose: bool = True) -> 'FastAdvPropTask':
+        """As the base class's, and says when shuffle BN cannot prevent label leaking (one process, or statistics
+        synchronized across processes)."""
+        if verbose and args.shuffle_bn and (not args.distributed or args.sync_bn):
+            _logger.warning('Fast AdvProp %s: adversarial rows are normalized with statistics of the batch they were '
+                            'made from, so shuffle BN cannot prevent label leaking (Mei et al. Sec. 3.2.1).',
+                            'with --sync-bn' if args.distributed else 'in one process (shuffle BN needs torchrun)')
+        return super().from_args(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn, amp_dtype=amp_dtype,
+                                 device=device, verbose=verbose)
+
+    @classmethod
+    def kwargs_from_args(cls, args: argparse.Namespace, space: InputSpace, *, num_classes: int,
+                         amp_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
+        """No attack object: the shared budget, step and iterations configure the PGD run inside the training pass."""
+        return dict(space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
+                    num_classes=num_classes, label_smoothing=args.smoothing, seed=args.seed,
+                    **cls.options_from_args(args))
+
+    @classmethod
+    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
+        return dict(p_adv=args.p_adv, noise_weight=args.noise_weight, adv_weight=args.adv_weight,
+                    shuffle_bn=args.shuffle_bn, rescale_grads=args.rescale_grads)
 
     @property
     def attack_steps(self) -> int:
@@ -220,13 +276,13 @@ class FastAdvPropTask(AdversarialClassificationTask):
         num_classes = self.num_classes or soft_like.shape[1]
         return mixup_target(target, num_classes, lam=1.0, smoothing=self.label_smoothing)
 
-    def _random_start(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return random_linf_start(x, self.space.linf_budget(self.eps, x), generator)
+    def _geometry(self, x: torch.Tensor) -> PGDGeometry:
+        """The L∞ ball and step of the attack on rows like `x` (the released code's: no step rule)."""
+        return PGDGeometry.build(self.space, self.eps, self.step, 'linf', x)
 
-    def _step(self, x: torch.Tensor, delta: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        step = self.space.linf_budget(self.step, x)
-        delta = project_linf(delta + step * grad.sign(), self.space.linf_budget(self.eps, x))
-        return self.space.clamp(x + delta) - x
+    def _random_start(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """PGD's random start in the ε-box: the perturbation, not yet clipped to valid pixels."""
+        return self._geometry(x).random_start(x, generator=generator)
 
     def _distributed(self) -> bool:
         return self.shuffle_bn and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -248,12 +304,12 @@ class FastAdvPropTask(AdversarialClassificationTask):
         share = self.importance(n_clean, x_att.shape[0])
         self.group_scales = self.scales_for(n_clean, x_att.shape[0])
 
-        delta = self._random_start(x_att, generator)
-        delta = self.space.clamp(x_att + delta) - x_att
+        geometry = self._geometry(x_att)
+        x_noisy = geometry.clip(x_att + self._random_start(x_att, generator))
         noise_share = share['noise'] / self.steps
         loss_noise_total = torch.zeros((), device=input.device)
         for k in range(self.steps):
-            x_noisy = (x_att + delta).requires_grad_(True)
+            x_noisy.requires_grad_(True)
             with self.no_sync():  # forward included: DDP decides at the forward whether the backward all-reduces
                 if k == 0:
                     with route(model, 'split', n_clean=n_clean):
@@ -267,10 +323,10 @@ class FastAdvPropTask(AdversarialClassificationTask):
                 loss_noisy = self.criterion(out_noisy, y_att)
                 reused = noise_share * loss_noisy + (weighted_clean if k == 0 else 0.0)
                 reused.backward()
-            delta = self._step(x_att, delta.detach(), x_noisy.grad)
+            x_noisy = geometry.step(x_noisy.detach(), x_att, x_noisy.grad)
             loss_noise_total = loss_noise_total + loss_noisy.detach() / self.steps
 
-        x_adv, y_adv = (x_att + delta).detach(), y_att
+        x_adv, y_adv = x_noisy, y_att
         if self._distributed():
             x_adv, y_adv = shuffle_across_ranks((x_adv, y_adv), seed=self.seed * 7919 + self.step_count)
         with route(model, 'adv'):

@@ -8,18 +8,14 @@ from typing import Dict
 import torch
 
 from .adversarial import AdversarialClassificationTask
+from .registry import register_task
 
 __all__ = ['MadryTask']
 
 
+@register_task('madry')
 class MadryTask(AdversarialClassificationTask):
-    """Train on the adversarial copies only: ``loss = CE(f(x_adv), y)``."""
-
-    method = 'madry'
-
-    @property
-    def passes_per_image(self) -> float:
-        return self.attack_steps + 1.0
+    """Train on the adversarial copies only: ``loss = CE(f(x_adv), y)``; it costs the attack's passes plus one."""
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
         input, target = self.mix(input, target)

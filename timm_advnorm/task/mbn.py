@@ -7,17 +7,20 @@ over ``cat([clean, adv])``). The attack runs on the adversarial branch.
 AdvProp is this method with a weak attack (PGD-1..5, ε≈1-4) and the clean branch used at inference; Xie & Yuille's
 "MBN_adv" evaluates the adversarial branch.
 """
-from typing import Dict, Tuple
+import argparse
+from typing import Any, Dict, Tuple
 
 import torch
 
 from ..layers.routing import deinterleave, has_mixture_bn, interleave, route
 from .adversarial import AdversarialClassificationTask
 from .alp import logit_pairing_loss
+from .registry import register_task
 
 __all__ = ['MbnTask']
 
 
+@register_task('mbn')
 class MbnTask(AdversarialClassificationTask):
     """``α·CE(clean rows via clean BN) + (1 - α)·CE(adversarial rows via adversarial BN) [+ λ·ALP]``.
 
@@ -27,7 +30,6 @@ class MbnTask(AdversarialClassificationTask):
         pairing_weight: Optional adversarial logit pairing weight (Xie & Yuille's "MBN, ALP" rows); 0 disables it.
     """
 
-    method = 'mbn'
     uses_both_branches = True
     trained_branches = ('clean', 'adv')
     default_eval_metric = 'adv_branch_robust_top1'  # Xie & Yuille's MBN_adv: the adversarial branch's robustness
@@ -41,6 +43,11 @@ class MbnTask(AdversarialClassificationTask):
             raise ValueError(f'alpha must be in [0, 1], got {alpha}.')
         self.alpha = alpha
         self.pairing_weight = pairing_weight
+
+    @classmethod
+    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
+        """``--alpha`` (the mixed method's option) and ``--pairing-weight`` (alp's), off unless given."""
+        return dict(alpha=args.alpha, pairing_weight=args.pairing_weight or 0.0)
 
     @property
     def passes_per_image(self) -> float:

@@ -4,15 +4,19 @@
 `clean_ratio` fraction of their clean counterparts is kept (Xie & Yuille remove 0-100% of them: Fig. 1). Clean and
 adversarial rows share one forward, so a BN model estimates its statistics on the mixture — the effect under study.
 """
-from typing import Dict
+import argparse
+from typing import Any, Dict
 
 import torch
 
-from .adversarial import AdversarialClassificationTask
+from ..train.arg_types import probability
+from .adversarial import AdversarialClassificationTask, ArgumentGroup
+from .registry import register_task
 
 __all__ = ['MixedTask']
 
 
+@register_task('mixed')
 class MixedTask(AdversarialClassificationTask):
     """Clean and adversarial images in one batch, weighted by `alpha`.
 
@@ -20,8 +24,6 @@ class MixedTask(AdversarialClassificationTask):
         alpha: Weight of the clean loss (Goodfellow et al.: 0.5).
         clean_ratio: Fraction of the batch's clean images kept, in [0, 1].
     """
-
-    method = 'mixed'
 
     def __init__(self, *args, alpha: float = 0.5, clean_ratio: float = 1.0, **kwargs):
         super().__init__(*args, **kwargs)
@@ -31,6 +33,15 @@ class MixedTask(AdversarialClassificationTask):
             raise ValueError(f'clean_ratio must be in [0, 1], got {clean_ratio}.')
         self.alpha = alpha
         self.clean_ratio = clean_ratio
+
+    @classmethod
+    def add_args(cls, group: ArgumentGroup) -> None:
+        group.add_argument('--alpha', type=probability, default=0.5, help='Clean-loss weight (mixed, alp, mbn).')
+        group.add_argument('--clean-ratio', type=probability, default=1.0, help='Share of clean images kept (mixed).')
+
+    @classmethod
+    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
+        return dict(alpha=args.alpha, clean_ratio=args.clean_ratio)
 
     @property
     def passes_per_image(self) -> float:

@@ -4,21 +4,26 @@
 mixture of clean and adversarial statistics to estimate), PGD-10 at ε = 8 and adaptive gradient clipping (set
 ``--clip-mode agc`` in the training script; the NoFrost recipe does).
 """
+import argparse
+from typing import Any, Dict
+
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..train.arg_types import non_negative_float
+from .adversarial import ArgumentGroup
 from .mixed import MixedTask
+from .registry import register_task
 
 __all__ = ['NofrostTask']
 
 
+@register_task('nofrost')
 class NofrostTask(MixedTask):
     """Clean + adversarial training of a normalizer-free model.
 
     Args:
         adv_weight: λ, the weight of the adversarial loss (NoFrost: 0.5).
     """
-
-    method = 'nofrost'
 
     def __init__(self, model, *args, adv_weight: float = 0.5, **kwargs):
         if any(isinstance(m, _BatchNorm) for m in model.modules()):
@@ -28,3 +33,12 @@ class NofrostTask(MixedTask):
             raise ValueError(f'adv_weight (λ) must be in [0, 1], got {adv_weight}.')
         super().__init__(model, *args, alpha=1.0 - adv_weight, clean_ratio=1.0, **kwargs)
         self.adv_weight = adv_weight
+
+    @classmethod
+    def add_args(cls, group: ArgumentGroup) -> None:
+        group.add_argument('--adv-weight', type=non_negative_float, default=0.5,
+                           help='Adversarial-loss weight λ (nofrost) / β of adversarial rows (fast_advprop).')
+
+    @classmethod
+    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
+        return dict(adv_weight=args.adv_weight)

@@ -2,31 +2,33 @@
 
 Its cost is the budget unit, one forward+backward pass per image.
 """
-from typing import Dict
+import argparse
+from typing import Dict, Optional
 
 import torch
 
+from ..attacks.base import Attack
+from ..attacks.space import InputSpace
 from .adversarial import AdversarialClassificationTask
+from .registry import register_task
 
 __all__ = ['VanillaTask']
 
 
+@register_task('vanilla')
 class VanillaTask(AdversarialClassificationTask):
     """Standard training on clean images; no attack runs (the attack argument is ignored)."""
 
-    method = 'vanilla'
     default_eval_metric = 'top1'
 
     def __init__(self, model, attack=None, **kwargs):
         super().__init__(model, attack=None, **kwargs)
 
-    @property
-    def attack_steps(self) -> int:
-        return 0
-
-    @property
-    def passes_per_image(self) -> float:
-        return 1.0
+    @classmethod
+    def attack_from_args(cls, args: argparse.Namespace, space: InputSpace,
+                         amp_dtype: Optional[torch.dtype] = None) -> Optional[Attack]:
+        """None: vanilla training runs no attack, whatever ``--attack`` says."""
+        return None
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
         input, target = self.mix(input, target)

@@ -1,84 +1,31 @@
-"""Command-line arguments of `train_adv.py`: timm-style groups plus an "Adversarial training" group.
+"""Command-line arguments of `train_adv.py`: timm-style groups, an "Adversarial training" group of what every method
+shares (the method, its attack and the per-epoch robust validation), and one group per registered method ("Method
+mbn") holding the options that method declares (`AdversarialClassificationTask.add_args`).
 
 Config flows one way: a YAML file (``-c``) sets the parser's defaults, the command line overrides them, and the
-script turns the namespace into explicit keyword arguments. The parser is importable so tests can drive it.
+script hands the namespace to the method's task class, which builds itself from it (`from_args`). The parser is
+importable so tests can drive it. Every registered method's options are on the parser whichever ``--method`` runs,
+so a config or command line that names another method's option is accepted, as it always was.
 """
 import argparse
-import math
 import sys
-from typing import List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from ..attacks import check_training_attack, training_attacks
 from ..cli import ArgumentParser, add_hidden_alias, parse_with_config
 from ..recipes import describe_recipe, list_recipes, resolve_config
-from ..task import TASKS
+from ..task import TASKS, list_tasks
+from .arg_types import (
+    finite_float, fraction, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
+    probability, seed_int)
 
-__all__ = ['get_args_parser', 'parse_args', 'AGC_CLIP_FACTOR', 'Number', 'finite_float', 'non_negative_float',
-           'positive_float', 'probability', 'fraction', 'open_fraction', 'non_negative_int', 'positive_int', 'seed_int']
+__all__ = ['get_args_parser', 'parse_args', 'AGC_CLIP_FACTOR']
 
 #: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
 #: (Brock et al., NFNets); without it AGC would silently clip nothing.
 AGC_CLIP_FACTOR = 0.01
-
-
-class Number:
-    """An argparse ``type``: a finite number of `kind` within a range, said in the error (``argument --lr: must be a
-    number > 0, got nan``).
-
-    The script trusts every numeric option once parsed: a NaN learning rate or budget would otherwise train on NaN,
-    and a negative weight decay or a probability above 1 train something else than asked, without a word.
-
-    Args:
-        kind: ``int`` or ``float``.
-        low: Smallest value allowed (None: no bound).
-        high: Largest value allowed (None: no bound).
-        low_open: Exclude `low` itself.
-        high_open: Exclude `high` itself.
-    """
-
-    def __init__(self, kind: type, low: Optional[float] = None, high: Optional[float] = None, low_open: bool = False,
-                 high_open: bool = False):
-        self.kind, self.low, self.high, self.low_open, self.high_open = kind, low, high, low_open, high_open
-        self.__name__ = kind.__name__  # argparse names the type in some of its messages
-
-    def describe(self) -> str:
-        """The values allowed, in words: ``an integer >= 1``, ``a number in [0, 1)``."""
-        noun = 'an integer' if self.kind is int else 'a number'
-        if self.low is not None and self.high is not None:
-            opening, closing = '(' if self.low_open else '[', ')' if self.high_open else ']'
-            return f'{noun} in {opening}{self.low}, {self.high}{closing}'
-        if self.low is not None:
-            return f'{noun} {">" if self.low_open else ">="} {self.low}'
-        if self.high is not None:
-            return f'{noun} {"<" if self.high_open else "<="} {self.high}'
-        return f'a finite {noun.split()[-1]}'
-
-    def __call__(self, text: str) -> Union[int, float]:
-        try:
-            number = self.kind(text)
-            valid = math.isfinite(number) and self._in_range(number)
-        except (TypeError, ValueError, OverflowError):  # not a number of the kind; an int too large for a float
-            valid = False
-        if not valid:
-            raise argparse.ArgumentTypeError(f'must be {self.describe()}, got {text}')
-        return number
-
-    def _in_range(self, number: Union[int, float]) -> bool:
-        above = self.low is None or (number > self.low if self.low_open else number >= self.low)
-        below = self.high is None or (number < self.high if self.high_open else number <= self.high)
-        return above and below
-
-
-finite_float = Number(float)
-non_negative_float = Number(float, low=0)
-positive_float = Number(float, low=0, low_open=True)
-probability = Number(float, low=0, high=1)
-fraction = Number(float, low=0, high=1, high_open=True)  # [0, 1): smoothing, dropout, momentum
-open_fraction = Number(float, low=0, high=1, low_open=True, high_open=True)
-non_negative_int = Number(int, low=0)
-positive_int = Number(int, low=1)
-seed_int = Number(int, low=0, high=2 ** 32 - 1)  # numpy's seed range
 
 
 def _model_group(parser: argparse.ArgumentParser) -> None:
@@ -162,10 +109,22 @@ def _optim_group(parser: argparse.ArgumentParser) -> None:
                        help='Floor of cyclic schedules.')
 
 
+def _training_attack(name: str) -> str:
+    """argparse type of ``--attack``: a registered attack that can make training examples."""
+    try:
+        return check_training_attack(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _adversarial_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Adversarial training')
-    group.add_argument('--method', default='mbn', choices=tuple(TASKS),
-                       help='Training method (default: mbn).')
+    group.add_argument('--method', default='mbn', choices=list_tasks(),
+                       help='Training method (default: mbn); its own options are in its "Method" group below.')
+    group.add_argument('--attack', default='pgd', type=_training_attack, metavar='NAME',
+                       help=f'Training attack, from the attack registry: {", ".join(training_attacks())}. Each takes '
+                            f'the options below that it has: fgsm is one step of --attack-step (Wong et al.: 1.25 '
+                            f'× --attack-eps) and ignores --attack-steps and --attack-step-rule. (default: pgd)')
     group.add_argument('--attack-eps', type=non_negative_float, default=16.0, help='Attack budget on the 0-255 scale.')
     group.add_argument('--attack-step', type=positive_float, default=1.0, help='Attack step size on the 0-255 scale.')
     group.add_argument('--attack-steps', type=positive_int, default=30, help='Attack iterations (PGD-N).')
@@ -182,18 +141,6 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--attack-bn-stats', default='running', choices=('running', 'batch'),
                        help='BN statistics the attack uses: running (eval mode) or batch (train mode; Fast '
                             'AdvProp always).')
-    group.add_argument('--alpha', type=probability, default=0.5, help='Clean-loss weight (mixed, alp, mbn).')
-    group.add_argument('--clean-ratio', type=probability, default=1.0, help='Share of clean images kept (mixed).')
-    group.add_argument('--pairing-weight', type=non_negative_float, default=None,
-                       help='Adversarial logit pairing weight (alp: default 0.5; mbn: default 0 = off).')
-    group.add_argument('--adv-weight', type=non_negative_float, default=0.5,
-                       help='Adversarial-loss weight λ (nofrost) / β of adversarial rows (fast_advprop).')
-    group.add_argument('--p-adv', type=open_fraction, default=0.2, help='Fast AdvProp: attacked share of the batch.')
-    group.add_argument('--noise-weight', type=positive_float, default=0.5, help='Fast AdvProp: β of the noisy rows.')
-    group.add_argument('--shuffle-bn', action=argparse.BooleanOptionalAction, default=True,
-                       help='Fast AdvProp: shuffle adversarial rows across ranks before their forward.')
-    group.add_argument('--rescale-grads', action=argparse.BooleanOptionalAction, default=True,
-                       help='Fast AdvProp: per-group gradient rescaling (synchronized update speed).')
     group.add_argument('--same-budget', action='store_true',
                        help='Divide epochs, milestones and --running-stats-epochs by the method\'s passes per image '
                             '(equal-budget runs).')
@@ -210,6 +157,44 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--num-samples', type=positive_int, default=None, metavar='N',
                        help='Robust-evaluate a fixed seeded subset of N validation images (default: all).')
     add_hidden_alias(parser, group, '--val-samples', 'num_samples', type=positive_int)
+
+
+class _MethodGroup:
+    """The argument group a method's `add_args` fills ("Method mbn").
+
+    A subclass that does not override `add_args` inherits its parent method's, and so declares the same options
+    again: an option declared exactly as before is skipped (it stays in the group of the method that declared it
+    first), one declared differently is an error naming both methods.
+
+    Args:
+        parser: The command's parser.
+        method: The method's name.
+        declared: Shared by the groups of one parser: each option string's declaring method and arguments.
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser, method: str, declared: Dict[str, Tuple[str, tuple, dict]]):
+        self._group = parser.add_argument_group(f'Method {method}')
+        self._method = method
+        self._declared = declared
+
+    def add_argument(self, *flags: str, **kwargs: Any) -> Optional[argparse.Action]:
+        """`argparse`'s ``add_argument``; returns None for an option already declared the same way."""
+        first = self._declared.get(flags[0])
+        if first is not None:
+            owner, owner_flags, owner_kwargs = first
+            if (owner_flags, owner_kwargs) != (flags, kwargs):
+                raise ValueError(f'Method {self._method} declares {flags[0]} unlike method {owner}.')
+            return None
+        self._declared.update((flag, (self._method, flags, kwargs)) for flag in flags)
+        return self._group.add_argument(*flags, **kwargs)
+
+
+def _method_groups(parser: argparse.ArgumentParser) -> None:
+    """One group per registered method, in registration order (a parent method before the methods deriving from it),
+    each holding the options the method declares."""
+    declared: Dict[str, Tuple[str, tuple, dict]] = {}
+    for name, task in TASKS.items():
+        task.add_args(_MethodGroup(parser, name, declared))
 
 
 def _misc_group(parser: argparse.ArgumentParser) -> None:
@@ -249,7 +234,7 @@ def get_args_parser(prog: str = 'train_adv.py') -> ArgumentParser:
                         help='YAML file of argument defaults (keys as the long options, with underscores), or the '
                              'name of a packaged recipe (see --list-recipes); command-line values win.')
     parser.add_argument('--list-recipes', action=_ListRecipes, help='List the packaged recipes and exit.')
-    for add_group in (_model_group, _data_group, _optim_group, _adversarial_group, _misc_group):
+    for add_group in (_model_group, _data_group, _optim_group, _adversarial_group, _method_groups, _misc_group):
         add_group(parser)
     return parser
 

@@ -41,7 +41,7 @@ from ..data.preprocessing import record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..hub.checkpoint import check_checkpoint_file
 from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_inference_branch
-from ..task import create_task, running_stats_active, use_running_statistics
+from ..task import get_task_class, running_stats_active, use_running_statistics
 from .args import parse_args
 from .loop import (DivergenceError, NonFiniteGuard, check_finite_state, eval_metric_for, metric_names, train_one_epoch,
                    validate, validation_message)
@@ -49,34 +49,6 @@ from .loop import (DivergenceError, NonFiniteGuard, check_finite_state, eval_met
 __all__ = ['main', 'epoch_schedule', 'new_run_folder', 'run']
 
 _logger = logging.getLogger('train_adv')
-
-
-def _method_kwargs(args, space: InputSpace, num_classes: int) -> dict:
-    """Keyword arguments of the chosen method's task, from the "Adversarial training" argument group."""
-    if args.method == 'mixed':
-        return dict(alpha=args.alpha, clean_ratio=args.clean_ratio)
-    if args.method == 'alp':
-        return dict(alpha=args.alpha, pairing_weight=0.5 if args.pairing_weight is None else args.pairing_weight)
-    if args.method == 'mbn':
-        return dict(alpha=args.alpha, pairing_weight=args.pairing_weight or 0.0)
-    if args.method == 'nofrost':
-        return dict(adv_weight=args.adv_weight)
-    if args.method == 'fast_advprop':
-        return dict(space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
-                    p_adv=args.p_adv, noise_weight=args.noise_weight, adv_weight=args.adv_weight,
-                    shuffle_bn=args.shuffle_bn, rescale_grads=args.rescale_grads, num_classes=num_classes,
-                    label_smoothing=args.smoothing, seed=args.seed)
-    return {}
-
-
-def _train_attack(args, space: InputSpace, amp_dtype):
-    if args.method in ('vanilla', 'fast_advprop'):
-        return None  # no attack / Fast AdvProp runs its PGD inside the training pass (gradient reuse)
-    return create_attack(
-        'pgd', space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
-        norm=args.attack_norm, targeted=args.attack_targeted, random_start=True,
-        clean_start_prob=args.attack_clean_start_prob, step_rule=args.attack_step_rule, best_iterate=False,
-        bn_stats=args.attack_bn_stats, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
 
 
 def _val_attack(args, space: InputSpace, amp_dtype):
@@ -89,13 +61,12 @@ def _val_attack(args, space: InputSpace, amp_dtype):
 
 
 def _check_args(args) -> None:
-    """Checks between arguments (each numeric argument's own range is its parser type's)."""
+    """Checks between arguments (each numeric argument's own range is its parser type's), the method's included."""
     if args.running_stats_epochs > args.epochs:
         raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
     if args.scale[0] > args.scale[1]:
         raise ValueError(f'--scale is a range: its lower bound {args.scale[0]} is above its upper {args.scale[1]}.')
-    if args.method == 'fast_advprop' and args.attack_norm != 'linf':
-        raise ValueError("Fast AdvProp's attack is L-inf PGD (its released code): --attack-norm l2 does not apply.")
+    get_task_class(args.method).check_args(args)
     if args.resume and not os.path.isfile(args.resume):
         raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
     if args.resume:  # timm's loader would blame the serialisation format for a damaged file
@@ -302,11 +273,8 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     if args.mixup > 0 or args.cutmix > 0:
         mixup_fn = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, prob=args.mixup_prob,
                          switch_prob=args.mixup_switch_prob, label_smoothing=args.smoothing, num_classes=num_classes)
-    attack_kwargs = {} if args.method == 'fast_advprop' else {'attack': _train_attack(args, space, amp_dtype)}
-    task = create_task(
-        args.method, model, **attack_kwargs, mixup_fn=mixup_fn,
-        criterion_kwargs=dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None), device=device,
-        verbose=args.rank == 0, **_method_kwargs(args, space, num_classes))
+    task = get_task_class(args.method).from_args(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn,
+                                                 amp_dtype=amp_dtype, device=device, verbose=args.rank == 0)
     task.to(device)
     if args.eval_metric is None:  # the method's own; resolved before the resume check and saved with the run
         args.eval_metric = eval_metric_for(task)
@@ -316,10 +284,6 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     # branch its checkpoints are ranked by (mixture BN), which a loaded checkpoint then runs on
     with route(model, ranked_branch(args.eval_metric)):
         setattr(args, MODEL_CONFIG_ARG, model_config(model))
-    if args.method == 'fast_advprop' and args.shuffle_bn and (not args.distributed or args.sync_bn):
-        _logger.warning('Fast AdvProp %s: adversarial rows are normalized with statistics of the batch they were '
-                        'made from, so shuffle BN cannot prevent label leaking (Mei et al. Sec. 3.2.1).',
-                        'with --sync-bn' if args.distributed else 'in one process (shuffle BN needs torchrun)')
 
     optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
                                     momentum=args.momentum)
@@ -336,7 +300,7 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
 
     epochs, milestones, running_stats_epochs = epoch_schedule(args, task.passes_per_image)
 
-    batch_size = int(round(args.batch_size * getattr(task, 'batch_scale', 1.0)))
+    batch_size = int(round(args.batch_size * task.batch_scale))
     mixed_rows = task.mixed_rows(batch_size)  # also checks that the method can split such a batch
     if mixup_fn is not None and mixed_rows % 2:
         raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '

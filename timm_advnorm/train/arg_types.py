@@ -1,0 +1,70 @@
+"""argparse types of the numeric options: a finite number within a range, said in the error.
+
+The training command's common options and each method's own (`AdversarialClassificationTask.add_args`) use them, so
+that every number is checked the same way, from the command line and from a ``-c`` config alike.
+"""
+import argparse
+import math
+from typing import Optional, Union
+
+__all__ = ['Number', 'finite_float', 'non_negative_float', 'positive_float', 'probability', 'fraction',
+           'open_fraction', 'non_negative_int', 'positive_int', 'seed_int']
+
+
+class Number:
+    """An argparse ``type``: a finite number of `kind` within a range, said in the error (``argument --lr: must be a
+    number > 0, got nan``).
+
+    The script trusts every numeric option once parsed: a NaN learning rate or budget would otherwise train on NaN,
+    and a negative weight decay or a probability above 1 train something else than asked, without a word.
+
+    Args:
+        kind: ``int`` or ``float``.
+        low: Smallest value allowed (None: no bound).
+        high: Largest value allowed (None: no bound).
+        low_open: Exclude `low` itself.
+        high_open: Exclude `high` itself.
+    """
+
+    def __init__(self, kind: type, low: Optional[float] = None, high: Optional[float] = None, low_open: bool = False,
+                 high_open: bool = False):
+        self.kind, self.low, self.high, self.low_open, self.high_open = kind, low, high, low_open, high_open
+        self.__name__ = kind.__name__  # argparse names the type in some of its messages
+
+    def describe(self) -> str:
+        """The values allowed, in words: ``an integer >= 1``, ``a number in [0, 1)``."""
+        noun = 'an integer' if self.kind is int else 'a number'
+        if self.low is not None and self.high is not None:
+            opening, closing = '(' if self.low_open else '[', ')' if self.high_open else ']'
+            return f'{noun} in {opening}{self.low}, {self.high}{closing}'
+        if self.low is not None:
+            return f'{noun} {">" if self.low_open else ">="} {self.low}'
+        if self.high is not None:
+            return f'{noun} {"<" if self.high_open else "<="} {self.high}'
+        return f'a finite {noun.split()[-1]}'
+
+    def __call__(self, text: str) -> Union[int, float]:
+        try:
+            number = self.kind(text)
+            valid = math.isfinite(number) and self._in_range(number)
+        except (TypeError, ValueError, OverflowError):  # not a number of the kind; an int too large for a float
+            valid = False
+        if not valid:
+            raise argparse.ArgumentTypeError(f'must be {self.describe()}, got {text}')
+        return number
+
+    def _in_range(self, number: Union[int, float]) -> bool:
+        above = self.low is None or (number > self.low if self.low_open else number >= self.low)
+        below = self.high is None or (number < self.high if self.high_open else number <= self.high)
+        return above and below
+
+
+finite_float = Number(float)
+non_negative_float = Number(float, low=0)
+positive_float = Number(float, low=0, low_open=True)
+probability = Number(float, low=0, high=1)
+fraction = Number(float, low=0, high=1, high_open=True)  # [0, 1): smoothing, dropout, momentum
+open_fraction = Number(float, low=0, high=1, low_open=True, high_open=True)
+non_negative_int = Number(int, low=0)
+positive_int = Number(int, low=1)
+seed_int = Number(int, low=0, high=2 ** 32 - 1)  # numpy's seed range
