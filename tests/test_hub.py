@@ -225,3 +225,12 @@ def test_overwriting_a_symlinked_export_replaces_the_folder_it_points_to(tmp_pat
         (stage / 'new.txt').write_text('new')
     assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == ['new.txt']
     assert sorted(p.name for p in tmp_path.iterdir()) == ['link', 'real']
+
+
+def test_hub_does_not_depend_on_the_converters():
+    """Converters build on the hub (exports, checkpoint reading), never the other way round: no import circle."""
+    import subprocess
+    import sys
+    code = ('import sys, timm_advnorm.hub, timm_advnorm.hub.loading, timm_advnorm.hub.publish; '
+            'assert not any(m.startswith("timm_advnorm.convert") for m in sys.modules), sorted(sys.modules)')
+    subprocess.run([sys.executable, '-c', code], check=True, timeout=120)

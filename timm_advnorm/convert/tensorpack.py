@@ -32,11 +32,9 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
-import torch.nn as nn
-from timm.layers import Conv2dSame
-from timm.layers.pool2d_same import MaxPool2dSame
 
 from ..hub.checkpoint import file_format, zip_members
+from ..layers.tf_same_padding import use_tf_same_padding
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = [
@@ -161,28 +159,6 @@ def tensorpack_resnet_layers(arrays: Arrays) -> Tuple[int, ...]:
         if match:
             blocks.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
     return tuple(len(blocks.get(group, ())) for group in range(4))
-
-
-def use_tf_same_padding(model: nn.Module) -> nn.Module:
-    """Give every strided convolution and max pool of `model` TensorFlow's ``SAME`` padding, in place.
-
-    Keeps parameters and state-dict keys; `model` then matches a TensorFlow network with ``SAME`` padding exactly.
-    1x1 convolutions are left alone (``SAME`` pads them by nothing).
-    """
-    for name, module in list(model.named_modules()):
-        replacement = None
-        if type(module) is nn.Conv2d and max(module.stride) > 1 and max(module.kernel_size) > 1:
-            replacement = Conv2dSame(
-                module.in_channels, module.out_channels, module.kernel_size, module.stride, 0, module.dilation,
-                module.groups, module.bias is not None, device=module.weight.device, dtype=module.weight.dtype)
-            replacement.load_state_dict(module.state_dict())
-        elif type(module) is nn.MaxPool2d and module.stride not in (1, (1, 1)):
-            replacement = MaxPool2dSame(module.kernel_size, module.stride, 0, module.dilation, module.ceil_mode)
-        if replacement is not None:
-            replacement.train(module.training)
-            parent_name, _, child = name.rpartition('.')
-            setattr(model.get_submodule(parent_name) if parent_name else model, child, replacement)
-    return model
 
 
 def convert_tensorpack_resnet(

@@ -26,6 +26,7 @@ from timm.models import get_pretrained_cfg
 
 from ..layers import ADV_BN_KEY, branch_state_dict, has_mixture_bn, mixture_bn_modules
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
+from ..layers.tf_same_padding import use_tf_same_padding
 from .checkpoint import (
     WEIGHT_FILES, Checkpoint, check_checkpoint_file, read_checkpoint, read_config_json, split_source,
     strip_wrapper_prefixes)
@@ -263,7 +264,6 @@ def _check_pretrained_classes(source: str, available: Optional[int], requested: 
 def _apply_plugin_config(model: nn.Module, config: Optional[Mapping[str, Any]]) -> nn.Module:
     plugin = {k: v for k, v in ((config or {}).get(PLUGIN_CONFIG_KEY) or {}).items() if k not in _PROVENANCE_KEYS}
     if plugin.get('padding') == 'tf_same':
-        from ..convert.tensorpack import use_tf_same_padding
         _logger.info('Export records TensorFlow "SAME" padding: switching stride-2 layers to it.')
         use_tf_same_padding(model)
     if plugin:

@@ -6,3 +6,4 @@ from .routing import (
     INFERENCE_BRANCHES, RouteState, deinterleave, get_inference_branch, get_route, has_mixture_bn, interleave,
     mixture_bn_modules, preserve_route, restore_route, route, set_inference_branch, set_route)
 from .sync_mixture_bn import SyncMixtureBatchNorm2d, SyncMixtureBatchNormAct2d
+from .tf_same_padding import use_tf_same_padding
