@@ -34,8 +34,10 @@ NUM_CLASSES = 100
 #: The methods' attack, as training options: targeted PGD-K (``--steps``) at eps 16, step 4, random start.
 ATTACK_ARGS = ('--attack-eps', '16', '--attack-step', '4', '--attack-clean-start-prob', '0', '--seed', '0')
 #: Options of a method measured at its paper's own settings rather than the shared attack's: Fast AdvProp's PGD-1
-#: at eps 1, as in its packaged recipe.
-METHOD_ARGS = {'fast_advprop': ('--attack-eps', '1', '--attack-step', '1', '--attack-steps', '1')}
+#: at eps 1, as in its packaged recipe. NoFrost*'s DeepAugment runs an untrained network of the same architecture
+#: (its pretrained weights are not shipped), which costs what the pretrained one does.
+METHOD_ARGS = {'fast_advprop': ('--attack-eps', '1', '--attack-step', '1', '--attack-steps', '1'),
+               'nofrost_star': ('--deepaugment-random-weights',)}
 
 
 def get_args_parser() -> argparse.ArgumentParser:

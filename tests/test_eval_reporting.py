@@ -13,6 +13,7 @@ from timm_advnorm.eval.protocols import AttackSpec, Protocol, get_protocol, over
 from timm_advnorm.eval.records import ResultTable, make_record
 from timm_advnorm.eval.results import CSV_FIELDS, csv_rows, write_csv
 from timm_advnorm.eval.sanity import run_sanity_checks
+from timm_advnorm.eval.schema import AmpCheck, EvalResults, VariantResult
 from timm_advnorm.eval.stages import BudgetStage
 from timm_advnorm.eval.summary import results_warnings, summarize_variant
 from timm_advnorm.eval.variants import Variant
@@ -40,11 +41,11 @@ def _table(plan, correct=None, n=N):
 
 def _summary(protocol, correct=None, **plan_kwargs):
     plan = build_plan(protocol, sanity_samples=0, **plan_kwargs)
-    return summarize_variant(_table(plan, correct), Variant('model'), plan, INPUT_SIZE)
+    return summarize_variant(_table(plan, correct), Variant('model'), plan, INPUT_SIZE).to_dict()
 
 
 def _results(protocol, variants):
-    return dict(model='m', protocol=protocol.to_dict(), variants=variants)
+    return EvalResults.from_dict(dict(model='m', protocol=protocol.to_dict(), variants=variants))
 
 
 # --- attack names are the budgets that ran -------------------------------------------------------------------------
@@ -178,15 +179,16 @@ def test_chance_level_outputs_are_the_first_warning_phrased_for_a_user():
     variants = [dict(name='adv', sanity=dict(checks=[_check('outputs_not_random', 'pass'),
                                                      _check('blackbox_not_stronger', message='square beats pgd')])),
                 dict(name='clean', sanity=dict(checks=[chance, _check('accuracy_falls_to_zero')]))]
-    lines = results_warnings(dict(variants=variants))
+    variants = [VariantResult.from_dict(variant) for variant in variants]
+    lines = results_warnings(variants)
     assert len(lines) == 3
     assert lines[0].startswith('clean accuracy 10.3% of variant clean is at chance (10 classes')
     assert 'wrong checkpoint, preprocessing or labels?' in lines[0] and 'meaningless' in lines[0]
     assert 'variant adv' in lines[1] and 'square beats pgd' in lines[1] and 'upper bounds' in lines[1]
-    amp = dict(passed=False, tolerance=2.0, samples=8)
-    assert 'differs from fp32' in results_warnings(dict(variants=variants, amp='bfloat16', amp_check=amp))[-1]
-    assert results_warnings(dict(variants=[dict(name='x', sanity=dict(checks=[_check('outputs_not_random', 'pass')]))]
-                                 )) == []
+    amp = AmpCheck.from_dict(dict(passed=False, tolerance=2.0, samples=8))
+    assert 'differs from fp32' in results_warnings(variants, amp='bfloat16', amp_check=amp)[-1]
+    assert results_warnings([VariantResult.from_dict(
+        dict(name='x', sanity=dict(checks=[_check('outputs_not_random', 'pass')])))]) == []
 
 
 # --- plots say what they show --------------------------------------------------------------------------------------
@@ -219,7 +221,7 @@ def test_the_eps_plot_is_the_sanity_probe_from_eps_zero_in_k_over_255():
     pytest.importorskip('matplotlib')
     plan = build_plan(get_protocol('xie2020'), sanity_samples=16)
     table = _table(plan)
-    variant = dict(summarize_variant(table, Variant('model'), plan, INPUT_SIZE), name='adv')
+    variant = dict(summarize_variant(table, Variant('model'), plan, INPUT_SIZE).to_dict(), name='adv')
     assert variant['eps_sweep'][0] == dict(eps=0.0, accuracy=100.0)  # the clean accuracy of the probe's samples
     assert variant['sanity_probe']['samples'] == 16
     fig = figure_accuracy_vs_eps(_results(get_protocol('xie2020'), [variant]))
@@ -244,7 +246,7 @@ def test_the_tradeoff_plot_names_the_robust_attack_with_its_budget():
 
 def test_attack_title_adds_the_budget_a_label_does_not_carry():
     from timm_advnorm.eval.summary import attack_title
-    assert attack_title(dict(label='pgd', steps=20)) == 'pgd (20 iterations)'
-    assert attack_title(dict(label='pgd-t-13', steps=13)) == 'pgd-t-13'
-    assert attack_title(dict(label='square', steps=None, queries=400)) == 'square (400 queries)'
-    assert attack_title(dict(label='gaussian-noise')) == 'gaussian-noise'
+    assert attack_title('pgd', steps=20) == 'pgd (20 iterations)'
+    assert attack_title('pgd-t-13', steps=13) == 'pgd-t-13'
+    assert attack_title('square', steps=None, queries=400) == 'square (400 queries)'
+    assert attack_title('gaussian-noise') == 'gaussian-noise'

@@ -7,6 +7,7 @@ import timm_advnorm  # noqa: F401  (registers test_mbn_resnet)
 from timm_advnorm.attacks import InputSpace, create_attack, fold_batchnorm
 from timm_advnorm.eval.bn_stats import collect_bn_stats, default_bn_layer, summarize_bn_stats
 from timm_advnorm.eval.plots import figure_bn_stats, figure_tradeoff, write_plots
+from timm_advnorm.eval.schema import EvalResults
 from timm_advnorm.eval.variants import Variant, model_variants
 from timm_advnorm.layers import get_route, route
 
@@ -106,8 +107,8 @@ def test_plots_are_written(mbn_model, tmp_path):
                     ('logits@0.5', 'logits', 0.5, 82.0, 18.0), ('adv', 'adv', 1.0, 60.0, 40.0))]
     results = dict(model='m', protocol=dict(name='p', reduced=False, headline='worst-case'), variants=variants,
                    bn_stats=dict(layers=summarize_bn_stats(stats)))
-    assert write_plots(results, tmp_path, stats) == ['gamma_tradeoff.png', 'bn_stats.png']
-    assert figure_tradeoff(dict(results, variants=variants[:1])) is None
+    assert write_plots(EvalResults.from_dict(results), tmp_path, stats) == ['gamma_tradeoff.png', 'bn_stats.png']
+    assert figure_tradeoff(EvalResults.from_dict(dict(results, variants=variants[:1]))) is None
     for name in ('bn_stats.png', 'gamma_tradeoff.png'):
         assert (tmp_path / name).read_bytes()[:4] == b'\x89PNG'
 

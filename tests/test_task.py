@@ -42,13 +42,17 @@ def _make_task(method: str, model: nn.Module, mixup: bool):
     kwargs = dict(mixup_fn=mixup_fn, criterion_kwargs=dict(soft_targets=mixup))
     if method == 'fast_advprop':
         return create_task(method, model, space=SPACE, eps=1.0, num_classes=NUM_CLASSES, **kwargs)
+    if method == 'nofrost_star':
+        from timm_advnorm.augment.deepaugment import DeepAugment
+        return create_task(method, model, attack=_attack(), space=SPACE,
+                           deepaugment=DeepAugment('cae', seed=0, allow_random_weights=True), **kwargs)
     return create_task(method, model, attack=_attack(), **kwargs)
 
 
 @pytest.mark.parametrize('mixup', [False, True], ids=['plain', 'mixup'])
 @pytest.mark.parametrize('method', sorted(TASKS))
 def test_every_method_trains_a_few_steps(method, mixup):
-    model = _model('test_nfr_resnet' if method == 'nofrost' else 'test_mbn_resnet')
+    model = _model('test_nfr_resnet' if method.startswith('nofrost') else 'test_mbn_resnet')
     task = _make_task(method, model, mixup)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     before = copy.deepcopy(model.state_dict())

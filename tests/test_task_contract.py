@@ -21,7 +21,7 @@ from timm_advnorm.train import loop, script
 from timm_advnorm.train.args import get_args_parser, parse_args
 
 REPO = Path(__file__).resolve().parents[1]
-BUILT_IN = ['vanilla', 'madry', 'mixed', 'alp', 'mbn', 'fast_advprop', 'nofrost']
+BUILT_IN = ['vanilla', 'madry', 'mixed', 'alp', 'mbn', 'fast_advprop', 'nofrost', 'nofrost_star']
 FAST = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-attack-steps', '2', '--num-samples', '32',
         '-b', '64', '--workers', '0', '--hflip', '0', '--log-interval', '0']
 
@@ -195,9 +195,10 @@ def test_fast_advprop_builds_from_the_shared_budget_and_its_own_options():
 
 @pytest.mark.parametrize('method', BUILT_IN)
 def test_every_built_in_method_builds_from_the_default_options(method):
-    task = _built(['--method', method], 'test_nfr_resnet' if method == 'nofrost' else 'test_mbn_resnet')
+    extra = ['--deepaugment-random-weights'] if method == 'nofrost_star' else []  # the authors' weights are a file
+    task = _built(['--method', method, *extra], 'test_nfr_resnet' if method.startswith('nofrost') else 'test_mbn_resnet')
     assert isinstance(task, AdversarialClassificationTask) and task.method == method
-    assert task.passes_per_image >= 1 and task.batch_scale >= 1
+    assert task.passes_per_image >= 1 and task.batch_scale > 0
 
 
 def test_the_command_and_its_loop_name_no_method():
@@ -215,6 +216,7 @@ def test_the_benchmark_builds_every_registered_method_as_the_command_does(monkey
     args = bench.get_args_parser().parse_args(['--model', 'test_mbn_resnet', '--nf-model', 'test_nfr_resnet'])
     entries = bench._tasks(args, torch.device('cpu'))
     assert [(family, method) for family, method, *_ in entries] == [
-        ('mbn', 'vanilla'), ('nf', 'vanilla'), *[('mbn', m) for m in BUILT_IN[1:-1]], ('nf', 'nofrost')]
+        ('mbn', 'vanilla'), ('nf', 'vanilla'), *[('mbn', m) for m in BUILT_IN[1:-2]], ('nf', 'nofrost'),
+        ('nf', 'nofrost_star')]
     fast = next(task for _, method, task, *_ in entries if method == 'fast_advprop')
     assert fast.steps == 1 and fast.eps == 1.0  # its paper's PGD-1

@@ -34,6 +34,10 @@ def _loader(images: int, batch_size: int = 5, seed: int = 0):
 def _task(method: str, model: nn.Module):
     if method == 'fast_advprop':
         return create_task(method, model, space=SPACE, eps=1.0)
+    if method == 'nofrost_star':
+        from timm_advnorm.augment.deepaugment import DeepAugment
+        return create_task(method, model, attack=_attack(), space=SPACE,
+                           deepaugment=DeepAugment('cae', seed=0, allow_random_weights=True))
     return create_task(method, model, attack=_attack())
 
 
@@ -41,7 +45,7 @@ def _task(method: str, model: nn.Module):
 def test_validation_reports_the_metrics_the_task_names_and_ranks_by_one_of_them(method):
     """What `validate` returns for the task's branches is exactly `metric_names`, which holds the default ranking
     metric; the image count is reported beside the accuracies, never among them."""
-    task = _task(method, _model('test_nfr_resnet' if method == 'nofrost' else 'test_mbn_resnet'))
+    task = _task(method, _model('test_nfr_resnet' if method.startswith('nofrost') else 'test_mbn_resnet'))
     branches = task.validated_branches
     result = validate(task.get_eval_model(), _loader(8), torch.device('cpu'), _attack(),
                       robust_loader=_loader(6, seed=1), branches=branches)

@@ -15,6 +15,7 @@ from timm_advnorm.data import split_folder
 from timm_advnorm.eval.protocols import get_protocol  # importing the package also registers test_mbn_resnet
 from timm_advnorm.layers import mixture_bn_modules
 
+from timm_advnorm.eval import build, report, runner
 from timm_advnorm.eval import script as validate_adv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,7 +162,7 @@ def test_a_checkpoint_names_its_architecture_and_must_fit(digits_dir, tmp_path, 
     results = _results(tmp_path)
     assert results['model'] == 'test_mbn_resnet' and results['checkpoint'] == str(path)
     with torch.no_grad():
-        expected = validate_adv.create_eval_model(validate_adv.parse_args(argv))[0].state_dict()
+        expected = build.create_eval_model(validate_adv.parse_args(argv))[0].state_dict()
     torch.testing.assert_close(expected, model.state_dict())
     capsys.readouterr()
     assert _run(argv + ['--num-classes', '5', '--overwrite']) == 2
@@ -178,7 +179,7 @@ def test_a_local_dir_export_is_evaluated_like_a_hub_model(digits_dir, tmp_path):
                  '--gammas', '0')
     assert _run(argv) == 0
     assert _results(tmp_path)['model'] == 'test_mbn_resnet'
-    loaded = validate_adv.create_eval_model(validate_adv.parse_args(argv))[0]
+    loaded = build.create_eval_model(validate_adv.parse_args(argv))[0]
     torch.testing.assert_close(loaded.state_dict(), model.state_dict())  # its weights, not a fresh initialization
 
 
@@ -318,7 +319,7 @@ def test_bad_setup_is_a_one_line_error_before_the_evaluation(digits_dir, tmp_pat
     def no_evaluation(*args, **kwargs):
         raise AssertionError('the evaluation started')
 
-    monkeypatch.setattr(validate_adv, 'RobustEvaluator', no_evaluation)
+    monkeypatch.setattr(runner, 'RobustEvaluator', no_evaluation)
     extra, message = BAD_SETUPS[case]
     out = _folder(tmp_path / 'out')
     argv = _argv(digits_dir, out, '--model', 'test_mbn_resnet', '--attacks', 'fgsm', '--gammas', '1',
@@ -386,7 +387,7 @@ def test_the_evaluation_loader_never_evaluates_another_image_in_place_of_a_bad_o
     folder = _image_folder(digits_dir, tmp_path / 'images', {'0/late.png': b''})
     args = validate_adv.parse_args(['--model', 'test_mbn_resnet', '--dataset', '', '--data-dir', str(folder)])
     data_config = resolve_data_config({}, model=timm.create_model('test_mbn_resnet'))
-    dataset = validate_adv.create_eval_dataset(args, data_config, DistributedInfo())
+    dataset = build.create_eval_dataset(args, data_config, DistributedInfo())
     late = next(i for i in range(len(dataset)) if dataset.filename(i) == '0/late.png')
     with pytest.raises(RuntimeError, match='Failed to load'):
         dataset[late]
@@ -422,7 +423,7 @@ def test_split_folder_is_found_like_timm_but_never_falls_back_to_the_root(tmp_pa
 
 def test_missing_matplotlib_is_reported_before_the_evaluation(digits_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, 'matplotlib', None)  # import matplotlib now raises ImportError
-    monkeypatch.setattr(validate_adv, 'create_eval_model', None)  # would fail if reached
+    monkeypatch.setattr(build, 'create_eval_model', None)  # would fail if reached
     argv = _argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--plot-dir', tmp_path / 'plots')
     assert _run(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -433,7 +434,7 @@ def test_a_failing_plot_does_not_lose_the_results(digits_dir, tmp_path, monkeypa
     def broken_plots(*args, **kwargs):
         raise RuntimeError('plotting failed')
 
-    monkeypatch.setattr(validate_adv, 'write_plots', broken_plots)
+    monkeypatch.setattr(report, 'write_plots', broken_plots)
     argv = _argv(digits_dir, tmp_path, '--model', 'test_mbn_resnet', '--attacks', 'fgsm', '--gammas', '1',
                  '--plot-dir', tmp_path / 'plots')
     with pytest.raises(RuntimeError, match='plotting failed'):  # a genuine failure keeps its traceback

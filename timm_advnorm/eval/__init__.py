@@ -1,6 +1,7 @@
 """Robust evaluation: named protocols, a resumable and shardable evaluator, sanity checks, metrics and plots.
 
-``validate_adv.py`` wires these together; each piece is usable on its own:
+``validate_adv.py`` (`script`) wires these together in four steps: parse (`args`), build (`build`), run (`runner`)
+and report (`assemble`, `report`). Each piece is usable on its own:
 
 * `protocols`: the papers' attack suites as data (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``,
   ``corruptions``, ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``, ``nofrost-star``);
@@ -10,6 +11,7 @@
 * `evaluator`, `state`, `distributed`, `data`: the loop, its resumable state file, torchrun sharding, the seeded
   subset;
 * `summary`, `sanity`, `metrics`, `bn_stats`: the reported numbers and checks;
+* `schema`: the typed results (`EvalResults`), their JSON layout and reader (`read_results`);
 * `results`, `plots`: atomic JSON/CSV and PNG output.
 """
 from .bn_stats import collect_bn_stats, summarize_bn_stats
@@ -20,16 +22,17 @@ from .protocols import (
     PROTOCOLS, AttackSpec, Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks,
     reduce_protocol)
 from .records import ResultTable
-from .sanity import Check, SanityThresholds, run_sanity_checks, summarize_checks
+from .sanity import SanityThresholds, run_sanity_checks, summarize_checks
+from .schema import EvalResults, SanityCheck, read_results
 from .stages import EvalContext
 from .state import EvalState
 from .summary import summarize_variant
 from .variants import Variant, model_variants
 
 __all__ = [
-    'AttackSpec', 'Check', 'EvalContext', 'EvalPlan', 'EvalState', 'PROTOCOLS', 'Protocol', 'ResultTable',
-    'RobustEvaluator', 'SanityThresholds', 'Variant', 'boundary_thickness', 'build_plan', 'collect_bn_stats',
-    'decision_margin', 'get_protocol', 'list_protocols', 'model_variants', 'override_protocol', 'protocol_from_attacks',
-    'reduce_protocol', 'run_sanity_checks', 'smoothness_kl', 'summarize_bn_stats', 'summarize_checks',
-    'summarize_variant',
+    'AttackSpec', 'EvalContext', 'EvalPlan', 'EvalResults', 'EvalState', 'PROTOCOLS', 'Protocol', 'ResultTable',
+    'RobustEvaluator', 'SanityCheck', 'SanityThresholds', 'Variant', 'boundary_thickness', 'build_plan',
+    'collect_bn_stats', 'decision_margin', 'get_protocol', 'list_protocols', 'model_variants', 'override_protocol',
+    'protocol_from_attacks', 'read_results', 'reduce_protocol', 'run_sanity_checks', 'smoothness_kl',
+    'summarize_bn_stats', 'summarize_checks', 'summarize_variant',
 ]

@@ -16,11 +16,12 @@ A protocol's further out-of-distribution sets (`Protocol.ood`) are runs of their
 clean pass each (`ood_stage`).
 """
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..attacks import PGD, InputSpace, list_attacks
 from .metrics import METRICS, smoothness_attack, thickness_attack
 from .protocols import AttackSpec, Protocol
+from .schema import SanityProbe
 from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
     ThicknessStage, attack_norm, build_attack)
@@ -70,11 +71,12 @@ class SanityPlan:
     queries: int = 0
     reduced: bool = False
 
-    def to_dict(self) -> Dict[str, Any]:
-        """What the probes ran, for results: samples, attack budgets and whether they were reduced."""
-        return dict(samples=self.samples, attack='pgd', norm='linf', random_start=False, steps=self.steps,
-                    more_steps=4 * self.steps, eps=self.eps, sweep_eps=[eps for eps, _ in self.sweep],
-                    blackbox_queries=self.queries if self.blackbox is not None else None, reduced=self.reduced)
+    def probe(self, samples: int) -> SanityProbe:
+        """What the probes ran, for results: on `samples` samples (those of the prefix evaluated), the attack and its
+        budgets, and whether they were reduced."""
+        return SanityProbe(samples=samples, attack='pgd', norm='linf', random_start=False, steps=self.steps,
+                           more_steps=4 * self.steps, eps=self.eps, sweep_eps=[eps for eps, _ in self.sweep],
+                           blackbox_queries=self.queries if self.blackbox is not None else None, reduced=self.reduced)
 
 
 @dataclass(frozen=True)

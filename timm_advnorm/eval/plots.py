@@ -1,4 +1,4 @@
-"""PNG plots of a results dict, where a person would rather look than read.
+"""PNG plots of evaluation results (`schema.EvalResults`), where a person would rather look than read.
 
 * accuracy and targeted attack-success rate vs attack iterations, on two panels (Xie & Yuille Fig. 2/3: does
   robustness plateau or keep falling?);
@@ -23,6 +23,7 @@ import numpy as np
 
 from .bn_stats import default_bn_layer
 from .results import OutputFiles
+from .schema import AttackResult, EvalResults, SanityProbe, VariantResult
 
 __all__ = ['figure_accuracy_vs_iterations', 'figure_accuracy_vs_eps', 'figure_tradeoff', 'figure_bn_stats',
            'write_plots', 'eps_text', 'PLOT_NAMES']
@@ -97,79 +98,78 @@ def _count(values: Sequence[int], unit: str) -> str:
     return f'{low} {unit}' if low == high else f'{low}-{high} {unit}'
 
 
-def _budget_text(attacks: Sequence[Mapping[str, Any]]) -> str:
+def _budget_text(attacks: Sequence[AttackResult]) -> str:
     """The budgets of `attacks`: iterations, queries, ε per norm, noise σ (``13 iterations, L∞ ε=16/255``)."""
     parts = []
-    steps = [a['steps'] for a in attacks if a.get('steps') is not None]
-    queries = [a['queries'] for a in attacks if a.get('queries') is not None]
+    steps = [a.steps for a in attacks if a.steps is not None]
+    queries = [a.queries for a in attacks if a.queries is not None]
     if steps:
         parts.append(_count(steps, 'iterations'))
     if queries:
         parts.append(_count(queries, 'queries'))
-    for norm in dict.fromkeys(a['norm'] for a in attacks if a.get('norm')):
-        eps = sorted({a['eps'] for a in attacks if a.get('norm') == norm})
+    for norm in dict.fromkeys(a.norm for a in attacks if a.norm):
+        eps = sorted({a.eps for a in attacks if a.norm == norm})
         parts.append(f"{NORM_NAMES.get(norm, norm)}\N{NO-BREAK SPACE}ε={', '.join(eps_text(e) for e in eps)}")
-    for scale in dict.fromkeys(a['sigma_scale'] for a in attacks if a.get('sigma') is not None):
-        sigmas = sorted({a['sigma'] for a in attacks if a.get('sigma_scale') == scale})
+    for scale in dict.fromkeys(a.sigma_scale for a in attacks if a.sigma is not None):
+        sigmas = sorted({a.sigma for a in attacks if a.sigma_scale == scale})
         parts.append(f"noise σ={', '.join(f'{s:g}' for s in sigmas)} on {scale}")
-    severities = sorted({a['severity'] for a in attacks if a.get('severity') is not None})
+    severities = sorted({a.severity for a in attacks if a.severity is not None})
     if severities:
         low, high = severities[0], severities[-1]
         parts.append(f'severity {low}' if low == high else f'severities {low}-{high}')
     return ', '.join(parts)
 
 
-def _suite_text(attacks: Sequence[Mapping[str, Any]]) -> str:
+def _suite_text(attacks: Sequence[AttackResult]) -> str:
     """Attacks by the names of what ran, with their budgets (``pgd-t-13 (13 iterations, L∞ ε=16/255)``)."""
-    noun = 'corruptions' if all(a['attack'] == 'corruption' for a in attacks) else 'attacks'
-    names = ', '.join(a['label'] for a in attacks) if len(attacks) <= MAX_NAMED_ATTACKS else f'{len(attacks)} {noun}'
+    noun = 'corruptions' if all(a.attack == 'corruption' for a in attacks) else 'attacks'
+    names = ', '.join(a.label for a in attacks) if len(attacks) <= MAX_NAMED_ATTACKS else f'{len(attacks)} {noun}'
     budget = _budget_text(attacks)
     return f'{names} ({budget})' if budget else names
 
 
-def _protocol_text(results: Mapping[str, Any]) -> str:
+def _protocol_text(results: EvalResults) -> str:
     """``xie2020 protocol (reduced)``."""
-    return f"{results['protocol']['name']} protocol{' (reduced)' if results['protocol'].get('reduced') else ''}"
+    return f"{results.protocol.name} protocol{' (reduced)' if results.protocol.reduced else ''}"
 
 
-def _samples_text(variants: Sequence[Mapping[str, Any]], key: str = 'samples') -> str:
-    """``64 samples`` (the count of every variant; they share the subset)."""
-    counts = sorted({v[key] for v in variants})
+def _samples_text(items: Sequence[Union[VariantResult, SanityProbe]]) -> str:
+    """``64 samples`` (the count of every variant or probe; they share the subset)."""
+    counts = sorted({item.samples for item in items})
     return f"{'/'.join(str(n) for n in counts)} samples"
 
 
-def _variants_text(variants: Sequence[Mapping[str, Any]]) -> str:
+def _variants_text(variants: Sequence[VariantResult]) -> str:
     """``variant adv`` or ``variants clean, mix@0.5, adv``."""
-    return f"variant{'s' if len(variants) > 1 else ''} {', '.join(v['name'] for v in variants)}"
+    return f"variant{'s' if len(variants) > 1 else ''} {', '.join(v.name for v in variants)}"
 
 
-def _distinct(attacks: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+def _distinct(attacks: Sequence[AttackResult]) -> List[AttackResult]:
     """`attacks` with one entry per name (the same attack of several variants)."""
-    return list({a['label']: a for a in attacks}.values())
+    return list({a.label: a for a in attacks}.values())
 
 
-def _iteration_curves(results: Mapping[str, Any]) -> Dict[Tuple, List[Tuple[str, List[Mapping[str, Any]]]]]:
+def _iteration_curves(results: EvalResults) -> Dict[Tuple, List[Tuple[str, List[AttackResult]]]]:
     """White-box attacks that differ only in iterations, by (attack, norm, ε, targeted): per variant, >= 2 budgets."""
-    curves: Dict[Tuple, List[Tuple[str, List[Mapping[str, Any]]]]] = defaultdict(list)
-    for variant in results['variants']:
-        groups: Dict[Tuple, List[Mapping[str, Any]]] = defaultdict(list)
-        for attack in variant['attacks']:
-            if attack['threat'] == 'white-box' and attack.get('steps') is not None:
-                groups[(attack['attack'], attack['norm'], attack['eps'], attack['targeted'])].append(attack)
+    curves: Dict[Tuple, List[Tuple[str, List[AttackResult]]]] = defaultdict(list)
+    for variant in results.variants:
+        groups: Dict[Tuple, List[AttackResult]] = defaultdict(list)
+        for attack in variant.attacks:
+            if attack.threat == 'white-box' and attack.steps is not None:
+                groups[(attack.attack, attack.norm, attack.eps, attack.targeted)].append(attack)
         for key, attacks in groups.items():
-            if len({a['steps'] for a in attacks}) >= 2:
-                curves[key].append((variant['name'], sorted(attacks, key=lambda a: a['steps'])))
+            if len({a.steps for a in attacks}) >= 2:
+                curves[key].append((variant.name, sorted(attacks, key=lambda a: a.steps)))
     return curves
 
 
-def figure_accuracy_vs_iterations(results: Mapping[str, Any]):
+def figure_accuracy_vs_iterations(results: EvalResults):
     """Accuracy (left) and, for targeted attacks, attack-success rate (right) against iterations, for attacks that
     differ only in them; None when there are none."""
     curves = _iteration_curves(results)
     if not curves:
         return None
-    success = any(all(a.get('success_rate') is not None for a in attacks)
-                  for lines in curves.values() for _, attacks in lines)
+    success = any(all(a.success_rate is not None for a in attacks) for lines in curves.values() for _, attacks in lines)
     fig, axes = _figure(ncols=2 if success else 1)
     steps, plotted = [], []
     for key, lines in curves.items():
@@ -178,13 +178,13 @@ def figure_accuracy_vs_iterations(results: Mapping[str, Any]):
             label = variant
             if len(curves) > 1:
                 label += f": {'targeted ' if targeted else ''}{name} ε={eps_text(eps)}"
-            x = [a['steps'] for a in attacks]
+            x = [a.steps for a in attacks]
             steps += x
             plotted += attacks
-            line, = axes[0].plot(x, [a['accuracy'] for a in attacks], marker='o', label=label)
-            if success and all(a.get('success_rate') is not None for a in attacks):
-                axes[1].plot(x, [a['success_rate'] for a in attacks], marker='x', color=line.get_color(), label=label)
-    variants = [v for v in results['variants'] if any(v['name'] == n for lines in curves.values() for n, _ in lines)]
+            line, = axes[0].plot(x, [a.accuracy for a in attacks], marker='o', label=label)
+            if success and all(a.success_rate is not None for a in attacks):
+                axes[1].plot(x, [a.success_rate for a in attacks], marker='x', color=line.get_color(), label=label)
+    variants = [v for v in results.variants if any(v.name == n for lines in curves.values() for n, _ in lines)]
     for ax, what in zip(axes, ('accuracy (%)', 'targeted attack-success rate (%)')):
         _log_axis(ax, steps)
         ax.set_xlabel('attack iterations')
@@ -192,71 +192,71 @@ def figure_accuracy_vs_iterations(results: Mapping[str, Any]):
         ax.grid(alpha=0.3)
         ax.legend(fontsize='small')
     kinds = ', '.join(dict.fromkeys(f"{'targeted ' if targeted else ''}{name}" for name, _, _, targeted in curves))
-    _title(fig, f"{results['model']}: accuracy{' and attack-success rate' if success else ''} vs iterations of {kinds}",
+    _title(fig, f"{results.model}: accuracy{' and attack-success rate' if success else ''} vs iterations of {kinds}",
            _suite_text(_distinct(plotted)),
            f'{_protocol_text(results)}, {_samples_text(variants)}, {_variants_text(variants)}')
     return fig
 
 
-def figure_accuracy_vs_eps(results: Mapping[str, Any]):
+def figure_accuracy_vs_eps(results: EvalResults):
     """Accuracy against the L∞ budget of the sanity probe's PGD, from ε = 0; None when the probes did not run."""
-    variants = [v for v in results['variants'] if len(v.get('eps_sweep') or []) >= 2 and v.get('sanity_probe')]
+    variants = [v for v in results.variants if len(v.eps_sweep) >= 2 and v.sanity_probe]
     if not variants:
         return None
     fig, (ax,) = _figure(width=7.0, height=4.5)
     for variant in variants:
-        sweep = variant['eps_sweep']
-        ax.plot([p['eps'] for p in sweep], [p['accuracy'] for p in sweep], marker='o', label=variant['name'])
-    _eps_axis(ax, [p['eps'] for v in variants for p in v['eps_sweep']])
+        sweep = variant.eps_sweep
+        ax.plot([p.eps for p in sweep], [p.accuracy for p in sweep], marker='o', label=variant.name)
+    _eps_axis(ax, [p.eps for v in variants for p in v.eps_sweep])
     ax.set_xlabel('L∞ ε (symlog scale)')
     ax.set_ylabel('accuracy (%)')
     ax.grid(alpha=0.3)
     ax.legend(fontsize='small')
-    probe = variants[0]['sanity_probe']
-    _title(fig, f"{results['model']}: accuracy vs ε, sanity probe{' (reduced)' if probe['reduced'] else ''}",
-           f"untargeted PGD-{probe['steps']} from the clean image, "
-           f"{_samples_text([v['sanity_probe'] for v in variants])} (the subset's first)",
+    probe = variants[0].sanity_probe
+    _title(fig, f"{results.model}: accuracy vs ε, sanity probe{' (reduced)' if probe.reduced else ''}",
+           f"untargeted PGD-{probe.steps} from the clean image, "
+           f"{_samples_text([v.sanity_probe for v in variants])} (the subset's first)",
            f'{_protocol_text(results)}, {_variants_text(variants)}')
     return fig
 
 
-def _headline_text(results: Mapping[str, Any], variant: Mapping[str, Any]) -> str:
+def _headline_text(results: EvalResults, variant: VariantResult) -> str:
     """What the robust accuracy of `variant` is: the protocol's headline, named by the attacks that ran."""
-    attacks, headline = variant['attacks'], results['protocol'].get('headline', 'last')
+    attacks, headline = variant.attacks, results.protocol.headline or 'last'
     if headline == 'worst-case':
         return f'per-sample worst case over {_suite_text(attacks)}'
     if headline == 'mean':
         return f'mean accuracy over {_suite_text(attacks)}'
-    chosen = attacks[-1] if headline == 'last' else next(a for a in attacks if a['protocol_label'] == headline)
+    chosen = attacks[-1] if headline == 'last' else next(a for a in attacks if a.protocol_label == headline)
     return _suite_text([chosen])
 
 
-def figure_tradeoff(results: Mapping[str, Any]):
+def figure_tradeoff(results: EvalResults):
     """Robust vs clean accuracy of a mixture-BN model as γ goes from the clean (0) to the adversarial branch (1);
     None with fewer than two variants or without robust accuracy (a protocol whose headline is the clean accuracy)."""
-    variants = [v for v in results['variants'] if v['gamma'] is not None and v['robust'] is not None]
-    if len(variants) < 2 or results['protocol'].get('headline') == 'clean':
+    variants = [v for v in results.variants if v.gamma is not None and v.robust is not None]
+    if len(variants) < 2 or results.protocol.headline == 'clean':
         return None
-    ends = [v for v in variants if v['kind'] in ('clean', 'adv')]
+    ends = [v for v in variants if v.kind in ('clean', 'adv')]
     fig, (ax,) = _figure(width=6.5, height=4.5)
     for kind, label in (('mix', 'feature interpolation (mix route)'), ('logits', 'logit interpolation')):
-        points = sorted(ends + [v for v in variants if v['kind'] == kind], key=lambda v: v['gamma'])
-        if len(points) < 2 or not any(v['kind'] == kind for v in points):
+        points = sorted(ends + [v for v in variants if v.kind == kind], key=lambda v: v.gamma)
+        if len(points) < 2 or not any(v.kind == kind for v in points):
             continue
-        ax.plot([v['clean'] for v in points], [v['robust'] for v in points], marker='o', label=label)
+        ax.plot([v.clean for v in points], [v.robust for v in points], marker='o', label=label)
         for v in points:
-            ax.annotate(f"γ={v['gamma']:g}", (v['clean'], v['robust']), textcoords='offset points', xytext=(4, 4),
+            ax.annotate(f'γ={v.gamma:g}', (v.clean, v.robust), textcoords='offset points', xytext=(4, 4),
                         fontsize='small')
-    if not any(v['kind'] in ('mix', 'logits') for v in variants):
-        ax.plot([v['clean'] for v in ends], [v['robust'] for v in ends], marker='o', label='branches')
+    if not any(v.kind in ('mix', 'logits') for v in variants):
+        ax.plot([v.clean for v in ends], [v.robust for v in ends], marker='o', label='branches')
         for v in ends:
-            ax.annotate(v['name'], (v['clean'], v['robust']), textcoords='offset points', xytext=(4, 4))
+            ax.annotate(v.name, (v.clean, v.robust), textcoords='offset points', xytext=(4, 4))
     ax.margins(0.1)  # room for the annotations
     ax.set_xlabel('clean accuracy (%)')
     ax.set_ylabel('robust accuracy (%)')
     ax.grid(alpha=0.3)
     ax.legend(fontsize='small')
-    _title(fig, f"{results['model']}: clean vs robust accuracy over γ (0: clean branch, 1: adversarial branch)",
+    _title(fig, f'{results.model}: clean vs robust accuracy over γ (0: clean branch, 1: adversarial branch)',
            f'robust: {_headline_text(results, variants[0])}',
            f'{_protocol_text(results)}, {_samples_text(variants)}, {_variants_text(variants)}')
     return fig
@@ -307,7 +307,7 @@ def figure_bn_stats(
 
 
 def write_plots(
-        results: Mapping[str, Any],
+        results: EvalResults,
         plot_dir: PathLike,
         bn_stats: Optional[Mapping[str, Any]] = None,
         bn_layer: Optional[str] = None,
@@ -316,7 +316,7 @@ def write_plots(
     """Every applicable plot of `results` into `plot_dir`; returns the names of the written files.
 
     Args:
-        results: A results dict of ``validate_adv.py``.
+        results: The results of ``validate_adv.py``.
         plot_dir: Destination folder (created when missing).
         bn_stats: Per-layer BN statistics (`collect_bn_stats`) for the BN plot.
         bn_layer: Layer of the BN plot (default: `default_bn_layer`).
@@ -329,7 +329,7 @@ def write_plots(
     figures = [(iterations, figure_accuracy_vs_iterations(results)), (eps, figure_accuracy_vs_eps(results)),
                (tradeoff, figure_tradeoff(results))]
     if bn_stats:
-        figures.append((bn, figure_bn_stats(bn_stats, results['bn_stats']['layers'], results['model'], bn_layer)))
+        figures.append((bn, figure_bn_stats(bn_stats, results.bn_stats.layers, results.model, bn_layer)))
     written = []
     for name, fig in figures:
         if fig is not None:

@@ -22,12 +22,14 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from .schema import EvalResults
+
 __all__ = ['OutputFiles', 'kept_name', 'check_writable', 'check_folder_writable', 'atomic_write', 'write_json',
            'write_csv', 'csv_rows', 'json_text', 'csv_text', 'CSV_FIELDS']
 
 CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'protocol_attack', 'threat', 'norm', 'eps_255', 'eps_rule',
               'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy', 'success_rate', 'samples')
-#: Attack-entry keys copied into a row under their own name.
+#: `AttackResult` fields copied into a row under their own name.
 _COPIED = ('threat', 'norm', 'eps_rule', 'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy',
            'success_rate')
 #: ``os.link`` errors of file systems without hard links (FAT, some FUSE and object-store mounts).
@@ -218,30 +220,30 @@ class OutputFiles:
                                   '(--overwrite replaces existing files).')
 
 
-def json_text(results: Mapping[str, Any]) -> str:
-    """`results` as indented JSON text."""
-    return json.dumps(results, indent=2) + '\n'
+def json_text(data: Mapping[str, Any]) -> str:
+    """`data` as indented JSON text."""
+    return json.dumps(data, indent=2) + '\n'
 
 
-def write_json(path: PathLike, results: Mapping[str, Any]) -> None:
-    """Write `results` as indented JSON, atomically."""
-    atomic_write(path, lambda tmp: tmp.write_text(json_text(results)))
+def write_json(path: PathLike, data: Mapping[str, Any]) -> None:
+    """Write `data` as indented JSON, atomically."""
+    atomic_write(path, lambda tmp: tmp.write_text(json_text(data)))
 
 
-def csv_rows(results: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """One row per (variant, clean / attack / worst case / out-of-distribution set) of a results dict (columns: see
-    the module docstring; an out-of-distribution set's row is named by the set, with its own sample count)."""
+def csv_rows(results: EvalResults) -> List[Dict[str, Any]]:
+    """One row per (variant, clean / attack / worst case / out-of-distribution set) of `results` (columns: see the
+    module docstring; an out-of-distribution set's row is named by the set, with its own sample count)."""
     rows = []
-    for variant in results['variants']:
-        base = dict(model=results['model'], variant=variant['name'], gamma=variant['gamma'], samples=variant['samples'])
-        rows.append(dict(base, attack='clean', accuracy=variant['clean']))
-        for attack in variant['attacks']:
-            rows.append(dict(base, attack=attack['label'], protocol_attack=attack['protocol_label'],
-                             eps_255=attack.get('eps'), **{key: attack.get(key) for key in _COPIED}))
-        if variant['worst_case'] is not None:
-            rows.append(dict(base, attack='worst-case', accuracy=variant['worst_case']))
-        for name, entry in variant['ood'].items():
-            rows.append(dict(base, attack=name, accuracy=entry['accuracy'], samples=entry['samples']))
+    for variant in results.variants:
+        base = dict(model=results.model, variant=variant.name, gamma=variant.gamma, samples=variant.samples)
+        rows.append(dict(base, attack='clean', accuracy=variant.clean))
+        for attack in variant.attacks:
+            rows.append(dict(base, attack=attack.label, protocol_attack=attack.protocol_label, eps_255=attack.eps,
+                             **{key: getattr(attack, key) for key in _COPIED}))
+        if variant.worst_case is not None:
+            rows.append(dict(base, attack='worst-case', accuracy=variant.worst_case))
+        for name, entry in variant.ood.items():
+            rows.append(dict(base, attack=name, accuracy=entry.accuracy, samples=entry.samples))
     return rows
 
 

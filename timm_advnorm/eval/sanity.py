@@ -1,7 +1,7 @@
 """Sanity checks that run with every evaluation (Carlini et al., *On evaluating adversarial robustness*).
 
 A robust-accuracy number means something only if the attack could have found adversarial examples. Each check
-reads the per-sample results of one variant and returns a `Check`:
+reads the per-sample results of one variant and returns a `SanityCheck` (the results' record of it):
 
 * ``outputs_not_random``: clean accuracy is well above chance (3 binomial standard errors) — a broken checkpoint,
   wrong preprocessing or a label mismatch would otherwise pass as "robust";
@@ -24,7 +24,7 @@ its robust accuracy is then an upper bound at best. Checks never change the numb
 them, and `check_warnings` phrases the failures for the user.
 """
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
@@ -32,9 +32,10 @@ import numpy as np
 from .plan import EvalPlan
 from .protocols import AttackSpec, resolve_eps
 from .records import ResultTable
+from .schema import SanityCheck
 from .stages import BudgetStage, attack_norm
 
-__all__ = ['Check', 'Flips', 'SanityThresholds', 'run_sanity_checks', 'MASKING_CHECKS', 'summarize_checks',
+__all__ = ['Flips', 'SanityThresholds', 'run_sanity_checks', 'MASKING_CHECKS', 'summarize_checks',
            'check_warnings']
 
 PASS, FAIL, SKIP = 'pass', 'fail', 'skip'
@@ -62,19 +63,6 @@ class SanityThresholds:
     masked_fraction: float = 0.1
     determinism: float = 1e-3
     budget: float = 1e-2
-
-
-@dataclass
-class Check:
-    """Outcome of one sanity check."""
-
-    name: str
-    status: str
-    message: str
-    details: Dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
 
 
 def _accuracy(table: ResultTable, variant: str, stage: str) -> float:
@@ -151,43 +139,44 @@ def _flips(table: ResultTable, variant: str, before: str, after: str, what: str,
 
 
 def _verdict(name: str, comparisons: Sequence[Flips], thresholds: SanityThresholds, passed: str, failed: str
-             ) -> Check:
+             ) -> SanityCheck:
     """A check over paired comparisons: it fails when any rises. Its message tells the failing comparisons, those
     where samples moved up within the tolerance (so that a tolerated move is visible), and the exact ones."""
     rising = [c for c in comparisons if c.rises(thresholds)]
     shown = rising + [c for c in comparisons if (c.up or c.exact) and not c.rises(thresholds)]
     told = '; '.join(c.describe(thresholds) for c in shown)
     message = (failed if rising else passed) + (f' ({told})' if told else '')
-    return Check(name, FAIL if rising else PASS, message,
-                 dict(comparisons=[c.to_dict(thresholds) for c in comparisons]))
+    return SanityCheck(name, FAIL if rising else PASS, message,
+                       dict(comparisons=[c.to_dict(thresholds) for c in comparisons]))
 
 
-def _outputs_not_random(table, variant, num_classes) -> Check:
+def _outputs_not_random(table, variant, num_classes) -> SanityCheck:
     correct = table.column(variant, 'clean', 'correct')
     n = len(correct)
     chance = 1.0 / num_classes
     threshold = chance + 3.0 * math.sqrt(chance * (1.0 - chance) / n)
     accuracy = float(np.mean(correct))
     ok = accuracy > threshold
-    return Check('outputs_not_random', PASS if ok else FAIL,
-                 f'clean accuracy {accuracy:.3f} {">" if ok else "<="} chance {chance:.3f} + 3 SE ({threshold:.3f})',
-                 dict(accuracy=accuracy, chance=chance, threshold=threshold, samples=n, num_classes=num_classes))
+    return SanityCheck(
+        'outputs_not_random', PASS if ok else FAIL,
+        f'clean accuracy {accuracy:.3f} {">" if ok else "<="} chance {chance:.3f} + 3 SE ({threshold:.3f})',
+        dict(accuracy=accuracy, chance=chance, threshold=threshold, samples=n, num_classes=num_classes))
 
 
-def _deterministic(table, variant, thresholds) -> Check:
+def _deterministic(table, variant, thresholds) -> SanityCheck:
     change = table.column(variant, 'sanity/determinism', 'change')
     if change is None:
-        return Check('outputs_deterministic', SKIP, 'no determinism probe')
+        return SanityCheck('outputs_deterministic', SKIP, 'no determinism probe')
     worst = float(np.max(change))
     ok = worst <= thresholds.determinism
-    return Check('outputs_deterministic', PASS if ok else FAIL,
-                 f'largest relative logit change between identical forwards {worst:.2e}', dict(max_change=worst))
+    return SanityCheck('outputs_deterministic', PASS if ok else FAIL,
+                       f'largest relative logit change between identical forwards {worst:.2e}', dict(max_change=worst))
 
 
-def _gradients(table, variant, thresholds) -> Check:
+def _gradients(table, variant, thresholds) -> SanityCheck:
     columns = table.get(variant, 'sanity/gradient')
     if columns is None:
-        return Check('gradients_not_masked', SKIP, 'no gradient probe')
+        return SanityCheck('gradients_not_masked', SKIP, 'no gradient probe')
     norms = columns['grad_norm'].astype(float)
     # a misclassified sample may legitimately sit on a flat region; judge the correctly classified ones
     correct = table.get(variant, 'clean')
@@ -197,22 +186,24 @@ def _gradients(table, variant, thresholds) -> Check:
     masked = ~np.isfinite(norms) | (norms == 0)
     fraction = float(np.mean(masked))
     ok = fraction <= thresholds.masked_fraction
-    return Check('gradients_not_masked', PASS if ok else FAIL,
-                 f'{fraction:.1%} of samples have a zero or non-finite input gradient',
-                 dict(masked_fraction=fraction, median_grad_norm=float(np.nanmedian(norms)) if len(norms) else None))
+    return SanityCheck(
+        'gradients_not_masked', PASS if ok else FAIL,
+        f'{fraction:.1%} of samples have a zero or non-finite input gradient',
+        dict(masked_fraction=fraction, median_grad_norm=float(np.nanmedian(norms)) if len(norms) else None))
 
 
-def _falls_to_zero(table, variant, plan, thresholds) -> Check:
+def _falls_to_zero(table, variant, plan, thresholds) -> SanityCheck:
     eps, stage = plan.sanity.sweep[-1]
     correct = table.column(variant, stage, 'correct')
     accuracy = float(np.mean(correct))
     ok = accuracy <= thresholds.zero_accuracy
-    return Check('accuracy_falls_to_zero', PASS if ok else FAIL,
-                 f'accuracy {accuracy:.3f} ({int(np.sum(correct))} of {len(correct)} samples) under untargeted PGD '
-                 f'at eps={eps:g}/255', dict(eps=eps, accuracy=accuracy, samples=len(correct)))
+    return SanityCheck(
+        'accuracy_falls_to_zero', PASS if ok else FAIL,
+        f'accuracy {accuracy:.3f} ({int(np.sum(correct))} of {len(correct)} samples) under untargeted PGD at '
+        f'eps={eps:g}/255', dict(eps=eps, accuracy=accuracy, samples=len(correct)))
 
 
-def _decreases_with_eps(table, variant, plan, thresholds) -> Check:
+def _decreases_with_eps(table, variant, plan, thresholds) -> SanityCheck:
     sweep = plan.sanity.sweep
     comparisons = [_flips(table, variant, a, b, f'eps {e:g}/255 -> {f:g}/255')
                    for (e, a), (f, b) in zip(sweep, sweep[1:])]
@@ -247,7 +238,7 @@ def _one_run(plan: EvalPlan, fewer: str, more: str) -> bool:
     return run == _run_of(plan, more) and plan.stage(run).spec.kwargs.get('best_iterate', True)
 
 
-def _more_iterations(table, variant, plan, thresholds) -> Check:
+def _more_iterations(table, variant, plan, thresholds) -> SanityCheck:
     comparisons = []
     if plan.sanity is not None and plan.sanity.more_iterations is not None:
         fewer, more = plan.sanity.more_iterations
@@ -258,7 +249,7 @@ def _more_iterations(table, variant, plan, thresholds) -> Check:
                 comparisons.append(_flips(table, variant, a.label, b.label, f'{a.run_label} -> {b.run_label}',
                                           exact=_one_run(plan, a.label, b.label)))
     if not comparisons:
-        return Check('more_iterations_do_not_help', SKIP, 'no attacks differing in iterations')
+        return SanityCheck('more_iterations_do_not_help', SKIP, 'no attacks differing in iterations')
     return _verdict('more_iterations_do_not_help', comparisons, thresholds,
                     'accuracy never rises with more iterations', 'accuracy rises with more iterations')
 
@@ -270,7 +261,7 @@ def _against_whitebox(table, variant, blackbox: str, whitebox: Sequence[str], na
                   wording=BROKE_ONLY)
 
 
-def _blackbox(table, variant, plan, thresholds) -> Check:
+def _blackbox(table, variant, plan, thresholds) -> SanityCheck:
     comparisons = []
     specs = plan.protocol.attacks
     name = {spec.label: spec.run_label for spec in specs}
@@ -290,12 +281,12 @@ def _blackbox(table, variant, plan, thresholds) -> Check:
     if plan.sanity is not None and plan.sanity.blackbox is not None:
         comparisons.append(_against_whitebox(table, variant, plan.sanity.blackbox, plan.sanity.more_iterations, name))
     if not comparisons:
-        return Check('blackbox_not_stronger', SKIP, 'no black-box attack ran')
+        return SanityCheck('blackbox_not_stronger', SKIP, 'no black-box attack ran')
     return _verdict('blackbox_not_stronger', comparisons, thresholds, 'black-box attacks do not beat white-box ones',
                     'a black-box attack beats the white-box ones: gradients are likely masked')
 
 
-def _within_budget(table, variant, plan, input_size, thresholds) -> Check:
+def _within_budget(table, variant, plan, input_size, thresholds) -> SanityCheck:
     violations, checked = [], 0
     for stage in plan.stages:
         spec = getattr(stage, 'spec', None)
@@ -311,9 +302,9 @@ def _within_budget(table, variant, plan, input_size, thresholds) -> Check:
         if size > eps * (1.0 + 1e-4) + thresholds.budget:
             violations.append(dict(stage=stage.name, norm=norm, eps=eps, max_perturbation=size))
     if not checked:
-        return Check('perturbation_within_budget', SKIP, 'no bounded attack ran')
-    return Check('perturbation_within_budget', FAIL if violations else PASS,
-                 f'{len(violations)} of {checked} attacks exceed their budget', dict(violations=violations))
+        return SanityCheck('perturbation_within_budget', SKIP, 'no bounded attack ran')
+    return SanityCheck('perturbation_within_budget', FAIL if violations else PASS,
+                       f'{len(violations)} of {checked} attacks exceed their budget', dict(violations=violations))
 
 
 def run_sanity_checks(
@@ -323,7 +314,7 @@ def run_sanity_checks(
         num_classes: int,
         input_size: Sequence[int],
         thresholds: SanityThresholds = SanityThresholds(),
-) -> List[Check]:
+) -> List[SanityCheck]:
     """Every sanity check for `variant`; checks whose probes did not run are reported as skipped."""
     checks = [_outputs_not_random(table, variant, num_classes), _deterministic(table, variant, thresholds),
               _gradients(table, variant, thresholds)]
@@ -331,14 +322,14 @@ def run_sanity_checks(
         checks += [_falls_to_zero(table, variant, plan, thresholds),
                    _decreases_with_eps(table, variant, plan, thresholds)]
     else:
-        checks += [Check('accuracy_falls_to_zero', SKIP, 'sanity probes disabled'),
-                   Check('accuracy_decreases_with_eps', SKIP, 'sanity probes disabled')]
+        checks += [SanityCheck('accuracy_falls_to_zero', SKIP, 'sanity probes disabled'),
+                   SanityCheck('accuracy_decreases_with_eps', SKIP, 'sanity probes disabled')]
     checks += [_more_iterations(table, variant, plan, thresholds), _blackbox(table, variant, plan, thresholds),
                _within_budget(table, variant, plan, input_size, thresholds)]
     return checks
 
 
-def summarize_checks(checks: Sequence[Check]) -> Dict[str, Any]:
+def summarize_checks(checks: Sequence[SanityCheck]) -> Dict[str, Any]:
     """``passed`` (no failure), ``masked_gradients_suspected`` and the failed check names."""
     failed = [c.name for c in checks if c.status == FAIL]
     return dict(passed=not failed, failed=failed,
@@ -369,16 +360,16 @@ def _chance_warning(variant: str, details: Mapping[str, Any]) -> str:
             f"Robust numbers below are meaningless.")
 
 
-def check_warnings(variant: str, checks: Sequence[Mapping[str, Any]]) -> Tuple[List[str], List[str]]:
-    """Warning lines for the failed checks of `variant` (`Check.to_dict` of each), phrased for a user (no level
-    prefix: the console's logger adds ``WARNING:``).
+def check_warnings(variant: str, checks: Sequence[SanityCheck]) -> Tuple[List[str], List[str]]:
+    """Warning lines for the failed checks of `variant`, phrased for a user (no level prefix: the console's logger
+    adds ``WARNING:``).
 
     Returns:
         ``(chance, others)``: the ``outputs_not_random`` failure (it voids every number, so it is shown before any
         other warning of any variant), and one line per other failed check with what it means for the numbers.
     """
-    failed = [check for check in checks if check['status'] == FAIL]
-    chance = [_chance_warning(variant, c['details']) for c in failed if c['name'] == 'outputs_not_random']
-    others = [f"variant {variant}: {c['name']} failed: {c['message']}; {CONSEQUENCES[c['name']]}."
-              for c in failed if c['name'] != 'outputs_not_random']
+    failed = [check for check in checks if check.status == FAIL]
+    chance = [_chance_warning(variant, c.details) for c in failed if c.name == 'outputs_not_random']
+    others = [f"variant {variant}: {c.name} failed: {c.message}; {CONSEQUENCES[c.name]}."
+              for c in failed if c.name != 'outputs_not_random']
     return chance, others

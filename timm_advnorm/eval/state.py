@@ -5,19 +5,30 @@ finished (variant, stage, batch) record is appended as one line with a single ``
 ``O_APPEND`` and then ``fsync``-ed, so a crash leaves at most one partial last line. Loading drops that line (and cuts
 it off the file), so the work it described simply runs again.
 
-The first line holds a fingerprint of the evaluation (model, checkpoint, protocol, subset, batch size, ...): a state
-file is only ever resumed by the evaluation that wrote it.
+The first line holds a fingerprint of the evaluation (`evaluation_fingerprint`: model and the digest of its weights,
+data and subset, protocol, batch size, ...): a state file is only ever resumed by the evaluation that wrote it.
 """
+import argparse
+import hashlib
 import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
 
 from .records import Record
 from .results import check_folder_writable
 
-__all__ = ['EvalState', 'check_state_path']
+if TYPE_CHECKING:
+    from .build import DataRun
+    from .distributed import DistributedInfo
+    from .plan import EvalPlan
+    from .protocols import Protocol
+    from .variants import Variant
+
+__all__ = ['EvalState', 'check_state_path', 'state_path', 'open_state', 'weights_digest', 'evaluation_fingerprint']
 
 _logger = logging.getLogger(__name__)
 
@@ -39,6 +50,59 @@ def check_state_path(path: Union[str, Path]) -> None:
             raise ValueError(f'{path}: the state file cannot be read and appended to (permission denied).')
     else:
         check_folder_writable(path.parent)
+
+
+def state_path(resume_state: str, dist_info: 'DistributedInfo') -> str:
+    """This process's state file of ``--resume-state`` `resume_state` (one per rank under torchrun)."""
+    return resume_state + (f'.rank{dist_info.rank}' if dist_info.distributed else '')
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of the model's state dict (names, dtypes, shapes and bytes): the identity of the weights evaluated.
+
+    Hashing the loaded weights rather than the checkpoint file covers every source with one rule: a file overwritten
+    in place, an export folder, an ``hf-hub:`` name whose revision moved, ``--use-ema``, ``--branch``, a seeded
+    random initialization. A file's size and mtime would be cheaper but say nothing about hub or pretrained weights;
+    the hash costs one pass over the weights in memory (about a second per GB), nothing next to an evaluation long
+    enough to need ``--resume-state``, and is only computed with it.
+    """
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f'{name}:{tensor.dtype}:{tuple(tensor.shape)};'.encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def _subset_digest(indices: Sequence[int]) -> str:
+    """SHA-256 of a subset's dataset indices: the subset's identity in a fingerprint."""
+    return hashlib.sha256(json.dumps(indices).encode()).hexdigest()
+
+
+def evaluation_fingerprint(args: argparse.Namespace, model_name: str, weights: str, protocol: 'Protocol',
+                           variants: Sequence['Variant'], plan: 'EvalPlan', runs: Sequence['DataRun'],
+                           data_config: Mapping[str, Any], dist_info: 'DistributedInfo') -> Dict[str, Any]:
+    """What makes two evaluations the same one: `EvalState` refuses to resume a state file written by another.
+
+    The model (name, source, digest of its weights, construction arguments), the data (dataset, resolved root,
+    split, class map, seeded subset, preprocessing; each out-of-distribution set's folder and subset), the attacks,
+    and how the work is cut (batch size, ranks). An evaluation without out-of-distribution sets has the fingerprint
+    it had before they existed, so that its state file still resumes.
+    """
+    data_dir = args.data_dir or args.data
+    ood = {run.name: dict(folder=str(Path(run.folder).resolve()), subset=_subset_digest(run.indices))
+           for run in runs if run.name}
+    return dict(model=model_name, source=args.model or '', weights=weights,
+                checkpoint=str(Path(args.checkpoint).resolve()) if args.checkpoint else '',
+                pretrained=args.pretrained, use_ema=args.use_ema, branch=args.branch,
+                model_kwargs=dict(args.model_kwargs), num_classes=args.num_classes,
+                dataset=args.dataset, data_dir=str(Path(data_dir).resolve()) if data_dir else '', split=args.val_split,
+                class_map=args.class_map, protocol=protocol.to_dict(),
+                variants=[v.name for v in variants], subset=_subset_digest(runs[0].indices), seed=args.seed,
+                stages=[[s.name, s.limit, getattr(s, 'source', None)] for s in plan.stages],
+                batch_size=args.batch_size, amp=args.amp_dtype if args.amp else None,
+                data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
+                rank=dist_info.rank, world_size=dist_info.world_size, **(dict(ood=ood) if ood else {}))
 
 
 def _canonical(value: Any) -> Any:
@@ -143,3 +207,11 @@ class EvalState:
 
     def __len__(self) -> int:
         return len(self._records)
+
+
+def open_state(path: str, fingerprint: Mapping[str, Any]) -> EvalState:
+    """The state file at `path`, created or resumed; a file that cannot be read or written is a usage error."""
+    try:
+        return EvalState(path, fingerprint)
+    except OSError as e:
+        raise ValueError(f'cannot use the state file {path}: {e.strerror or e}') from e

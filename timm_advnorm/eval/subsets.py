@@ -14,6 +14,8 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from torch.utils.data import Dataset
 
+from .schema import EvalResults
+
 __all__ = ['SUBSETS', 'subset_files', 'named_subset_order', 'robustbench_model_info']
 
 #: Subset name -> its list of ``<class folder>/<file>`` names, shipped beside this module.
@@ -60,26 +62,26 @@ def _arxiv_link(paper_ids: Any) -> Optional[str]:
     return f'https://arxiv.org/abs/{arxiv.split(":", 1)[1]}' if arxiv else None
 
 
-def robustbench_model_info(results: Mapping[str, Any], pretrained_cfg: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+def robustbench_model_info(results: EvalResults, pretrained_cfg: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     """A ``robustbench`` protocol result in the fields of RobustBench's ``model_info/<dataset>/<threat>/<model>.json``,
     for a line-by-line comparison with a leaderboard entry; None for other protocols.
 
     What the evaluation cannot know (authors, venue, extra training data) is None; ``footnote`` says what ran: the
     images (the leaderboard's 5000 only with ``--subset robustbench``) and whether the budgets were reduced.
     """
-    protocol = results['protocol']
-    if protocol['name'] != 'robustbench':
+    protocol = results.protocol
+    if protocol.name != 'robustbench':
         return None
-    eps = protocol['attacks'][0]['eps']
-    images = (f"the first {results['num_samples']} of RobustBench's ImageNet list" if results.get('subset') ==
-              'robustbench' else f"{results['num_samples']} images of {results['dataset']} {results['split']} "
-                                 f"(seed {results['seed']}), not RobustBench's list")
-    budgets = ', reduced budgets (not comparable)' if protocol.get('reduced') else ''
+    eps = protocol.attacks[0]['eps']
+    images = (f"the first {results.num_samples} of RobustBench's ImageNet list" if results.subset == 'robustbench'
+              else f"{results.num_samples} images of {results.dataset} {results.split} (seed {results.seed}), not "
+                   f"RobustBench's list")
+    budgets = ', reduced budgets (not comparable)' if protocol.reduced else ''
     return dict(
         link=_arxiv_link(pretrained_cfg.get('paper_ids')), name=pretrained_cfg.get('paper_name'), authors=None,
         additional_data=None, number_forward_passes=1,
-        dataset='imagenet' if results.get('subset') == 'robustbench' else results['dataset'], venue=None,
-        architecture=results['model'], eps=f'{eps:g}/255', clean_acc=results['top1'], reported=None,
-        autoattack_acc=results['robust_top1'],
+        dataset='imagenet' if results.subset == 'robustbench' else results.dataset, venue=None,
+        architecture=results.model, eps=f'{eps:g}/255', clean_acc=results.top1, reported=None,
+        autoattack_acc=results.robust_top1,
         footnote=f'timm-advnorm validate_adv.py --protocol robustbench (APGD-CE, APGD-T, FAB-T, Square as a cascade) '
-                 f'on {images}{budgets}; variant {results["primary_variant"]}.')
+                 f'on {images}{budgets}; variant {results.primary_variant}.')

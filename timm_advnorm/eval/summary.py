@@ -17,9 +17,10 @@ named by the budget it ran (``label``: ``pgd-t-13`` for a reduced PGD-2000, whos
 * ``scores``: the protocol's accuracies side by side, as the papers' tables give them (`scores`);
 * ``metrics``: mean, median and standard deviation of each per-sample robustness metric;
 * ``eps_sweep`` and ``sanity_probe``: the sanity PGD's accuracy over ε, from ε = 0 (the clean accuracy of the same
-  samples), and what that probe ran (`SanityPlan.to_dict`).
+  samples), and what that probe ran (`SanityPlan.probe`).
 
-`results_warnings` turns failed checks that void the numbers into lines a user reads before them.
+Each variant's numbers are a `schema.VariantResult` (its sanity checks added by `assemble`). `results_warnings` turns
+failed checks that void the numbers into lines a user reads before them.
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -31,6 +32,7 @@ from .plan import EvalPlan, SanityPlan, ood_stage
 from .protocols import AttackSpec, Protocol, resolve_eps
 from .records import ResultTable
 from .sanity import check_warnings
+from .schema import AmpCheck, AmpComparison, AttackResult, EpsPoint, OODAccuracy, VariantResult
 from .stages import AttackStage, attack_norm
 from .variants import Variant
 
@@ -72,24 +74,23 @@ def _size_fields(spec: AttackSpec, input_size: Sequence[int]) -> Dict[str, Any]:
     return dict(noise=spec.attack)
 
 
-def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_size) -> Dict[str, Any]:
+def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_size) -> AttackResult:
     """One attack's entry: named by what ran (``label``) and by the protocol (``protocol_label``), its budget
     (iterations or queries, ε or noise) and numbers."""
     spec = stage.spec
     columns = table.get(variant, stage.name)
     attacked = columns['attacked'].astype(bool)
-    entry = dict(label=spec.run_label, protocol_label=spec.label, attack=spec.attack, threat=spec.threat,
-                 **_size_fields(spec, input_size), steps=spec.iterations, queries=spec.queries,
-                 targeted=spec.targeted, kwargs=dict(spec.kwargs), samples=int(attacked.size),
-                 attacked=int(attacked.sum()), accuracy=round_percent(np.mean(columns['correct'])))
-    if spec.success_rate:
-        entry['success_rate'] = round_percent(np.mean(columns['success'][attacked])) if attacked.any() else None
-    if spec.threat != 'noise':
-        entry['max_perturbation'] = float(np.max(columns[entry['norm']], initial=0.0))
-    return entry
+    size = _size_fields(spec, input_size)
+    success = round_percent(np.mean(columns['success'][attacked])) if spec.success_rate and attacked.any() else None
+    largest = None if spec.threat == 'noise' else float(np.max(columns[size['norm']], initial=0.0))
+    return AttackResult(label=spec.run_label, protocol_label=spec.label, attack=spec.attack, threat=spec.threat,
+                        **size, steps=spec.iterations, queries=spec.queries, targeted=spec.targeted,
+                        kwargs=dict(spec.kwargs), samples=int(attacked.size), attacked=int(attacked.sum()),
+                        accuracy=round_percent(np.mean(columns['correct'])), success_rate=success,
+                        max_perturbation=largest, reports_success_rate=spec.success_rate)
 
 
-def headline(protocol: Protocol, attacks: List[Dict[str, Any]], worst_case: Optional[float],
+def headline(protocol: Protocol, attacks: Sequence[AttackResult], worst_case: Optional[float],
              clean: Optional[float]) -> Optional[float]:
     """The protocol's single robust number (see `Protocol.headline`, an attack's protocol label), as a percentage."""
     if protocol.headline == 'worst-case':
@@ -97,56 +98,56 @@ def headline(protocol: Protocol, attacks: List[Dict[str, Any]], worst_case: Opti
     if protocol.headline == 'clean':
         return clean
     if protocol.headline == 'mean':
-        return round(float(np.mean([a['accuracy'] for a in attacks])), 4)
+        return round(float(np.mean([a.accuracy for a in attacks])), 4)
     if protocol.headline == 'last':
-        return attacks[-1]['accuracy']
-    return next(a['accuracy'] for a in attacks if a['protocol_label'] == protocol.headline)
+        return attacks[-1].accuracy
+    return next(a.accuracy for a in attacks if a.protocol_label == protocol.headline)
 
 
-def headline_label(protocol: Protocol, attacks: List[Dict[str, Any]]) -> str:
+def headline_label(protocol: Protocol, attacks: Sequence[AttackResult]) -> str:
     """What `headline` reports, named as it ran: ``worst-case``, ``mean``, ``clean``, or the attack's ``label``."""
     if protocol.headline in ('worst-case', 'mean', 'clean'):
         return protocol.headline
     if protocol.headline == 'last':
-        return attacks[-1]['label']
-    return next(a['label'] for a in attacks if a['protocol_label'] == protocol.headline)
+        return attacks[-1].label
+    return next(a.label for a in attacks if a.protocol_label == protocol.headline)
 
 
-def _eps_sweep(table: ResultTable, variant: str, sanity: SanityPlan) -> List[Dict[str, Any]]:
+def _eps_sweep(table: ResultTable, variant: str, sanity: SanityPlan) -> List[EpsPoint]:
     """Accuracy of the sanity PGD at each ε of its sweep, from ε = 0: the clean accuracy of the same samples."""
     clean = table.get(variant, 'clean')
-    points = [dict(eps=0.0, accuracy=round_percent(np.mean(clean['correct'][clean['position'] < sanity.samples])))]
-    return points + [dict(eps=eps, accuracy=round_percent(np.mean(table.column(variant, stage, 'correct'))))
+    points = [EpsPoint(eps=0.0, accuracy=round_percent(np.mean(clean['correct'][clean['position'] < sanity.samples])))]
+    return points + [EpsPoint(eps=eps, accuracy=round_percent(np.mean(table.column(variant, stage, 'correct'))))
                      for eps, stage in sanity.sweep]
 
 
-def _ood_summary(table: ResultTable, variant: str, protocol: Protocol) -> Dict[str, Dict[str, Any]]:
+def _ood_summary(table: ResultTable, variant: str, protocol: Protocol) -> Dict[str, OODAccuracy]:
     """Clean accuracy and sample count on each out-of-distribution set of `protocol.ood` (`ood_stage`)."""
     entries = {}
     for name in protocol.ood:
         correct = table.column(variant, ood_stage(name).name, 'correct')
-        entries[name] = dict(accuracy=round_percent(np.mean(correct)), samples=int(correct.size))
+        entries[name] = OODAccuracy(accuracy=round_percent(np.mean(correct)), samples=int(correct.size))
     return entries
 
 
-def scores(protocol: Protocol, clean: Optional[float], attacks: List[Dict[str, Any]],
-           ood: Mapping[str, Mapping[str, Any]]) -> Dict[str, Optional[float]]:
+def scores(protocol: Protocol, clean: Optional[float], attacks: Sequence[AttackResult],
+           ood: Mapping[str, OODAccuracy]) -> Dict[str, Optional[float]]:
     """The protocol's accuracies side by side, as the papers' tables give them (NoFrost* Figures 3 and 4: clean,
     ImageNet-C, ImageNet-R, ImageNet-Sketch, PGD, Square): clean, named by the out-of-distribution set the protocol
     runs on if it does (``imagenet-r``); ``imagenet-c``, the mean accuracy over the ImageNet-C corruptions, if it has
     any; each further out-of-distribution set; and each other attack, by the label that ran."""
     row = {protocol.dataset or 'clean': clean}
-    corrupted = [a['accuracy'] for a in attacks if a['attack'] == 'corruption']
+    corrupted = [a.accuracy for a in attacks if a.attack == 'corruption']
     if corrupted:
         row['imagenet-c'] = round(float(np.mean(corrupted)), 4)
-    row.update((name, entry['accuracy']) for name, entry in ood.items())
-    row.update((a['label'], a['accuracy']) for a in attacks if a['attack'] != 'corruption')
+    row.update((name, entry.accuracy) for name, entry in ood.items())
+    row.update((a.label, a.accuracy) for a in attacks if a.attack != 'corruption')
     return row
 
 
 def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, input_size: Sequence[int]
-                      ) -> Dict[str, Any]:
-    """Reported numbers of one variant (see the module docstring)."""
+                      ) -> VariantResult:
+    """Reported numbers of one variant (see the module docstring), without its sanity checks."""
     name = variant.name
     clean = table.get(name, 'clean')
     attack_stages = [plan.stage(spec.label) for spec in plan.protocol.attacks]
@@ -166,19 +167,19 @@ def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, inpu
     sweep, probe = [], None
     if plan.sanity is not None:
         sweep = _eps_sweep(table, name, plan.sanity)
-        probe = dict(plan.sanity.to_dict(), samples=int(np.sum(clean['position'] < plan.sanity.samples)))
-    corrupted = {(a['kwargs']['corruption'], a['kwargs']['severity']): a['accuracy']
-                 for a in attacks if a['attack'] == 'corruption'}
+        probe = plan.sanity.probe(int(np.sum(clean['position'] < plan.sanity.samples)))
+    corrupted = {(a.kwargs['corruption'], a.kwargs['severity']): a.accuracy
+                 for a in attacks if a.attack == 'corruption'}
     accuracy = round_percent(np.mean(clean['correct']))
     ood = _ood_summary(table, name, plan.protocol)
-    return dict(variant.to_dict(), samples=int(clean['correct'].size), clean=accuracy, attacks=attacks,
-                worst_case=worst_case, robust=headline(plan.protocol, attacks, worst_case, accuracy),
-                robust_label=headline_label(plan.protocol, attacks), ood=ood,
-                scores=scores(plan.protocol, accuracy, attacks, ood), metrics=metrics, eps_sweep=sweep,
-                sanity_probe=probe, corruption_errors=corruption_errors(corrupted))
+    return VariantResult(**variant.to_dict(), samples=int(clean['correct'].size), clean=accuracy, attacks=attacks,
+                         worst_case=worst_case, robust=headline(plan.protocol, attacks, worst_case, accuracy),
+                         robust_label=headline_label(plan.protocol, attacks), ood=ood,
+                         scores=scores(plan.protocol, accuracy, attacks, ood), metrics=metrics, eps_sweep=sweep,
+                         sanity_probe=probe, corruption_errors=corruption_errors(corrupted))
 
 
-def amp_report(table: ResultTable, variant: str, plan: EvalPlan, tolerance: float) -> Optional[Dict[str, Any]]:
+def amp_report(table: ResultTable, variant: str, plan: EvalPlan, tolerance: float) -> Optional[AmpCheck]:
     """bf16 vs fp32 on the verification prefix: prediction agreement and accuracy differences.
 
     Passes when every accuracy differs by at most `tolerance` (a fraction). Each comparison names its ``stage`` and,
@@ -194,38 +195,37 @@ def amp_report(table: ResultTable, variant: str, plan: EvalPlan, tolerance: floa
         low_correct, low_pred = columns['correct'][keep], columns['pred'][keep]
         delta = float(np.mean(low_correct)) - float(np.mean(reference['correct']))
         spec = getattr(plan.stage(low), 'spec', None)
-        comparisons.append(dict(
+        comparisons.append(AmpComparison(
             stage=low, label=low if spec is None else spec.run_label, accuracy_low=round_percent(np.mean(low_correct)),
             accuracy_fp32=round_percent(np.mean(reference['correct'])),
             prediction_agreement=round_percent(np.mean(low_pred == reference['pred'])),
             ok=abs(delta) <= tolerance))
-    return dict(samples=int(min(plan.amp_samples, len(table.get(variant, 'clean')['position']))),
-                tolerance=round_percent(tolerance), passed=all(c['ok'] for c in comparisons),
-                comparisons=comparisons)
+    return AmpCheck(samples=int(min(plan.amp_samples, len(table.get(variant, 'clean')['position']))),
+                    tolerance=round_percent(tolerance), passed=all(c.ok for c in comparisons), comparisons=comparisons)
 
 
-def attack_title(entry: Mapping[str, Any]) -> str:
-    """An attack entry of the results as a reader should see it: its label, with the budget that ran added where
-    the label does not carry it (``pgd (20 iterations)``, ``square (400 queries)``; ``pgd-t-13`` as it is)."""
-    for key, unit in (('steps', 'iterations'), ('queries', 'queries')):
-        budget = entry.get(key)
-        if budget and not entry['label'].endswith(f'-{budget}'):
-            return f"{entry['label']} ({budget} {unit})"
-    return entry['label']
+def attack_title(label: str, steps: Optional[int] = None, queries: Optional[int] = None) -> str:
+    """An attack as a reader should see it: its `label`, with the budget that ran added where the label does not
+    carry it (``pgd (20 iterations)``, ``square (400 queries)``; ``pgd-t-13`` as it is)."""
+    for budget, unit in ((steps, 'iterations'), (queries, 'queries')):
+        if budget and not label.endswith(f'-{budget}'):
+            return f'{label} ({budget} {unit})'
+    return label
 
 
-def results_warnings(results: Mapping[str, Any]) -> List[str]:
-    """The lines a user must read before the numbers of `results`: each failed check that voids them, worst first.
+def results_warnings(variants: Sequence[VariantResult], amp: Optional[str] = None,
+                     amp_check: Optional[AmpCheck] = None) -> List[str]:
+    """The lines a user must read before the numbers of `variants`: each failed check that voids them, worst first.
 
     Chance-level outputs (``outputs_not_random``: a wrong checkpoint, preprocessing or labels) of every variant come
-    first, then each variant's other failed sanity checks (`sanity.check_warnings`), then a bf16 evaluation that
-    disagrees with fp32. Empty when every check passed. Log them at WARNING before the per-variant numbers and
-    store them first in the results.
+    first, then each variant's other failed sanity checks (`sanity.check_warnings`), then a low-precision (`amp`)
+    evaluation that disagrees with fp32 (`amp_check`). Empty when every check passed. Log them at WARNING before the
+    per-variant numbers and store them first in the results.
     """
-    per_variant = [check_warnings(variant['name'], variant['sanity']['checks']) for variant in results['variants']]
+    per_variant = [check_warnings(variant.name, variant.sanity.checks) for variant in variants]
     lines = [line for chance, _ in per_variant for line in chance] + [line for _, rest in per_variant for line in rest]
-    amp = results.get('amp_check')
-    if amp and not amp['passed']:
-        lines.append(f"the {results.get('amp', 'low-precision')} evaluation differs from fp32 by more than "
-                     f"{amp['tolerance']:g} points on {amp['samples']} samples: numbers below may be off by as much.")
+    if amp_check and not amp_check.passed:
+        lines.append(f"the {amp or 'low-precision'} evaluation differs from fp32 by more than "
+                     f"{amp_check.tolerance:g} points on {amp_check.samples} samples: numbers below may be off by as "
+                     f"much.")
     return lines

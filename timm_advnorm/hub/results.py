@@ -1,39 +1,43 @@
-"""Read the robust-accuracy results of ``validate_adv.py`` for a model card, tolerating layout variations.
+"""The results a model card states: per variant, the clean accuracy, each attack's and the worst case, read from
+``validate_adv.py``'s results file or from a flat file of results from elsewhere.
 
-Two layouts are read; fields not listed are ignored.
+``validate_adv.py``'s own layout is read by its schema (`timm_advnorm.eval.schema.EvalResults.from_dict`, which
+names what is missing or malformed); the card keeps of it the rows below, the protocol's headline robust accuracy per
+variant, what ran (data, split, images, seed, preprocessing, precision, reduced budgets, aggregation) and which sanity
+checks failed. A file is read in that layout when its ``variants`` is a list of objects that each have an
+``attacks`` list.
 
-``validate_adv.py``'s own (accuracies in percent):
+A flat layout is read for results from elsewhere (fields not listed are ignored):
 
-* top level: ``model`` (str), ``protocol`` (an object with ``name`` and optionally ``headline``, ``reduced``,
-  ``aggregation`` and ``reference``), ``variants`` (list), optionally ``dataset``, ``split``, ``num_samples``,
-  ``seed``, ``checkpoint``, ``data_config``, ``amp``, ``sanity_passed``;
-* per variant: ``name`` (``model``, ``clean``, ``adv``, ``mix@0.5``, ...), ``clean`` (clean accuracy),
-  ``attacks`` (list of per-attack objects, below), optionally ``worst_case``, ``robust`` (the protocol's
-  headline robust accuracy) and ``sanity`` (an object with the list of ``failed`` checks).
+* top level: ``model`` (str); ``protocol`` (str, or an object with ``name`` and optionally ``headline``, ``reduced``,
+  ``aggregation`` and ``reference``); a list of per-attack objects under ``results`` or ``attacks``; optionally
+  ``dataset`` or ``data``, ``split``, ``num_samples``, ``n_samples`` or ``samples``, ``seed``, ``checkpoint``,
+  ``data_config``, ``amp``, ``sanity_passed``, ``clean_accuracy``, ``clean_acc`` or ``clean_top1``, and
+  ``accuracy_unit`` (``percent`` or ``fraction``; without it, accuracies that are all at most 1 are read as
+  fractions);
+* per entry: a name (``label``, ``name``, ``attack`` or ``stage``: the attack as it ran; entries named ``clean`` or
+  ``none`` are clean accuracies) and an accuracy (``accuracy``, ``robust_accuracy``, ``acc``, ``top1`` or ``acc1``);
+  optionally ``variant``, ``attack_success_rate``, ``success_rate`` or ``asr``, and, describing the threat model,
+  ``protocol_label``, ``attack`` (registered name), ``threat`` (``white-box``, ``black-box`` or ``noise``), ``norm``,
+  ``eps`` or ``epsilon`` (on the 0-255 pixel scale), ``steps`` or ``iterations`` (iterations, or queries of a
+  query-based attack), ``targeted``, ``noise`` and ``sigma`` (random noise instead of an adversary), ``kwargs`` (the
+  attack's arguments), ``restarts`` and ``queries``.
 
-A flat one, for results from elsewhere:
-
-* top level: ``model`` (str); ``protocol`` (str, or an object as above); a list of per-attack objects under
-  ``results`` or ``attacks``; optionally ``dataset`` or ``data``, ``split``, ``num_samples``, ``n_samples`` or
-  ``samples``, ``checkpoint``, ``clean_accuracy``, ``clean_acc`` or ``clean_top1``, and ``accuracy_unit``
-  (``percent`` or ``fraction``; without it, accuracies that are all at most 1 are read as fractions);
-* per entry: ``variant`` (optional), and entries named ``clean`` or ``none`` are clean accuracies.
-
-Per-attack objects (both layouts) need a name (``label``, ``name``, ``attack`` or ``stage``: the attack as it ran)
-and an accuracy (``accuracy``, ``robust_accuracy``, ``acc``, ``top1`` or ``acc1``). Optional, describing the threat
-model: ``protocol_label`` (the protocol's own label, when a reduced or overridden budget ran instead), ``attack``
-(registered name), ``threat`` (``white-box``, ``black-box`` or ``noise``), ``norm``, ``eps`` or ``epsilon`` (on
-the 0-255 pixel scale), ``steps`` or ``iterations`` (iterations, or queries of a query-based attack), ``targeted``,
-``noise`` and ``sigma`` (random noise instead of an adversary), ``kwargs`` (the attack's arguments), ``restarts``,
-``queries``; and ``attack_success_rate``, ``success_rate`` or ``asr``. Accuracies are kept in percent.
+Accuracies are kept in percent.
 """
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ..eval import schema
+
 __all__ = ['AttackResult', 'EvalResults', 'parse_eval_results', 'read_eval_results', 'WORST_CASE']
 
+#: The name of a row that is a clean accuracy, and of the per-sample worst case over the attacks.
+_CLEAN_NAMES = ('clean', 'none')
+WORST_CASE = 'worst case'
+#: Keys of the flat layout, each tuple in order of preference.
 _LIST_KEYS = ('results', 'attacks')
 _NAME_KEYS = ('label', 'name', 'attack', 'stage')
 _ACCURACY_KEYS = ('accuracy', 'robust_accuracy', 'acc', 'top1', 'acc1')
@@ -44,13 +48,11 @@ _DATASET_KEYS = ('dataset', 'data')
 _EPS_KEYS = ('eps', 'epsilon')
 _STEPS_KEYS = ('steps', 'iterations')
 _SETTING_KEYS = ('restarts', 'queries')
-_CLEAN_NAMES = ('clean', 'none')
-WORST_CASE = 'worst case'
 
 
 @dataclass(frozen=True)
 class AttackResult:
-    """Accuracy (percent) under one attack, or on clean images when `is_clean`.
+    """A row of the card: accuracy (percent) under one attack, or on clean images when `is_clean`.
 
     Attributes:
         name: The attack as it ran (``pgd-t-13`` when a reduced run shrank the protocol's ``pgd-t-2000``).
@@ -67,7 +69,7 @@ class AttackResult:
         noise: Kind of random noise, for a noise row.
         sigma: Standard deviation of that noise.
         kwargs: The attack's arguments as recorded.
-        settings: Other scalar settings of flat layouts (``restarts``, ``queries``).
+        settings: Other scalar settings as recorded (``restarts``, ``queries``).
     """
 
     name: str
@@ -94,7 +96,7 @@ class AttackResult:
 
 @dataclass(frozen=True)
 class EvalResults:
-    """A ``validate_adv.py`` results file; `entries` are in file order, the top-level clean accuracy first.
+    """Results as a card states them; `entries` are in file order, a flat file's top-level clean accuracy first.
 
     Attributes:
         model: The evaluated architecture.
@@ -158,6 +160,46 @@ class EvalResults:
         return None if strongest is None else strongest.accuracy
 
 
+def _precision(amp: Any, recorded: bool) -> Optional[str]:
+    """``float32``, or the autocast dtype of ``validate_adv.py --amp``; None when the results do not record it."""
+    if not recorded:
+        return None
+    return f'{amp} autocast' if amp else 'float32'
+
+
+def _row(attack: schema.AttackResult, variant: str) -> AttackResult:
+    """One attack of a variant, as a row of the card."""
+    return AttackResult(
+        name=attack.label, accuracy=float(attack.accuracy), variant=variant,
+        success_rate=None if attack.success_rate is None else float(attack.success_rate),
+        protocol_label=attack.protocol_label, attack=attack.attack, threat=attack.threat, norm=attack.norm,
+        eps=attack.eps, steps=attack.steps, targeted=attack.targeted, noise=attack.noise, sigma=attack.sigma,
+        kwargs=dict(attack.kwargs), settings={} if attack.queries is None else dict(queries=attack.queries))
+
+
+def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalResults:
+    """The card's view of ``validate_adv.py`` results: per variant its clean accuracy, attacks and worst case."""
+    entries, headlines, failed = [], {}, {}
+    for variant in results.variants:
+        if variant.clean is not None:
+            entries.append(AttackResult('clean', float(variant.clean), variant.name))
+        entries += [_row(attack, variant.name) for attack in variant.attacks]
+        if variant.worst_case is not None:
+            entries.append(AttackResult(WORST_CASE, float(variant.worst_case), variant.name))
+        if variant.robust is not None:
+            headlines[variant.name] = float(variant.robust)
+        if variant.sanity is not None and variant.sanity.failed:
+            failed[variant.name] = tuple(variant.sanity.failed)
+    protocol = results.protocol
+    return EvalResults(
+        model=results.model, protocol=protocol.name, entries=tuple(entries), dataset=results.dataset,
+        split=results.split, num_samples=results.num_samples, seed=results.seed, checkpoint=results.checkpoint,
+        headlines=headlines, headline=protocol.headline, reduced=protocol.reduced, aggregation=protocol.aggregation,
+        reference=protocol.reference, data_config=dict(results.data_config),
+        precision=_precision(results.amp, precision_recorded), sanity_passed=results.sanity_passed,
+        sanity_failed=failed)
+
+
 def _first(entry: Mapping[str, Any], keys: Sequence[str]) -> Any:
     return next((entry[k] for k in keys if entry.get(k) is not None), None)
 
@@ -185,12 +227,13 @@ def _optional(value: Any, kind: Union[type, Tuple[type, ...]]) -> Any:
     return value if isinstance(value, kind) else None
 
 
-def _entry(entry: Mapping[str, Any], index: int, variant: Any = None) -> AttackResult:
+def _entry(entry: Mapping[str, Any], index: int) -> AttackResult:
+    """One per-attack object of the flat layout."""
     name, accuracy = _first(entry, _NAME_KEYS), _first(entry, _ACCURACY_KEYS)
     if not isinstance(name, str) or accuracy is None:
         raise ValueError(f'Result {index} needs a name ({"/".join(_NAME_KEYS)}) and an accuracy '
                          f'({"/".join(_ACCURACY_KEYS)}).')
-    success, variant = _first(entry, _SUCCESS_KEYS), entry.get('variant', variant)
+    success, variant = _first(entry, _SUCCESS_KEYS), entry.get('variant')
     kwargs = entry.get('kwargs')
     return AttackResult(
         name=name,
@@ -216,45 +259,6 @@ def _scaled(result: AttackResult, scale: float) -> AttackResult:
     return replace(result, accuracy=result.accuracy * scale, success_rate=success)
 
 
-def _is_variant_list(variants: Any) -> bool:
-    return isinstance(variants, list) and bool(variants) and all(
-        isinstance(v, Mapping) and isinstance(v.get('attacks'), list) for v in variants)
-
-
-def _variant_entries(variants: List[Mapping[str, Any]]) -> Tuple[List[AttackResult], Dict[Optional[str], float]]:
-    entries, headlines = [], {}
-    for variant in variants:
-        name = variant.get('name')
-        name = None if name is None else str(name)
-        if variant.get('clean') is not None:
-            entries.append(AttackResult('clean', _number(variant['clean'], f'Clean accuracy of {name}'), name))
-        entries += [_entry(attack, i, name) for i, attack in enumerate(variant['attacks'])]
-        if variant.get('worst_case') is not None:
-            entries.append(AttackResult(WORST_CASE, _number(variant['worst_case'], 'Worst case'), name))
-        if variant.get('robust') is not None:
-            headlines[name] = _number(variant['robust'], f'Robust accuracy of {name}')
-    return entries, headlines
-
-
-def _sanity_failed(variants: Any) -> Dict[Optional[str], Tuple[str, ...]]:
-    """Failed sanity checks per variant (``validate_adv.py`` layout); variants that recorded none are left out."""
-    failed = {}
-    for variant in variants if _is_variant_list(variants) else []:
-        sanity = variant.get('sanity')
-        names = sanity.get('failed') if isinstance(sanity, Mapping) else None
-        if isinstance(names, list) and names:
-            name = variant.get('name')
-            failed[None if name is None else str(name)] = tuple(str(n) for n in names)
-    return failed
-
-
-def _precision(data: Mapping[str, Any]) -> Optional[str]:
-    """``float32``, or the autocast dtype of ``validate_adv.py --amp``; None when the results do not say."""
-    if 'amp' not in data:
-        return None
-    return f'{data["amp"]} autocast' if data['amp'] else 'float32'
-
-
 def _flat_entries(data: Mapping[str, Any]) -> List[AttackResult]:
     raw = _first(data, _LIST_KEYS)
     if not isinstance(raw, list) or not all(isinstance(e, Mapping) for e in raw):
@@ -267,26 +271,16 @@ def _flat_entries(data: Mapping[str, Any]) -> List[AttackResult]:
     return entries
 
 
-def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
-    """Read a results mapping (fields in the module docstring).
-
-    Raises:
-        ValueError: A required field is missing or malformed.
-    """
-    if not isinstance(data, Mapping):
-        raise ValueError('Results must be a JSON object.')
+def _parse_flat(data: Mapping[str, Any]) -> EvalResults:
+    """Results of the flat layout (see the module docstring)."""
     model, protocol = data.get('model'), data.get('protocol')
     about = protocol if isinstance(protocol, Mapping) else {}
     if isinstance(protocol, Mapping):
         protocol = protocol.get('name')
     if not isinstance(model, str) or not isinstance(protocol, str):
         raise ValueError('Results need a "model" string and a "protocol" (a string or an object with a "name").')
-    if _is_variant_list(data.get('variants')):
-        entries, headlines = _variant_entries(data['variants'])
-        scale = _percent_scale(data.get('accuracy_unit', 'percent'), [])
-    else:
-        entries, headlines = _flat_entries(data), {}
-        scale = _percent_scale(data.get('accuracy_unit'), [e.accuracy for e in entries])
+    entries = _flat_entries(data)
+    scale = _percent_scale(data.get('accuracy_unit'), [e.accuracy for e in entries])
     data_config = data.get('data_config')
     return EvalResults(
         model=model,
@@ -297,20 +291,38 @@ def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
         num_samples=_optional(_first(data, _SAMPLES_KEYS), int),
         seed=_optional(data.get('seed'), int),
         checkpoint=_optional(data.get('checkpoint'), str),
-        headlines={variant: value * scale for variant, value in headlines.items()},
         headline=_optional(about.get('headline'), str),
         reduced=about.get('reduced') is True,
         aggregation=_optional(about.get('aggregation'), str),
         reference=_optional(about.get('reference'), str),
         data_config=dict(data_config) if isinstance(data_config, Mapping) else {},
-        precision=_precision(data),
+        precision=_precision(data.get('amp'), 'amp' in data),
         sanity_passed=_optional(data.get('sanity_passed'), bool),
-        sanity_failed=_sanity_failed(data.get('variants')),
     )
 
 
+def _is_variant_list(variants: Any) -> bool:
+    """Whether `variants` is ``validate_adv.py``'s: a non-empty list of objects that each have an ``attacks`` list."""
+    return isinstance(variants, list) and bool(variants) and all(
+        isinstance(v, Mapping) and isinstance(v.get('attacks'), list) for v in variants)
+
+
+def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
+    """Read a results mapping: ``validate_adv.py``'s layout by its schema, or the flat one (module docstring).
+
+    Raises:
+        ValueError: A required field is missing or malformed.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError('Results must be a JSON object.')
+    if _is_variant_list(data.get('variants')):
+        # results that do not record the precision leave it unsaid on the card (`amp` None is float32)
+        return _from_schema(schema.EvalResults.from_dict(data), precision_recorded='amp' in data)
+    return _parse_flat(data)
+
+
 def read_eval_results(path: Union[str, Path]) -> EvalResults:
-    """Read a ``validate_adv.py`` results JSON file.
+    """Read a results JSON file (``validate_adv.py``'s, or a flat one from elsewhere).
 
     Raises:
         FileNotFoundError: No such file.

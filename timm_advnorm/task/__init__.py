@@ -12,6 +12,7 @@ from .alp import AlpTask, logit_pairing_loss
 from .mbn import MbnTask
 from .fast_advprop import FastAdvPropTask, parameter_groups, shuffle_across_ranks
 from .nofrost import NofrostTask
+from .nofrost_star import NofrostStarTask
 from .running_stats import running_stats_active, use_running_statistics
 
 __all__ = ['AdversarialClassificationTask', 'AlpTask', 'ArgumentGroup', 'FastAdvPropTask', 'MadryTask', 'MbnTask',

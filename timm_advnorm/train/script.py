@@ -234,7 +234,8 @@ def _kept_checkpoints(output_dir: str) -> str:
 
 def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
-    setup_default_logging()
+    if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
+        setup_default_logging()
     args, args_text = parse_args(argv, prog=prog)
     _check_args(args)
     args.device = _resolve_device(args.device)

@@ -1,0 +1,253 @@
+"""The command line of ``validate_adv.py``: its parser, and the usage errors found before anything is loaded.
+
+`parse_args` reads the options (with defaults from a ``-c`` YAML file) and refuses, as one ``usage: ... error:``
+line, what argparse cannot see: options that do not go together, counts out of range, a device that is none, mean or
+std of the wrong length, a dataset root that is needed but not given, and out-of-distribution folders that the
+protocol does not read or lacks.
+"""
+import argparse
+from typing import Optional, Sequence
+
+import torch
+from timm.utils import ParseKwargs
+
+from ..cli import ArgumentParser, add_hidden_alias, parse_with_config
+from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
+from .protocols import PROTOCOLS, get_protocol, list_protocols
+from .subsets import SUBSETS
+from .variants import INTERPOLATIONS
+
+__all__ = ['get_args_parser', 'parse_args', 'ood_folder', 'PROG', 'LOGGER', 'AMP_DTYPES']
+
+PROG = 'validate_adv.py'
+#: The logger of the command's progress and results (as timm's ``validate.py`` logs under ``validate``).
+LOGGER = 'validate_adv'
+AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
+
+
+def get_args_parser(prog: str = PROG) -> ArgumentParser:
+    """The command-line parser (importable, so tests and wrappers can drive the script)."""
+    parser = ArgumentParser(prog=prog, description='Robust evaluation of timm models (timm-advnorm).')
+    parser.add_argument('-c', '--config', default='', metavar='FILE',
+                        help='YAML file of argument defaults (keys: long option names with underscores); '
+                             'command-line values win.')
+
+    group = parser.add_argument_group('Dataset')
+    group.add_argument('data', nargs='?', metavar='DIR', help='Dataset root (same as --data-dir).')
+    group.add_argument('--data-dir', metavar='DIR', help='Dataset root.')
+    group.add_argument('--dataset', default='', metavar='NAME',
+                       help='"digits" (built in, no download) or any timm dataset name (default: image folder).')
+    group.add_argument('--val-split', default='validation', metavar='NAME',
+                       help='Split to evaluate; of a folder dataset, a subfolder that must exist (val, valid, '
+                            'validation, eval, evaluation stand for one another; \'\' is the root).')
+    add_hidden_alias(parser, group, '--split', 'val_split')
+    group.add_argument('--class-map', default='', metavar='FILENAME', help='Class map file for folder datasets.')
+    group.add_argument('--num-samples', type=int, default=0, metavar='N',
+                       help='Size of the seeded evaluation subset (0: the whole split).')
+    group.add_argument('--subset', default=None, choices=list(SUBSETS),
+                       help='Evaluate a fixed list of images instead of a seeded draw: robustbench = the 5000 ImageNet '
+                            'validation images of RobustBench\'s leaderboard, in its order (--num-samples N takes its '
+                            'first N, as RobustBench does).')
+    group.add_argument('--seed', type=int, default=42, metavar='S', help='Seed of the subset, targets and attacks.')
+    for dataset in OOD_DATASETS.values():
+        readers = ', '.join(name for name, protocol in PROTOCOLS.items() if dataset.name in protocol.datasets)
+        group.add_argument(dataset.option, default=None, metavar='DIR',
+                           help=f'{dataset.title}: a folder of {dataset.num_classes} class folders named by wnid, as '
+                                f'released (read by --protocol {readers}).')
+    group.add_argument('--skip-bad-images', action='store_true',
+                       help='The subset\'s images are decoded before the evaluation; a file that fails (corrupt, '
+                            'truncated, not an image) is an error naming it, as timm\'s loader would silently evaluate '
+                            'the next image in its place. With this flag such files are skipped: the subset takes the '
+                            'next readable images of the seeded order, and the results list the skipped files '
+                            '(skipped_images).')
+
+    group = parser.add_argument_group('Model')
+    group.add_argument('--model', '-m', default=None, metavar='NAME',
+                       help='timm model name, hf-hub:ORG/NAME or local-dir:PATH (default: the checkpoint\'s arch).')
+    group.add_argument('--pretrained', action='store_true', help='Load the model\'s pretrained weights.')
+    group.add_argument('--checkpoint', default='', metavar='PATH', help='Checkpoint to evaluate.')
+    group.add_argument('--use-ema', action='store_true', help='Evaluate the EMA weights of the checkpoint.')
+    group.add_argument('--branch', default=None, choices=('clean', 'adv'),
+                       help='Evaluate one branch of a mixture-BN checkpoint as the plain timm model.')
+    group.add_argument('--num-classes', type=int, default=None, metavar='N', help='Number of classes.')
+    group.add_argument('--img-size', type=int, default=None, metavar='N', help='Input image size.')
+    group.add_argument('--input-size', type=int, nargs=3, default=None, metavar='N', help='Input C H W.')
+    group.add_argument('--crop-pct', type=float, default=None, metavar='PCT', help='Center crop fraction.')
+    group.add_argument('--mean', type=float, nargs='+', default=None, metavar='MEAN', help='Override the mean.')
+    group.add_argument('--std', type=float, nargs='+', default=None, metavar='STD', help='Override the std.')
+    group.add_argument('--interpolation', default='', metavar='NAME', help='Resize interpolation.')
+    group.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, help='Extra model arguments.')
+
+    group = parser.add_argument_group('Runtime')
+    group.add_argument('-b', '--batch-size', type=int, default=128, metavar='N', help='Batch size per process.')
+    group.add_argument('-j', '--workers', type=int, default=4, metavar='N', help='Data loading workers.')
+    group.add_argument('--pin-mem', action='store_true', help='Pin CPU memory in the loader.')
+    group.add_argument('--device', default=None, help='Device (default: cuda if available, else cpu).')
+    group.add_argument('--channels-last', action='store_true', help='Channels-last memory format.')
+    group.add_argument('--amp', action='store_true', help='Forwards under autocast (--amp-dtype).')
+    group.add_argument('--amp-dtype', default='bfloat16', choices=list(AMP_DTYPES),
+                       help='Autocast dtype (float16 input gradients may underflow).')
+    group.add_argument('--verify-amp', type=int, default=0, metavar='N',
+                       help='With --amp: re-run the clean pass and first white-box attack in fp32 on N samples '
+                            'and report the difference.')
+    group.add_argument('--amp-tolerance', type=float, default=0.02, metavar='FRAC',
+                       help='Largest accuracy difference of --verify-amp that passes.')
+    group.add_argument('--no-fold-bn', action='store_true', help='Do not fold BN into convolutions when attacking.')
+    group.add_argument('--separate-budgets', action='store_true',
+                       help='Run PGD attacks that differ only in iterations each from its own random start, instead '
+                            'of reading the shorter ones off one run of the longest.')
+    group.add_argument('--no-progress', action='store_true', help='No progress bars (batches, long attacks).')
+
+    group = parser.add_argument_group('Attacks')
+    group.add_argument('--protocol', default=None, choices=list_protocols(),
+                       help='Named protocol (default: xie2020 unless --attacks is given).')
+    group.add_argument('--attacks', nargs='+', default=None, metavar='NAME',
+                       help='Registered attack names to run instead of a protocol.')
+    group.add_argument('--attack-eps', type=float, default=None, metavar='EPS',
+                       help='Budget on the 0-255 scale (default: the protocol\'s; 16 with --attacks).')
+    group.add_argument('--attack-step', type=float, default=None, metavar='STEP',
+                       help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s).')
+    group.add_argument('--attack-steps', type=int, nargs='+', default=None, metavar='N',
+                       help='Iterations (default: the protocol\'s or the attack\'s); with --attacks, several counts '
+                            'make a sweep (one run per attack when they share a step: see --separate-budgets).')
+    group.add_argument('--attack-norm', default=None, choices=('linf', 'l2'),
+                       help='Threat-model norm (default: the protocol\'s or the attack\'s).')
+    group.add_argument('--attack-targeted', action='store_true',
+                       help='With --attacks: targeted, the target uniform among the other classes.')
+    for alias, dest, options in (('--eps', 'attack_eps', dict(type=float)), ('--step', 'attack_step', dict(type=float)),
+                                 ('--steps', 'attack_steps', dict(type=int, nargs='+')),
+                                 ('--norm', 'attack_norm', dict(choices=('linf', 'l2'))),
+                                 ('--targeted', 'attack_targeted', dict(action='store_true'))):
+        add_hidden_alias(parser, group, alias, dest, **options)
+    group.add_argument('--cascade', action='store_true',
+                       help='With --attacks: each attack only sees the samples the previous ones did not break.')
+    group.add_argument('--attack-kwargs', nargs='*', default={}, action=ParseKwargs,
+                       help='With --attacks: extra constructor arguments of every attack (key=value).')
+    group.add_argument('--reduced', action='store_true',
+                       help='Smoke-test budgets: the cube root of every iteration and query budget (2000 -> 13); '
+                            'results name the budgets that ran and say "reduced".')
+    group.add_argument('--max-steps', type=int, default=None, help='Cap on every attack\'s iterations.')
+    group.add_argument('--max-queries', type=int, default=None, help='Cap on every black-box attack\'s queries.')
+
+    group = parser.add_argument_group('Mixture BN')
+    group.add_argument('--gammas', type=float, nargs='+', default=[0.0, 1.0], metavar='G',
+                       help='Adversarial-branch weights: 0 clean branch, 1 adversarial branch, in between '
+                            'interpolations (NoFrost Fig. 2 sweeps [0, 1]).')
+    group.add_argument('--interpolations', nargs='+', default=list(INTERPOLATIONS), choices=INTERPOLATIONS,
+                       help='Interpolations evaluated at interior gammas.')
+    group.add_argument('--bn-layer', default=None, metavar='NAME', help='Layer of the BN statistics plot.')
+
+    group = parser.add_argument_group('Metrics and sanity checks')
+    group.add_argument('--metrics', nargs='*', default=None, metavar='NAME',
+                       help='Robustness metrics: margin thickness smoothness (default: the protocol\'s).')
+    group.add_argument('--metric-samples', type=int, default=None, metavar='N',
+                       help='Compute thickness and smoothness on the first N samples only.')
+    group.add_argument('--sanity-samples', type=int, default=64, metavar='N',
+                       help='Samples of the sanity probes (0 disables them).')
+    group.add_argument('--sanity-steps', type=int, default=10, metavar='N', help='PGD iterations of the probes.')
+    group.add_argument('--sanity-queries', type=int, default=400, metavar='N',
+                       help='Square queries of the black-box probe (NoFrost\'s budget).')
+    group.add_argument('--strict-sanity', action='store_true', help='Exit with status 1 when a sanity check fails.')
+
+    group = parser.add_argument_group('Output')
+    group.add_argument('--results-file', default='', metavar='PATH',
+                       help='Results: JSON at PATH with suffix .json, CSV with suffix .csv.')
+    group.add_argument('--plot-dir', default='', metavar='DIR', help='Write PNG plots here.')
+    group.add_argument('--resume-state', default='', metavar='PATH',
+                       help='Append finished work here and resume from it (one file per rank under torchrun).')
+    group.add_argument('--overwrite', action='store_true',
+                       help='Replace existing results and plots. Without it an existing file is an error before the '
+                            'evaluation, and one that another run writes meanwhile is kept: this run\'s files then go '
+                            'to names tagged kept-<tag>, and it exits with status 2 saying where.')
+    return parser
+
+
+def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argparse.Namespace:
+    """Parse `argv`, with defaults from the ``-c`` YAML file if given (command-line values win)."""
+    parser = get_args_parser(prog)
+    args, _ = parse_with_config(parser, argv)
+    if not args.model and not args.checkpoint:
+        parser.error('give --model, --checkpoint, or both')
+    if args.attacks and args.protocol:
+        parser.error('give either --protocol or --attacks, not both')
+    if (args.attack_kwargs or args.attack_targeted or args.cascade) and not args.attacks:
+        parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')
+    if isinstance(args.attack_steps, int):  # a single count from a YAML config
+        args.attack_steps = [args.attack_steps]
+    if args.attack_steps and (len(set(args.attack_steps)) != len(args.attack_steps) or min(args.attack_steps) < 0):
+        parser.error(f'--attack-steps takes distinct counts >= 0, got {args.attack_steps}')
+    if args.attack_steps and len(args.attack_steps) > 1 and not args.attacks:
+        parser.error('several --attack-steps make a sweep of --attacks; a --protocol takes one count')
+    if args.verify_amp and not args.amp:
+        parser.error('--verify-amp checks an --amp evaluation; add --amp')
+    if args.num_samples < 0 or args.sanity_samples < 0 or args.verify_amp < 0:
+        parser.error('--num-samples, --sanity-samples and --verify-amp must be >= 0')
+    if args.batch_size < 1 or args.sanity_steps < 1 or args.sanity_queries < 1:
+        parser.error('--batch-size, --sanity-steps and --sanity-queries must be >= 1')
+    if args.metric_samples is not None and args.metric_samples < 1:
+        parser.error('--metric-samples must be >= 1 (leave it out for every sample)')
+    if not 0 <= args.amp_tolerance <= 1:
+        parser.error(f'--amp-tolerance is an accuracy difference as a fraction, in [0, 1]; got {args.amp_tolerance}')
+    args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    _check_ood_args(parser, args)
+    _check_setup_args(parser, args)
+    return args
+
+
+def ood_folder(args: argparse.Namespace, dataset: OODDataset) -> Optional[str]:
+    """The folder `dataset`'s option names (None when not given)."""
+    return getattr(args, dataset.option[2:].replace('-', '_'))
+
+
+def _runs_on_ood(args: argparse.Namespace) -> bool:
+    """Whether the protocol runs on an out-of-distribution set instead of the evaluation data (``--data-dir``)."""
+    return bool(args.protocol) and get_protocol(args.protocol).dataset is not None
+
+
+def _check_ood_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every out-of-distribution set the protocol reads has its folder, no other set's folder is given (it would not
+    be read), and a protocol that runs on such a set is given none of the options of the evaluation data."""
+    reads = get_protocol(args.protocol).datasets if args.protocol else ()
+    for dataset in OOD_DATASETS.values():
+        given = ood_folder(args, dataset) is not None
+        if dataset.name in reads and not given:
+            parser.error(f'protocol {args.protocol} evaluates {dataset.title}: give its folder (one folder per class, '
+                         f'named by wnid) with {dataset.option}')
+        if given and dataset.name not in reads:
+            readers = ', '.join(name for name, protocol in PROTOCOLS.items() if dataset.name in protocol.datasets)
+            parser.error(f'{dataset.option} is read by --protocol {readers}, not by '
+                         f'{"protocol " + args.protocol if args.protocol else "an attack list"}')
+    if _runs_on_ood(args):
+        unused = [option for option, value in (('--data-dir', args.data_dir or args.data), ('--dataset', args.dataset),
+                                               ('--class-map', args.class_map), ('--subset', args.subset)) if value]
+        if unused:
+            folder = get_ood_dataset(get_protocol(args.protocol).dataset).option
+            parser.error(f'protocol {args.protocol} reads its images from {folder}: {", ".join(unused)} would not '
+                         f'be used')
+
+
+def _needs_data_dir(dataset: str) -> bool:
+    """Whether `dataset` needs ``--data-dir``: all but the built-in digits (rendered into the user cache) and
+    Hugging Face ``hfds/`` datasets (read through the Hugging Face cache)."""
+    return dataset != 'digits' and not dataset.lower().startswith('hfds/')
+
+
+def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see, caught before anything is loaded: the device, the normalization
+    lengths (timm would only assert), the crop fraction and a dataset root that is needed but not given."""
+    try:
+        torch.device(args.device)
+    except (RuntimeError, TypeError):
+        parser.error(f'--device {args.device!r} is not a device (cpu, cuda, cuda:N, ...)')
+    channels = args.input_size[0] if args.input_size else 3  # as timm's resolve_data_config counts them
+    for name in ('mean', 'std'):
+        values = getattr(args, name)
+        if isinstance(values, (int, float)):  # a single value from a YAML config
+            values = [values]
+            setattr(args, name, values)
+        if values is not None and len(values) not in (1, channels):
+            parser.error(f'--{name} takes 1 value or one per input channel ({channels}), got {len(values)}')
+    if args.crop_pct is not None and args.crop_pct <= 0:  # timm would silently take its default for 0
+        parser.error(f'--crop-pct must be > 0, got {args.crop_pct}')
+    if not (args.data_dir or args.data) and _needs_data_dir(args.dataset) and not _runs_on_ood(args):
+        parser.error(f'dataset {args.dataset or "folder"!r} needs --data-dir')

@@ -1,0 +1,316 @@
+"""Building an evaluation from its arguments: the model, the protocol and its plan, the data runs, the state file.
+
+`build_evaluation` does it all in an order that finds bad input (a model, a protocol, attack arguments, a BN layer,
+data and unreadable images, a state file of another evaluation) before anything is evaluated, and returns the
+`EvalSetup` the runner and the results read. The model is evaluated in eval mode with its own preprocessing (the
+checkpoint's record, an export's config or the registry's defaults) unless the command line overrides a value.
+"""
+import argparse
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+from timm.data import ImageDataset, create_dataset, create_transform, resolve_data_config
+
+from .. import models  # noqa: F401  (registers the plugin's models)
+from ..attacks import InputSpace
+from ..cli import check_pretrained_option, one_line
+from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
+from ..data.preprocessing import explicit_preprocessing
+from ..hub import create_model_from_name_or_checkpoint, split_source
+from .args import AMP_DTYPES, LOGGER, ood_folder
+from .bn_stats import collect_bn_stats
+from .data import readable_subset, seeded_subset
+from .distributed import DistributedInfo, primary_first
+from .evaluator import show_progress
+from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
+from .plan import EvalPlan, build_plan, ood_stage
+from .protocols import Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol
+from .stages import EvalContext, Stage
+from .state import EvalState, evaluation_fingerprint, open_state, state_path, weights_digest
+from .subsets import named_subset_order
+from .variants import Variant, model_variants
+
+__all__ = ['EvalSetup', 'DataRun', 'build_evaluation', 'create_eval_model', 'build_protocol', 'create_eval_dataset',
+           'select_subset', 'create_runs', 'REDUCED_ROOT']
+
+_logger = logging.getLogger(LOGGER)
+
+#: ``--reduced`` (smoke tests) takes this root of every iteration and query budget; marked in the results.
+REDUCED_ROOT = 3
+#: Unreadable files named in an error or warning line (all of them go into the results).
+_LISTED_FILES = 3
+
+
+def create_eval_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, str]:
+    """The model to evaluate and its architecture name.
+
+    Built by `timm_advnorm.hub.create_model_from_name_or_checkpoint`, as in ``train_adv.py``: a registry,
+    ``hf-hub:`` or ``local-dir:`` name (whose weights are always loaded), or a checkpoint naming its architecture;
+    the checkpoint's class count is used and any conflicting ``--num-classes`` is an error (timm would silently
+    drop the head).
+    """
+    kwargs = dict(args.model_kwargs)
+    num_classes = args.num_classes
+    if num_classes is None and args.dataset == 'digits' and not args.checkpoint:
+        num_classes = DIGITS_NUM_CLASSES
+    if num_classes is not None:
+        kwargs['num_classes'] = num_classes
+    # an hf-hub: or local-dir: name *is* a set of weights: evaluating its random initialization makes no sense
+    from_hub = bool(args.model) and split_source(args.model)[0] != 'path' and not args.checkpoint
+    if args.pretrained and not args.checkpoint:
+        check_pretrained_option(args.model, num_classes, None, '--checkpoint')
+    model = create_model_from_name_or_checkpoint(
+        args.model, args.checkpoint or None, pretrained=args.pretrained or from_hub, ema=args.use_ema,
+        branch=args.branch, **kwargs)
+    name = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture') or args.model
+    return model, name
+
+
+def _preprocessing_provenance(args: argparse.Namespace) -> Dict[str, Any]:
+    """Where the evaluated preprocessing came from: the checkpoint's record (what it was trained with), an export's
+    config, or the registry's defaults; and which values the command line overrode."""
+    if args.checkpoint:
+        source = 'the checkpoint'
+    elif args.model and split_source(args.model)[0] != 'path':
+        source = f'the config of {args.model}'
+    else:
+        source = 'the model registry'
+    overridden = [f'--{key.replace("_", "-")}' for key in explicit_preprocessing(vars(args))]
+    return dict(source=source, overridden=overridden)
+
+
+def _shown(data_config: Dict[str, Any]) -> str:
+    """The preprocessing in one line, for the log."""
+    keys = ('input_size', 'interpolation', 'crop_pct', 'mean', 'std')
+    return ', '.join(f'{key} {tuple(data_config[key]) if isinstance(data_config[key], list) else data_config[key]}'
+                     for key in keys if key in data_config)
+
+
+def build_protocol(args: argparse.Namespace) -> Protocol:
+    """The named protocol or the ``--attacks`` list, with the command line's overrides and reduction applied."""
+    if args.attacks:
+        attack_kwargs = dict(args.attack_kwargs)
+        for key in ('step', 'norm'):
+            if getattr(args, f'attack_{key}') is not None:
+                attack_kwargs[key] = getattr(args, f'attack_{key}')
+        if args.attack_targeted:
+            attack_kwargs['targeted'] = True
+        eps = 16.0 if args.attack_eps is None else args.attack_eps
+        protocol = protocol_from_attacks(args.attacks, eps, attack_kwargs,
+                                         'cascade' if args.cascade else 'independent', steps=args.attack_steps or ())
+    else:
+        protocol = override_protocol(get_protocol(args.protocol or 'xie2020'), args.attack_eps, args.attack_step,
+                                     args.attack_steps[0] if args.attack_steps else None, args.attack_norm)
+    if args.reduced or args.max_steps is not None or args.max_queries is not None:
+        protocol = reduce_protocol(protocol, args.max_steps, args.max_queries,
+                                   root=REDUCED_ROOT if args.reduced else None)
+    return protocol
+
+
+def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], dist_info: DistributedInfo):
+    """The evaluation split with the model's eval transform (which normalizes: the only normalization).
+
+    Raises:
+        FileNotFoundError: The dataset root does not exist.
+        ValueError: The split folder is missing, or timm cannot load the dataset (its assertion or error, on one line).
+    """
+    with primary_first(dist_info):  # the built-in digits are rendered on first use: once, by rank 0
+        dataset_name, root = resolve_dataset(args.dataset, args.data_dir or args.data,
+                                             img_size=data_config['input_size'][-1])
+    if root is not None and not Path(root).exists():
+        raise FileNotFoundError(f'dataset root {root} not found')
+    search_split = True
+    if root is not None and is_folder_dataset(dataset_name) and Path(root).is_dir():
+        root, search_split = str(split_folder(Path(root), args.val_split)), False
+    try:
+        dataset = create_dataset(dataset_name, root=root, split=args.val_split, search_split=search_split,
+                                 class_map=args.class_map, is_training=False, batch_size=args.batch_size)
+    except (AssertionError, RuntimeError, OSError) as e:  # unknown name, no images, class map missing, ...
+        raise ValueError(f'cannot load dataset {args.dataset or "folder"!r} from {root}: {one_line(e)}') from e
+    if isinstance(dataset, IterableDataset):
+        raise ValueError(f'dataset {args.dataset!r} is iterable; robust evaluation needs a map-style dataset')
+    if isinstance(dataset, ImageDataset):  # a file that turns unreadable after `select_subset` checked it: fail,
+        dataset._max_retries = 1  # never evaluate the next image in its place (timm's ImageDataset tries 10)
+    dataset.transform = create_transform(**data_config, is_training=False)
+    return dataset
+
+
+def select_subset(args: argparse.Namespace, dataset: Dataset, subset: Optional[str]
+                  ) -> Tuple[List[int], List[Dict[str, str]]]:
+    """The seeded subset to evaluate (or the named `subset`'s images), its images decoded first (`readable_subset`):
+    unreadable files are an error naming them, or with ``--skip-bad-images`` skipped for the next readable images of
+    the seeded order.
+
+    Every rank draws and checks the same subset itself (no rank waits on another, so an error ends them all alike).
+
+    Returns:
+        The dataset indices, and the skipped files as ``{file, error}`` entries (file names relative to the root).
+
+    Raises:
+        ValueError: Unreadable images without ``--skip-bad-images``, or no readable image at all.
+    """
+    order = (named_subset_order(dataset, subset, args.num_samples) if subset
+             else seeded_subset(len(dataset), 0, args.seed))
+    indices, unreadable = readable_subset(dataset, order, args.num_samples, args.skip_bad_images, args.workers)
+    named = [f'{name} ({error})' for name, error in unreadable.values()]
+    listed = ', '.join(named[:_LISTED_FILES]) + (f' and {len(named) - _LISTED_FILES} more'
+                                                  if len(named) > _LISTED_FILES else '')
+    where = getattr(getattr(dataset, 'reader', None), 'root', None) or 'the dataset'
+    if unreadable and not args.skip_bad_images:
+        raise ValueError(f'{len(unreadable)} of the {len(indices)} images to evaluate in {where} cannot be read: '
+                         f'{listed}; repair or remove them, or pass --skip-bad-images to evaluate without them')
+    if not indices:
+        raise ValueError(f'none of the images in {where} can be read: {listed}')
+    if unreadable:
+        _logger.warning('Skipped %d unreadable images in %s: %s.', len(unreadable), where, listed)
+    return indices, [dict(file=name, error=error) for name, error in unreadable.values()]
+
+
+@dataclass(frozen=True)
+class DataRun:
+    """One data set of an evaluation and the work run on it.
+
+    Attributes:
+        name: The out-of-distribution set (`ood.OOD_DATASETS`); ``None``: the evaluation data.
+        dataset: Its images, with the model's eval transform.
+        indices: The dataset index of every subset position.
+        skipped: Unreadable files skipped, as ``{file, error}`` entries.
+        stages: The work per batch.
+        classes: The model's class index of each label when the set has 200 of ImageNet's classes (`ClassSubset`).
+        folder: The out-of-distribution set's folder, as given (its identity in the state file's fingerprint).
+    """
+
+    name: Optional[str]
+    dataset: Dataset
+    indices: List[int]
+    skipped: List[Dict[str, str]]
+    stages: Tuple[Stage, ...]
+    classes: Optional[List[int]] = None
+    folder: Optional[str] = None
+
+    @property
+    def num_classes(self) -> Optional[int]:
+        """Classes scored, when a subset of the model's (`classes`)."""
+        return None if self.classes is None else len(self.classes)
+
+
+def _ood_run(args: argparse.Namespace, dataset: OODDataset, stages: Sequence[Stage], transform) -> DataRun:
+    """`stages` on the seeded subset of `dataset`'s folder, scored on its classes."""
+    folder = ood_folder(args, dataset)
+    images = create_ood_dataset(dataset, Path(folder), transform)
+    return DataRun(dataset.name, images, *select_subset(args, images, None), tuple(stages), dataset.logit_indices(),
+                   folder)
+
+
+def create_runs(args: argparse.Namespace, protocol: Protocol, plan: EvalPlan, data_config: Dict[str, Any],
+                dist_info: DistributedInfo) -> List[DataRun]:
+    """The data sets of an evaluation, each subset drawn and decoded before anything is evaluated: first the plan's
+    stages on the evaluation data (or on the out-of-distribution set the protocol runs on), then a clean pass over
+    each further out-of-distribution set of the protocol (`Protocol.ood`).
+
+    Raises:
+        FileNotFoundError: A data folder is missing.
+        ValueError: A folder that is not its data set, or images that cannot be read (see `select_subset`).
+    """
+    transform = create_transform(**data_config, is_training=False)
+    if protocol.dataset:
+        main = _ood_run(args, get_ood_dataset(protocol.dataset), plan.stages, transform)
+    else:
+        dataset = create_eval_dataset(args, data_config, dist_info)
+        main = DataRun(None, dataset, *select_subset(args, dataset, args.subset), plan.stages)
+    return [main] + [_ood_run(args, get_ood_dataset(name), (ood_stage(name),), transform) for name in protocol.ood]
+
+
+def _check_imagenet_model(protocol: Protocol, model: torch.nn.Module) -> None:
+    """The out-of-distribution sets score ImageNet classifiers: a model with another number of classes is refused."""
+    if protocol.datasets and model.num_classes != IMAGENET_CLASSES:
+        titles = ' and '.join(get_ood_dataset(name).title for name in protocol.datasets)
+        raise ValueError(f'protocol {protocol.name} scores ImageNet classifiers on {titles}: the model has '
+                         f'{model.num_classes} classes, not ImageNet\'s {IMAGENET_CLASSES}')
+
+
+def _check_bn_layer(args: argparse.Namespace, bn_stats: Dict[str, Any]) -> None:
+    """``--bn-layer`` must name a mixture-BN layer of the model: found now, not when the plots are drawn after the
+    evaluation."""
+    if args.bn_layer is not None and args.bn_layer not in bn_stats:
+        examples = f'; e.g. {", ".join(list(bn_stats)[:3])}' if bn_stats else ' (it has none)'
+        raise ValueError(f'--bn-layer {args.bn_layer}: the model has no mixture-BN layer of that name{examples}')
+
+
+@dataclass(frozen=True)
+class EvalSetup:
+    """An evaluation ready to run.
+
+    Attributes:
+        model: The model, on its device, in eval mode.
+        model_name: Its architecture.
+        data_config: The preprocessing evaluated.
+        preprocessing: Where it came from (``source``) and the options that overrode it (``overridden``).
+        protocol: The protocol, with the command line's overrides and reduction.
+        variants: What is evaluated (the model, or mixture-BN branches and interpolations).
+        plan: The stages per batch.
+        ctx: What every stage needs to know.
+        bn_stats: The model's clean and adversarial BN statistics (empty without mixture BN).
+        runs: The data runs, the evaluation data (or the set the protocol runs on) first.
+        state: The resumable state file, with ``--resume-state``.
+    """
+
+    model: torch.nn.Module
+    model_name: str
+    data_config: Dict[str, Any]
+    preprocessing: Dict[str, Any]
+    protocol: Protocol
+    variants: List[Variant]
+    plan: EvalPlan
+    ctx: EvalContext
+    bn_stats: Dict[str, Dict[str, List[float]]]
+    runs: List[DataRun]
+    state: Optional[EvalState]
+
+
+def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> EvalSetup:
+    """Everything the evaluation `args` describe needs, each part checked as it is built.
+
+    Raises:
+        FileNotFoundError: A checkpoint or data folder is missing.
+        ValueError: Bad input: model, protocol, attacks, variants, BN layer, data, or a state file of another
+            evaluation.
+    """
+    torch.manual_seed(args.seed)  # a randomly initialized model (no checkpoint) is then reproducible too
+    model, model_name = create_eval_model(args)
+    weights = weights_digest(model) if args.resume_state else ''
+    data_config = resolve_data_config(vars(args), model=model, use_test_size=True)
+    preprocessing = _preprocessing_provenance(args)
+    _logger.info('Preprocessing %s, from %s%s.', _shown(data_config), preprocessing['source'],
+                 f" with {', '.join(preprocessing['overridden'])} from the command line"
+                 if preprocessing['overridden'] else '')
+    protocol = build_protocol(args)
+    variants = model_variants(model, args.gammas, args.interpolations)
+    plan = build_plan(protocol, sanity_samples=args.sanity_samples, sanity_steps=args.sanity_steps,
+                      sanity_queries=args.sanity_queries, metrics=args.metrics, metric_samples=args.metric_samples,
+                      amp_samples=args.verify_amp, share_budgets=not args.separate_budgets, reduced_sanity=args.reduced)
+    ctx = EvalContext(space=InputSpace.from_data_config(data_config), input_size=tuple(data_config['input_size']),
+                      autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn,
+                      progress=show_progress() and not args.no_progress)
+    plan.check_attacks(ctx)
+    bn_stats = collect_bn_stats(model)
+    _check_bn_layer(args, bn_stats)
+    _check_imagenet_model(protocol, model)
+
+    runs = create_runs(args, protocol, plan, data_config, dist_info)
+    model.to(dist_info.device)
+    if args.channels_last:
+        model.to(memory_format=torch.channels_last)
+    state = None
+    if args.resume_state:
+        fingerprint = evaluation_fingerprint(args, model_name, weights, protocol, variants, plan, runs, data_config,
+                                             dist_info)
+        state = open_state(state_path(args.resume_state, dist_info), fingerprint)
+    return EvalSetup(model=model, model_name=model_name, data_config=data_config, preprocessing=preprocessing,
+                     protocol=protocol, variants=variants, plan=plan, ctx=ctx, bn_stats=bn_stats, runs=runs,
+                     state=state)

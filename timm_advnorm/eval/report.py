@@ -1,0 +1,107 @@
+"""Reporting: the output files of an evaluation (checked before it, written after it) and its console summary.
+
+Every output is probed before the evaluation (`check_outputs`), so that a path that cannot be written, or a missing
+matplotlib, ends the run before hours of work and not after; nothing is created by the probe. After it,
+`write_outputs` publishes the CSV, the BN statistics, the plots and the JSON (`schema.EvalResults.to_dict`), never
+replacing another run's files without ``--overwrite``; `log_results` prints the warnings that void numbers, then each
+variant's numbers, named by what ran.
+"""
+import argparse
+import importlib
+import logging
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from .args import LOGGER
+from .distributed import DistributedInfo
+from .plots import PLOT_NAMES, write_plots
+from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
+from .schema import EvalResults
+from .state import check_state_path, state_path
+from .summary import attack_title
+
+__all__ = ['results_paths', 'check_outputs', 'write_outputs', 'log_results']
+
+_logger = logging.getLogger(LOGGER)
+
+
+def results_paths(results_file: str) -> Tuple[Optional[Path], Optional[Path], Optional[Path]]:
+    """JSON, CSV and BN-statistics paths of ``--results-file`` (all None without one)."""
+    if not results_file:
+        return None, None, None
+    path = Path(results_file)
+    return path.with_suffix('.json'), path.with_suffix('.csv'), path.with_suffix('.bn_stats.json')
+
+
+def _check_matplotlib() -> None:
+    """``--plot-dir`` needs matplotlib, an optional dependency: say so before the evaluation, not after it."""
+    try:
+        importlib.import_module('matplotlib')
+    except ImportError:
+        raise ValueError('--plot-dir needs matplotlib: pip install "timm-advnorm[plots]" (or pip install matplotlib)'
+                         ) from None
+
+
+def check_outputs(args: argparse.Namespace, dist_info: DistributedInfo) -> None:
+    """Probe every output now, so that an output that cannot be written (or a missing matplotlib) ends the run
+    before the evaluation and not after it, losing its results. Creates nothing: a run refused later, for its model
+    or data, leaves no folder behind.
+
+    Raises:
+        FileExistsError: An output exists and ``--overwrite`` is not given.
+        ValueError: An output cannot be written, or ``--plot-dir`` is given without matplotlib.
+    """
+    if args.resume_state:
+        check_state_path(state_path(args.resume_state, dist_info))
+    if not dist_info.is_primary:
+        return
+    outputs = [path for path in results_paths(args.results_file) if path is not None]
+    if args.plot_dir:
+        _check_matplotlib()
+        outputs += [Path(args.plot_dir) / name for name in PLOT_NAMES]
+    for path in outputs:
+        check_writable(path, args.overwrite)
+
+
+def write_outputs(args: argparse.Namespace, results: EvalResults, bn_stats: Dict[str, Any]) -> OutputFiles:
+    """CSV, BN statistics and plots, then the JSON, which names the files as written (`results` records them:
+    ``bn_stats.file`` and ``plots``); a failing plot still leaves the JSON and the CSV (the JSON is written on the way
+    out), so it never costs the results.
+
+    Every file is published by one `OutputFiles` (returned): none replaces another run's without ``--overwrite``,
+    and from the first clash on, this run's files are kept under tagged names.
+    """
+    outputs = OutputFiles(args.overwrite)
+    json_path, csv_path, bn_path = results_paths(args.results_file)
+    if json_path is not None:
+        csv_written = outputs.publish(csv_path, lambda tmp: tmp.write_text(csv_text(csv_rows(results))))
+        if bn_stats:
+            bn_written = outputs.publish(bn_path, lambda tmp: tmp.write_text(json_text(bn_stats)))
+            results.bn_stats.file = bn_written.name
+    try:
+        if args.plot_dir:
+            results.plots = write_plots(results, args.plot_dir, bn_stats, args.bn_layer, outputs)
+    finally:
+        if json_path is not None:
+            json_written = outputs.publish(json_path, lambda tmp: tmp.write_text(json_text(results.to_dict())))
+            _logger.info('Wrote %s and %s', json_written, csv_written)
+    return outputs
+
+
+def log_results(results: EvalResults) -> None:
+    """The warnings that void numbers first, then each variant's numbers, named by what ran."""
+    for line in results.warnings:
+        _logger.warning(line)
+    for variant in results.variants:
+        first = next(iter(variant.scores))  # 'clean', or the out-of-distribution set the protocol runs on
+        parts = [f'{first} {variant.clean:.2f}']
+        parts += [f'{attack_title(a.label, a.steps, a.queries)} {a.accuracy:.2f}'
+                  + (f' (success {a.success_rate:.2f})' if a.success_rate is not None else '')
+                  for a in variant.attacks]
+        if variant.worst_case is not None:
+            parts.append(f'worst case {variant.worst_case:.2f}')
+        if variant.corruption_errors is not None:
+            parts.append(f"mCE {variant.corruption_errors['mce']:.2f} (normalized by AlexNet's ImageNet-C errors)")
+        parts += [f'{key} {variant.scores[key]:.2f}' for key in variant.scores
+                  if key == 'imagenet-c' or key in variant.ood]
+        _logger.info('%s: %s', variant.name, ', '.join(parts))
