@@ -436,11 +436,12 @@ def _sync_data():
     return clean, adv, weights
 
 
-def _sync_worker(rank: int, port: int, path: str, layout: str) -> None:
+def _sync_worker(rank: int, port: int, path: str, layout: str, checkpointing: bool) -> None:
     dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=_WORLD)
     try:
         torch.manual_seed(0)
         model = convert_sync_mixture_bn(_mbn_model()).train()
+        model.set_grad_checkpointing(checkpointing)  # recomputed in the backward pass, outside the route block
         clean, adv, weights = _sync_data()
         rows = slice(rank * _ROWS, (rank + 1) * _ROWS)
         w = torch.cat([weights[:_WORLD * _ROWS][rows], weights[_WORLD * _ROWS:][rows]])
@@ -465,11 +466,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.parametrize('checkpointing', [False, True], ids=['', 'checkpointed'])
 @pytest.mark.parametrize('layout', ['split', 'interleaved'])
-def test_synced_fused_forward_equals_single_process_over_all_rows(tmp_path, layout):
+def test_synced_fused_forward_equals_single_process_over_all_rows(tmp_path, layout, checkpointing):
     """Two gloo processes on CPU: per-branch statistics, outputs and summed gradients match one process that sees
-    every rank's clean rows and every rank's adversarial rows."""
-    mp.spawn(_sync_worker, args=(_free_port(), str(tmp_path), layout), nprocs=_WORLD, join=True)
+    every rank's clean rows and every rank's adversarial rows, with gradient checkpointing too."""
+    mp.spawn(_sync_worker, args=(_free_port(), str(tmp_path), layout, checkpointing), nprocs=_WORLD, join=True)
     results = [torch.load(tmp_path / f'rank{r}.pt') for r in range(_WORLD)]
 
     torch.manual_seed(0)

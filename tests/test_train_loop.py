@@ -189,3 +189,16 @@ def test_the_checkpoint_state_must_be_finite():
         with torch.no_grad():
             tensor.copy_(saved)
     check_finite_state(task, optimizer, epoch=0)
+
+
+def test_the_progress_bar_shows_loss_and_throughput_and_stays_off_when_asked(capsys):
+    """A person at a terminal sees a bar over the batches with the running loss and images/s; runs without one
+    (CI, logs, --no-progress) print nothing."""
+    model = _model('test_mbn_resnet')
+    task = _task('vanilla', model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train_one_epoch(0, task, _loader(8), optimizer, torch.device('cpu'), log_interval=0, progress=True)
+    bar = capsys.readouterr().err
+    assert 'train 0' in bar and 'loss=' in bar and 'img_s=' in bar
+    train_one_epoch(1, task, _loader(8), optimizer, torch.device('cpu'), log_interval=0, progress=False)
+    assert capsys.readouterr().err == ''

@@ -78,7 +78,7 @@ def test_a_diverging_run_stops_on_one_line_and_keeps_its_last_good_checkpoints_t
         checkpoint = _checkpoint(folder / f'{name}.pth.tar')
         assert checkpoint['epoch'] == 0 and _all_finite(checkpoint['state_dict']), name
     assert sorted(p.name for p in folder.iterdir()) == [
-        'args.yaml', 'checkpoint-0.pth.tar', 'last.pth.tar', 'model_best.pth.tar', 'summary.csv']
+        'args.yaml', 'budget.yaml', 'checkpoint-0.pth.tar', 'last.pth.tar', 'model_best.pth.tar', 'summary.csv']
 
     # the optimizer state carries the diverging learning rate: a new one needs --no-resume-opt, as the error says
     assert '--no-resume-opt' in errors[0]

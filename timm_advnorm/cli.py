@@ -10,14 +10,16 @@ import argparse
 import functools
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
+import torch
 import yaml
 
-__all__ = ['USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'check_pretrained_option', 'one_line',
-           'parse_with_config', 'run_cli']
+__all__ = ['AMP_DTYPES', 'USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'check_pretrained_option', 'one_line',
+           'parse_with_config', 'run_cli', 'show_progress']
 
 _logger = logging.getLogger(__name__)
 
@@ -25,6 +27,14 @@ _logger = logging.getLogger(__name__)
 # exceptions are defects and keep their traceback; code that knows a library's RuntimeError means bad input (timm's
 # "Unknown model") re-raises it as a ValueError.
 USER_ERRORS = (ValueError, OSError, yaml.YAMLError)
+
+# ``--amp-dtype`` of every command: autocast dtypes by name.
+AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
+
+
+def show_progress() -> bool:
+    """Progress bars only for a person watching: stderr is a terminal and no CI is detected."""
+    return sys.stderr.isatty() and not os.environ.get('CI')
 
 
 def one_line(error: BaseException, limit: int = 600) -> str:

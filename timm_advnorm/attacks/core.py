@@ -66,6 +66,13 @@ def attack_context(model: nn.Module, bn_stats: str = 'running') -> Iterator[nn.M
             m.training = flag
 
 
+#: Loss scale of an attack's backward under float16 autocast. Input gradients of a deep network are often below
+#: float16's smallest normal number (6e-5) and flush to zero in the backward, and a sign-gradient step of zero stalls
+#: the attack; scaled by 2**12 they stay representable, while a per-sample loss gradient (at most about 1 per logit)
+#: stays far from float16's largest value. A backward that overflows anyway is redone unscaled.
+FP16_LOSS_SCALE = 2.0 ** 12
+
+
 def input_gradient(
         model: nn.Module,
         x: torch.Tensor,
@@ -81,7 +88,7 @@ def input_gradient(
         target: Labels (B,), or soft targets (B, C) for losses that accept them.
         loss_fn: Per-sample loss ``loss_fn(logits, target) -> (B,)``; evaluated in fp32.
         autocast_dtype: Run the forward under autocast at this dtype (bf16 is safe: the loss and the returned
-            gradient are fp32).
+            gradient are fp32; under float16 the loss is scaled by `FP16_LOSS_SCALE` for the backward, see there).
 
     Returns:
         ``(grad, logits, per_sample_loss)``, all detached; in fp32 (fp64 for an fp64 model).
@@ -91,10 +98,14 @@ def input_gradient(
     with torch.enable_grad(), torch.autocast(x.device.type, dtype=autocast_dtype, enabled=enabled):
         logits = model(x)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 at least; fp64 stays fp64
+    scale = FP16_LOSS_SCALE if autocast_dtype == torch.float16 else 1.0
     with torch.enable_grad():
         loss = loss_fn(logits, target)
-        grad, = torch.autograd.grad(loss.sum(), x)
-    return grad.to(logits.dtype), logits.detach(), loss.detach()
+        grad, = torch.autograd.grad(loss.sum() * scale, x, retain_graph=scale != 1.0)
+        if scale != 1.0 and not torch.isfinite(grad).all():  # overflowed: the unscaled gradient, as without scaling
+            scale = 1.0
+            grad, = torch.autograd.grad(loss.sum(), x)
+    return grad.to(logits.dtype) / scale, logits.detach(), loss.detach()
 
 
 def cross_entropy_per_sample(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,13 @@ size rule ``max(step, ε / N)`` of their released code (so few-iteration attacks
 
 Training uses the last iterate. Evaluation keeps, per sample, the first iterate that fools the model past the
 rounding tolerance of `core.rounding_tolerance` (else the best candidate, see `BestIterate`) and stops attacking
-samples so fooled: they leave the batch, so later iterations run on fewer rows.
+samples so fooled: they leave the batch, so later iterations run on fewer rows. The papers report the last iterate
+instead (weaker: a sample fooled on the way may be classified correctly again at the end); `pgd_best_and_last`
+returns both from one run, which then attacks every sample to the last iteration, as a last-iterate run does.
+
+Clean starts (Xie & Yuille's 20%) are drawn per sample or, as their released code does, once per batch
+(`CLEAN_START_MODES`); Fast AdvProp's released code starts the whole batch from the clean images when a standard
+normal draw is at most 0.2 (``per_batch_randn``: probability Φ(0.2) ≈ 0.579 per batch).
 
 Protocols that sweep the iteration count (Xie & Yuille's 20, 100, 500 and 2000 iterations at the same step) need not
 run each budget from scratch: `pgd_budgets` runs the longest once and reads the shorter budgets' results off the way,
@@ -19,23 +25,59 @@ clipping to valid pixels), so that attacks whose loop is not `pgd`'s (Fast AdvPr
 gradient comes from a training backward) take exactly the same steps.
 """
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
-    NORMS, Attack, bernoulli, forward_logits, hard_labels, iterations, l2_direction, project_l2, project_linf,
+    NORMS, Attack, bernoulli, forward_logits, hard_labels, iterations, l2_direction, normal, project_l2, project_linf,
     random_l2_start, random_linf_start)
 from .best_iterate import BestIterate
 from .core import LossFn, cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
-__all__ = ['pgd', 'pgd_budgets', 'PGD', 'PGDGeometry', 'STEP_RULES']
+__all__ = ['pgd', 'pgd_budgets', 'pgd_best_and_last', 'BestAndLast', 'PGD', 'PGDGeometry', 'STEP_RULES',
+           'CLEAN_START_MODES', 'RANDN_CLEAN_START_THRESHOLD', 'check_clean_start', 'clean_start_rows']
 
 STEP_RULES = ('max', 'fixed')
+#: How clean starts are drawn: ``per_sample`` (each sample with the clean-start probability), ``per_batch`` (one draw
+#: for the whole batch with that probability: Xie & Yuille's released code) and ``per_batch_randn`` (the whole batch
+#: when a standard normal draw is at most `RANDN_CLEAN_START_THRESHOLD`: Fast AdvProp's released code, probability
+#: Φ(0.2) ≈ 0.579; the clean-start probability is not used).
+CLEAN_START_MODES = ('per_sample', 'per_batch', 'per_batch_randn')
+#: Fast AdvProp's released code: the batch starts from the clean images when ``torch.randn(1) <= 0.2``.
+RANDN_CLEAN_START_THRESHOLD = 0.2
+
+
+def check_clean_start(prob: float, mode: str) -> None:
+    """Refuse a clean-start probability outside [0, 1] or an unknown clean-start mode (ValueError)."""
+    if not 0.0 <= prob <= 1.0:
+        raise ValueError(f'clean_start_prob must be in [0, 1], got {prob}.')
+    if mode not in CLEAN_START_MODES:
+        raise ValueError(f'clean_start_mode must be one of {CLEAN_START_MODES}, got {mode!r}.')
+
+
+def clean_start_rows(
+        like: torch.Tensor,
+        prob: float,
+        mode: str = 'per_sample',
+        generator: Optional[torch.Generator] = None,
+) -> torch.Tensor:
+    """Which rows of the batch `like` start from the clean image (B,) bool, drawn as `mode` says
+    (`CLEAN_START_MODES`); no draw is made when nothing can start clean (a probability of 0 outside
+    ``per_batch_randn``), so the random stream of an attack without clean starts is the one it always was."""
+    check_clean_start(prob, mode)
+    batch = like.shape[0]
+    if mode == 'per_batch_randn':
+        return (normal((1,), like, generator) <= RANDN_CLEAN_START_THRESHOLD).expand(batch)
+    if prob <= 0:
+        return torch.zeros(batch, dtype=torch.bool, device=like.device)
+    if mode == 'per_batch':
+        return bernoulli(1, prob, like, generator).expand(batch)
+    return bernoulli(batch, prob, like, generator)
 
 
 @dataclass(frozen=True)
@@ -78,15 +120,16 @@ class PGDGeometry:
             x: torch.Tensor,
             clean_start_prob: float = 0.0,
             generator: Optional[torch.Generator] = None,
+            clean_start_mode: str = 'per_sample',
     ) -> torch.Tensor:
-        """A start perturbation drawn uniformly in the ε-ball, per sample; with probability `clean_start_prob` per
-        sample, none (start from the clean image). Not yet clipped to the pixel box (`clip` ``x + delta``)."""
+        """A start perturbation drawn uniformly in the ε-ball, per sample; none (start from the clean image) for the
+        rows `clean_start_rows` draws with `clean_start_prob` and `clean_start_mode`. Not yet clipped to the pixel
+        box (`clip` ``x + delta``)."""
         if self.norm == 'linf':
             delta = random_linf_start(x, self.radius, generator)
         else:
             delta = random_l2_start(x, self.radius, self.std, generator)
-        if clean_start_prob > 0:
-            delta[bernoulli(x.shape[0], clean_start_prob, x, generator)] = 0.0
+        delta[clean_start_rows(x, clean_start_prob, clean_start_mode, generator)] = 0.0
         return delta
 
     def clip(self, x: torch.Tensor) -> torch.Tensor:
@@ -123,6 +166,7 @@ def pgd(
         targets: Optional[torch.Tensor] = None,
         random_start: bool = True,
         clean_start_prob: float = 0.0,
+        clean_start_mode: str = 'per_sample',
         loss_fn: Optional[LossFn] = None,
         best_iterate: bool = False,
         generator: Optional[torch.Generator] = None,
@@ -148,7 +192,9 @@ def pgd(
         targeted: Move toward `targets` instead of away from `y`.
         targets: Target classes (B,); required when `targeted` (draw them with `random_targets`).
         random_start: Start uniformly in the ε-ball, independently per sample (else at `x`).
-        clean_start_prob: Probability, per sample, of starting at `x` despite `random_start` (Xie & Yuille: 0.2).
+        clean_start_prob: Probability of starting at `x` despite `random_start` (Xie & Yuille: 0.2).
+        clean_start_mode: How that is drawn (`CLEAN_START_MODES`): per sample, once per batch, or Fast AdvProp's
+            per-batch ``randn() <= 0.2``.
         loss_fn: Per-sample loss ``(logits, target) -> (B,)``; default cross-entropy (accepts soft targets).
         best_iterate: Evaluation mode: return per sample the first iterate that clearly fools the model (past the
             rounding tolerance), else the best candidate (`BestIterate`), and stop attacking clearly fooled samples
@@ -169,8 +215,9 @@ def pgd(
     """
     return pgd_budgets(
         model, x, y, budgets=(steps,), space=space, eps=eps, step=step, norm=norm, targeted=targeted,
-        targets=targets, random_start=random_start, clean_start_prob=clean_start_prob, loss_fn=loss_fn,
-        best_iterate=best_iterate, generator=generator, autocast_dtype=autocast_dtype, progress=progress)[0]
+        targets=targets, random_start=random_start, clean_start_prob=clean_start_prob,
+        clean_start_mode=clean_start_mode, loss_fn=loss_fn, best_iterate=best_iterate, generator=generator,
+        autocast_dtype=autocast_dtype, progress=progress)[0]
 
 
 def pgd_budgets(
@@ -179,19 +226,8 @@ def pgd_budgets(
         y: torch.Tensor,
         *,
         budgets: Sequence[int],
-        space: InputSpace,
-        eps: float,
-        step: float,
-        norm: str = 'linf',
-        targeted: bool = False,
-        targets: Optional[torch.Tensor] = None,
-        random_start: bool = True,
-        clean_start_prob: float = 0.0,
-        loss_fn: Optional[LossFn] = None,
         best_iterate: bool = False,
-        generator: Optional[torch.Generator] = None,
-        autocast_dtype: Optional[torch.dtype] = None,
-        progress: bool = False,
+        **options: Any,
 ) -> List[torch.Tensor]:
     """`pgd` at several iteration budgets from one run of the longest.
 
@@ -202,11 +238,83 @@ def pgd_budgets(
 
     Args:
         budgets: Iteration counts (>= 0), in any order; duplicates allowed.
-        model, x, y, space, eps, step, norm, targeted, targets, random_start, clean_start_prob, loss_fn,
-            best_iterate, generator, autocast_dtype, progress: See `pgd`.
+        best_iterate: See `pgd`.
+        options: `pgd`'s other keyword arguments (``space``, ``eps``, ``step``, ``norm``, ``targeted``,
+            ``targets``, ``random_start``, ``clean_start_prob``, ``clean_start_mode``, ``loss_fn``, ``generator``,
+            ``autocast_dtype``, ``progress``).
 
     Returns:
         One tensor per entry of `budgets`, in the given order, each as `pgd` returns it.
+    """
+    if not best_iterate:
+        return [result.last for result in _run_pgd(model, x, y, budgets, keep='last', **options)]
+    return [result.best for result in _run_pgd(model, x, y, budgets, keep='best', **options)]
+
+
+@dataclass(frozen=True)
+class BestAndLast:
+    """What one evaluation PGD run yields at one budget.
+
+    Attributes:
+        best: Per sample the first iterate that clearly fools the model, else the best candidate (``best_iterate``:
+            what evaluation reports).
+        last: The last iterate of every sample (what the papers report, and what ``best_iterate=False`` returns).
+    """
+
+    best: Optional[torch.Tensor]
+    last: Optional[torch.Tensor]
+
+
+def pgd_best_and_last(
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        budgets: Sequence[int],
+        **options: Any,
+) -> List[BestAndLast]:
+    """`pgd_budgets` with ``best_iterate`` and without it, from one run: per budget the best-iterate record and the
+    last iterate.
+
+    The last iterate of a sample needs every iteration, so the run attacks every sample to the end, as a
+    last-iterate run does (a best-iterate run stops attacking fooled samples): it costs what ``pgd_budgets(...,
+    best_iterate=False)`` costs plus one forward, and each entry's ``last`` is exactly that run's result from the
+    same start, its ``best`` the best-iterate result.
+
+    Args:
+        budgets, options: See `pgd_budgets`.
+
+    Returns:
+        One `BestAndLast` per entry of `budgets`, in the given order.
+    """
+    return _run_pgd(model, x, y, budgets, keep='both', **options)
+
+
+def _run_pgd(
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        budgets: Sequence[int],
+        *,
+        keep: str,
+        space: InputSpace,
+        eps: float,
+        step: float,
+        norm: str = 'linf',
+        targeted: bool = False,
+        targets: Optional[torch.Tensor] = None,
+        random_start: bool = True,
+        clean_start_prob: float = 0.0,
+        clean_start_mode: str = 'per_sample',
+        loss_fn: Optional[LossFn] = None,
+        generator: Optional[torch.Generator] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+        progress: bool = False,
+) -> List[BestAndLast]:
+    """The PGD loop behind `pgd_budgets` and `pgd_best_and_last`; `keep` is ``last``, ``best`` or ``both``.
+
+    Only a ``best`` run drops fooled samples from the batch (with running BN statistics): a run that keeps the last
+    iterate computes every sample's iterations.
     """
     if not budgets:
         raise ValueError('budgets must name at least one iteration count.')
@@ -214,11 +322,10 @@ def pgd_budgets(
         raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
     if min(budgets) < 0 or eps < 0 or step < 0:
         raise ValueError(f'eps, step and steps must be >= 0, got eps={eps}, step={step}, steps={list(budgets)}.')
-    steps, wanted = max(budgets), set(budgets)
-    if not 0.0 <= clean_start_prob <= 1.0:
-        raise ValueError(f'clean_start_prob must be in [0, 1], got {clean_start_prob}.')
+    check_clean_start(clean_start_prob, clean_start_mode)
     if targeted and targets is None:
         raise ValueError('A targeted attack needs targets; draw them with random_targets(y, num_classes).')
+    steps, wanted = max(budgets), set(budgets)
     loss_fn = cross_entropy_per_sample if loss_fn is None else loss_fn
     goal = targets if targeted else y
     sign = -1.0 if targeted else 1.0
@@ -228,13 +335,13 @@ def pgd_budgets(
     geometry = PGDGeometry.build(space, eps, step, norm, x)
     x_adv = x.clone()
     if random_start:
-        x_adv = geometry.clip(x + geometry.random_start(x, clean_start_prob, generator))
+        x_adv = geometry.clip(x + geometry.random_start(x, clean_start_prob, generator, clean_start_mode))
 
     at_budget = {}
-    if not best_iterate:
+    if keep == 'last':
         for i in iterations(steps + 1, 'pgd', progress):
             if i in wanted:
-                at_budget[i] = x_adv.to(x_in.dtype)
+                at_budget[i] = BestAndLast(best=None, last=x_adv.to(x_in.dtype))
             if i == steps:
                 break
             grad, _, _ = input_gradient(model, x_adv, goal, loss_fn, autocast_dtype)
@@ -242,7 +349,7 @@ def pgd_budgets(
         return [at_budget[n] for n in budgets]
 
     labels = hard_labels(y)
-    prune = not _uses_batch_stats(model)
+    prune = keep == 'best' and not _uses_batch_stats(model)
     best = BestIterate(x_adv)
     active = torch.arange(x.shape[0], device=x.device)
     for i in iterations(steps + 1, 'pgd', progress):
@@ -255,17 +362,18 @@ def pgd_budgets(
         fooled = is_clearly_fooled(logits, labels[active], active_targets, autocast_dtype)
         best.update(active, x_adv, fooled, sign * loss, fooling_tier(logits, labels[active], active_targets))
         if i in wanted:
-            at_budget[i] = best.x.to(x_in.dtype, copy=True)
+            last = x_adv.to(x_in.dtype, copy=True) if keep == 'both' else None
+            at_budget[i] = BestAndLast(best=best.x.to(x_in.dtype, copy=True), last=last)
         if i == steps:
             break
         if prune and fooled.any():
-            keep = ~fooled
-            active, x_adv, grad = active[keep], x_adv[keep], grad[keep]
+            keep_rows = ~fooled
+            active, x_adv, grad = active[keep_rows], x_adv[keep_rows], grad[keep_rows]
             if active.numel() == 0:
                 break
         x_adv = geometry.step(x_adv, x[active], grad, sign)
-    # every sample fooled before the last budget: later budgets return the same record
-    return [at_budget.get(n, best.x.to(x_in.dtype)) for n in budgets]
+    # every sample fooled before the last budget (a pruned run only): later budgets return the same record
+    return [at_budget.get(n, BestAndLast(best=best.x.to(x_in.dtype), last=None)) for n in budgets]
 
 
 @register_attack('pgd')
@@ -275,7 +383,8 @@ class PGD(Attack):
     Defaults follow the evaluation attacker of Xie & Yuille (2020) with 10 iterations (L∞ ε=16, step 1 with the
     ``max(step, ε / N)`` rule, random start, best iterate) except that it is untargeted unless ``targeted=True``:
     their evaluation is targeted (the `xie2020` protocol sets it). Their training attacker is
-    ``PGD(space, eps=16, step=1, steps=30, targeted=True, clean_start_prob=0.2, best_iterate=False)``.
+    ``PGD(space, eps=16, step=1, steps=30, targeted=True, clean_start_prob=0.2, best_iterate=False)`` (their released
+    code draws the clean start per batch: ``clean_start_mode='per_batch'``).
 
     Args:
         space: The model's input normalization.
@@ -285,8 +394,11 @@ class PGD(Attack):
         norm: ``linf`` or ``l2``.
         targeted: Move toward a target class (drawn uniformly among the other classes when not given).
         random_start: Start uniformly in the ε-ball.
-        clean_start_prob: Per-sample probability of starting from the clean image instead (Xie & Yuille: 0.2 for
-            training). Their released code draws it once per batch; per sample gives every batch the same mix.
+        clean_start_prob: Probability of starting from the clean image instead (Xie & Yuille: 0.2 for training).
+        clean_start_mode: How clean starts are drawn (`CLEAN_START_MODES`): ``per_sample`` gives every batch about
+            the same mix; ``per_batch`` starts whole batches clean, as Xie & Yuille's released code does;
+            ``per_batch_randn`` is Fast AdvProp's released rule (whole batch, ``randn() <= 0.2``, probability 0.579;
+            `clean_start_prob` unused).
         step_rule: ``max``: step ``max(step, eps / steps)`` (Xie & Yuille's code); ``fixed``: `step` as given.
         best_iterate: Keep per sample the first fooling iterate and stop attacking it (evaluation); ``False``
             returns the last iterate (training).
@@ -304,6 +416,7 @@ class PGD(Attack):
             targeted: bool = False,
             random_start: bool = True,
             clean_start_prob: float = 0.0,
+            clean_start_mode: str = 'per_sample',
             step_rule: str = 'max',
             best_iterate: bool = True,
             loss_fn: Optional[LossFn] = None,
@@ -319,14 +432,14 @@ class PGD(Attack):
             raise ValueError(f'step_rule must be one of {STEP_RULES}, got {step_rule!r}.')
         if steps < 0 or step < 0:
             raise ValueError(f'step and steps must be >= 0, got step={step}, steps={steps}.')
-        if not 0.0 <= clean_start_prob <= 1.0:
-            raise ValueError(f'clean_start_prob must be in [0, 1], got {clean_start_prob}.')
+        check_clean_start(clean_start_prob, clean_start_mode)
         self.step = float(step)
         self.steps = int(steps)
         self.norm = norm
         self.targeted = targeted
         self.random_start = random_start
         self.clean_start_prob = float(clean_start_prob)
+        self.clean_start_mode = clean_start_mode
         self.step_rule = step_rule
         self.best_iterate = best_iterate
         self.loss_fn = loss_fn
@@ -360,32 +473,52 @@ class PGD(Attack):
         The entry for N is what this attack with ``steps=N`` and the same step size returns from the same start
         (see `pgd_budgets`); model handling and target draws are those of a call.
         """
-        if not budgets or max(budgets) > self.steps:
-            raise ValueError(f'budgets must be non-empty and at most steps={self.steps}, got {list(budgets)}.')
+        self._check_budgets(budgets)
         return self.call_in_context(
             model, x, y, targets, lambda m, x_, y_, t: self._run_budgets(m, x_, y_, t, budgets))
 
+    def best_and_last(
+            self,
+            model: nn.Module,
+            x: torch.Tensor,
+            y: torch.Tensor,
+            budgets: Sequence[int],
+            targets: Optional[torch.Tensor] = None,
+    ) -> List[BestAndLast]:
+        """Per entry of `budgets` (none above `steps`), this best-iterate attack's result and the last iterate, from
+        one run (`pgd_best_and_last`).
+
+        The ``last`` entry for N is exactly what this attack with ``best_iterate=False`` and ``steps=N`` (the same
+        step size) returns from the same start: the papers' convention, reported beside the best iterate at the cost
+        of attacking every sample to the end.
+
+        Raises:
+            ValueError: The attack does not keep the best iterate, or a budget is above `steps`.
+        """
+        if not self.best_iterate:
+            raise ValueError('best_and_last needs a best-iterate attack (best_iterate=True).')
+        self._check_budgets(budgets)
+        return self.call_in_context(
+            model, x, y, targets, lambda m, x_, y_, t: pgd_best_and_last(m, x_, y_, budgets=budgets,
+                                                                         **self._options(t)))
+
+    def _check_budgets(self, budgets: Sequence[int]) -> None:
+        if not budgets or max(budgets) > self.steps:
+            raise ValueError(f'budgets must be non-empty and at most steps={self.steps}, got {list(budgets)}.')
+
     def _run_budgets(self, model, x, y, targets, budgets: Sequence[int]) -> List[torch.Tensor]:
-        return pgd_budgets(
-            model, x, y,
-            budgets=budgets,
-            space=self.space,
-            eps=self.eps,
-            step=self.step_size,
-            norm=self.norm,
-            targeted=self.targeted,
-            targets=targets,
-            random_start=self.random_start,
-            clean_start_prob=self.clean_start_prob,
-            loss_fn=self.loss_fn,
-            best_iterate=self.best_iterate,
-            generator=self.generator,
-            autocast_dtype=self.autocast_dtype,
-            progress=self.progress,
-        )
+        return pgd_budgets(model, x, y, budgets=budgets, best_iterate=self.best_iterate, **self._options(targets))
+
+    def _options(self, targets: Optional[torch.Tensor]) -> dict:
+        """`pgd`'s keyword arguments for this configuration (budgets and `best_iterate` aside)."""
+        return dict(space=self.space, eps=self.eps, step=self.step_size, norm=self.norm, targeted=self.targeted,
+                    targets=targets, random_start=self.random_start, clean_start_prob=self.clean_start_prob,
+                    clean_start_mode=self.clean_start_mode, loss_fn=self.loss_fn, generator=self.generator,
+                    autocast_dtype=self.autocast_dtype, progress=self.progress)
 
     def extra_repr(self) -> str:
         return (f'norm={self.norm}, steps={self.steps}, step={self.step:g} (taken {self.step_size:g}), '
                 f'targeted={self.targeted}, random_start={self.random_start}, '
-                f'clean_start_prob={self.clean_start_prob:g}, best_iterate={self.best_iterate}, '
+                f'clean_start_prob={self.clean_start_prob:g}, clean_start_mode={self.clean_start_mode}, '
+                f'best_iterate={self.best_iterate}, '
                 + super().extra_repr())

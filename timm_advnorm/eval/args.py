@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import torch
 from timm.utils import ParseKwargs
 
-from ..cli import ArgumentParser, add_hidden_alias, parse_with_config
+from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, parse_with_config
 from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from .protocols import PROTOCOLS, get_protocol, list_protocols
 from .subsets import SUBSETS
@@ -22,7 +22,6 @@ __all__ = ['get_args_parser', 'parse_args', 'ood_folder', 'PROG', 'LOGGER', 'AMP
 PROG = 'validate_adv.py'
 #: The logger of the command's progress and results (as timm's ``validate.py`` logs under ``validate``).
 LOGGER = 'validate_adv'
-AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:

@@ -1,7 +1,8 @@
 """Results assembly: the one place an evaluation's `EvalResults` is built, from its setup and gathered records.
 
 Each variant gets its reported numbers (`summary.summarize_variant`) and its sanity checks (`sanity`); the headline
-numbers are those of the model as loaded (a mixture-BN model on the branch its checkpoint records, `primary_variant`);
+numbers are those of the model as loaded (a mixture-BN model on the branch its checkpoint records, `primary_variant`),
+on best iterates and, where the protocol scores it, on the last PGD iterate (the papers' convention);
 the warnings that void numbers come first, and what ran (data, subset, preprocessing, protocol, precision, ranks,
 timings) is recorded with them.
 """
@@ -18,7 +19,7 @@ from .plan import EvalPlan
 from .records import ResultTable
 from .runner import RunOutcome
 from .sanity import run_sanity_checks, summarize_checks
-from .schema import BNStats, EvalResults, ProtocolInfo, SanityResult, VariantResult
+from .schema import ITERATE_CONVENTIONS, BNStats, EvalResults, ProtocolInfo, SanityResult, VariantResult
 from .subsets import robustbench_model_info
 from .summary import amp_report, results_warnings, summarize_variant
 from .variants import Variant
@@ -67,7 +68,9 @@ def assemble_results(args: argparse.Namespace, setup: EvalSetup, table: ResultTa
         data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
         preprocessing=setup.preprocessing, protocol=ProtocolInfo.from_dict(protocol.to_dict()), amp=amp,
         world_size=world_size, inference_branch=inference_branch, primary_variant=primary.name, top1=primary.clean,
-        robust_top1=primary.robust, sanity_passed=all(v.sanity.passed for v in variants),
+        robust_top1=primary.robust, robust_top1_last_iterate=primary.robust_last_iterate,
+        conventions=None if primary.robust_last_iterate is None else dict(ITERATE_CONVENTIONS),
+        sanity_passed=all(v.sanity.passed for v in variants),
         masked_gradients_suspected=any(v.sanity.masked_gradients_suspected for v in variants), amp_check=amp_check,
         variants=variants, bn_stats=BNStats(layers=summarize_bn_stats(setup.bn_stats)) if setup.bn_stats else None,
         eval_seconds=round(outcome.seconds, 3), units_computed=outcome.units_computed,

@@ -18,7 +18,7 @@ from timm.data import ImageDataset, create_dataset, create_transform, resolve_da
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
-from ..cli import check_pretrained_option, one_line
+from ..cli import check_pretrained_option, one_line, show_progress
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import explicit_preprocessing
 from ..hub import create_model_from_name_or_checkpoint, split_source
@@ -26,7 +26,6 @@ from .args import AMP_DTYPES, LOGGER, ood_folder
 from .bn_stats import collect_bn_stats
 from .data import readable_subset, seeded_subset
 from .distributed import DistributedInfo, primary_first
-from .evaluator import show_progress
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
 from .plan import EvalPlan, build_plan, ood_stage
 from .protocols import Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol

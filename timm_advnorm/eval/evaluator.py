@@ -8,8 +8,6 @@ as an uninterrupted single-process one.
 """
 import hashlib
 import logging
-import os
-import sys
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
@@ -23,7 +21,7 @@ from .stages import Batch, Columns, EvalContext, Stage
 from .state import EvalState
 from .variants import Variant
 
-__all__ = ['RobustEvaluator', 'derive_seed', 'show_progress']
+__all__ = ['RobustEvaluator', 'derive_seed']
 
 _logger = logging.getLogger(__name__)
 
@@ -32,11 +30,6 @@ def derive_seed(*parts) -> int:
     """A non-negative 63-bit seed from `parts`, stable across processes and Python versions (unlike ``hash``)."""
     digest = hashlib.sha256('/'.join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], 'little') >> 1
-
-
-def show_progress() -> bool:
-    """Progress bars only for a person watching: stderr is a terminal and no CI is detected."""
-    return sys.stderr.isatty() and not os.environ.get('CI')
 
 
 class RobustEvaluator:

@@ -4,7 +4,8 @@ Every output is probed before the evaluation (`check_outputs`), so that a path t
 matplotlib, ends the run before hours of work and not after; nothing is created by the probe. After it,
 `write_outputs` publishes the CSV, the BN statistics, the plots and the JSON (`schema.EvalResults.to_dict`), never
 replacing another run's files without ``--overwrite``; `log_results` prints the warnings that void numbers, then each
-variant's numbers, named by what ran.
+variant's numbers, named by what ran: best-iterate accuracies, with the last PGD iterate's (the papers' convention)
+beside them where the protocol scores it.
 """
 import argparse
 import importlib
@@ -16,7 +17,7 @@ from .args import LOGGER
 from .distributed import DistributedInfo
 from .plots import PLOT_NAMES, write_plots
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
-from .schema import EvalResults
+from .schema import AttackResult, EvalResults
 from .state import check_state_path, state_path
 from .summary import attack_title
 
@@ -88,6 +89,18 @@ def write_outputs(args: argparse.Namespace, results: EvalResults, bn_stats: Dict
     return outputs
 
 
+def _details(attack: AttackResult) -> str:
+    """What follows an attack's accuracy in the console: its success rate, and its last iterate's numbers when
+    scored (``(success 80.00; last iterate, the papers' convention: 14.00, success 76.00)``)."""
+    details = [] if attack.success_rate is None else [f'success {attack.success_rate:.2f}']
+    if attack.accuracy_last_iterate is not None:
+        last = f'last iterate, the papers\' convention: {attack.accuracy_last_iterate:.2f}'
+        if attack.success_rate_last_iterate is not None:
+            last += f', success {attack.success_rate_last_iterate:.2f}'
+        details.append(last)
+    return f' ({"; ".join(details)})' if details else ''
+
+
 def log_results(results: EvalResults) -> None:
     """The warnings that void numbers first, then each variant's numbers, named by what ran."""
     for line in results.warnings:
@@ -95,11 +108,13 @@ def log_results(results: EvalResults) -> None:
     for variant in results.variants:
         first = next(iter(variant.scores))  # 'clean', or the out-of-distribution set the protocol runs on
         parts = [f'{first} {variant.clean:.2f}']
-        parts += [f'{attack_title(a.label, a.steps, a.queries)} {a.accuracy:.2f}'
-                  + (f' (success {a.success_rate:.2f})' if a.success_rate is not None else '')
+        parts += [f'{attack_title(a.label, a.steps, a.queries)} {a.accuracy:.2f}' + _details(a)
                   for a in variant.attacks]
         if variant.worst_case is not None:
             parts.append(f'worst case {variant.worst_case:.2f}')
+        if variant.robust_last_iterate is not None:
+            parts.append(f'robust {variant.robust:.2f} (best iterate), {variant.robust_last_iterate:.2f} '
+                         f'(last iterate, the papers\' convention)')
         if variant.corruption_errors is not None:
             parts.append(f"mCE {variant.corruption_errors['mce']:.2f} (normalized by AlexNet's ImageNet-C errors)")
         parts += [f'{key} {variant.scores[key]:.2f}' for key in variant.scores

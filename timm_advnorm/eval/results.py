@@ -12,6 +12,9 @@ protocol's name for it (``protocol_attack``: ``pgd-t-2000``); iterations and que
 [0, 1] scale, for L2 too, and ``eps_rule`` says how it was set (``sqrt_dim``: Galloway's ε∞·√d, already applied);
 noise rows have no norm nor ε but their ``noise`` model and, for Gaussian noise, ``sigma`` on ``sigma_scale``; the
 clean accuracy on an out-of-distribution set of the protocol is a row named by the set (``imagenet-r``).
+``accuracy`` and ``success_rate`` are on the best iterate (per sample the first iterate that fools the model);
+``accuracy_last_iterate`` and ``success_rate_last_iterate`` on the last PGD iterate of the same run, the papers'
+convention, where the protocol scores it (``xie2020``, ``nofrost``; empty otherwise).
 """
 import csv
 import errno
@@ -28,10 +31,11 @@ __all__ = ['OutputFiles', 'kept_name', 'check_writable', 'check_folder_writable'
            'write_csv', 'csv_rows', 'json_text', 'csv_text', 'CSV_FIELDS']
 
 CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'protocol_attack', 'threat', 'norm', 'eps_255', 'eps_rule',
-              'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy', 'success_rate', 'samples')
+              'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy', 'success_rate',
+              'accuracy_last_iterate', 'success_rate_last_iterate', 'samples')
 #: `AttackResult` fields copied into a row under their own name.
 _COPIED = ('threat', 'norm', 'eps_rule', 'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy',
-           'success_rate')
+           'success_rate', 'accuracy_last_iterate', 'success_rate_last_iterate')
 #: ``os.link`` errors of file systems without hard links (FAT, some FUSE and object-store mounts).
 _NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 

@@ -9,7 +9,13 @@ Every class lists its fields in the order of its JSON keys, and `to_dict` writes
 are read by people and by older tools, so the layout does not change. A few keys are written only when they apply:
 an attack's size fields (a norm and ε, or what its noise is), its ``success_rate`` (only when the protocol asks for
 it), its ``max_perturbation`` (not for noise), a protocol's ``dataset`` and ``ood`` (only when it reads
-out-of-distribution sets), the BN statistics' ``file`` and the results' ``plots``.
+out-of-distribution sets), the BN statistics' ``file`` and the results' ``plots``, and the last-iterate numbers
+(``accuracy_last_iterate``, ``success_rate_last_iterate``, ``robust_last_iterate``, ``robust_top1_last_iterate`` and
+the ``conventions`` that name them) only for protocols that score the last PGD iterate (``xie2020``, ``nofrost``).
+
+Best and last iterate: every accuracy under an attack is on the best iterate (per sample, the first iterate that
+fools the model: the stronger attack). The papers report the last PGD iterate; the ``*_last_iterate`` numbers are
+that, from the same run and start: the papers' convention, the ones to compare with their tables.
 
 Reading accepts older and trimmed files: the names that identify something (model, protocol, variant, attack) must
 be strings and the reported accuracies numbers, or the read fails naming the field; any other field that is missing
@@ -21,7 +27,16 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 __all__ = ['EvalResults', 'VariantResult', 'AttackResult', 'ProtocolInfo', 'SanityResult', 'SanityCheck',
-           'SanityProbe', 'EpsPoint', 'OODAccuracy', 'AmpCheck', 'AmpComparison', 'BNStats', 'read_results']
+           'SanityProbe', 'EpsPoint', 'OODAccuracy', 'AmpCheck', 'AmpComparison', 'BNStats', 'read_results',
+           'ITERATE_CONVENTIONS']
+
+#: What the robust numbers of results that score the last iterate are (`EvalResults.conventions`).
+ITERATE_CONVENTIONS = {
+    'robust_top1': 'best iterate: per sample, the first attack iterate that fools the model (the headline; at or '
+                   'below the papers\' numbers)',
+    'robust_top1_last_iterate': 'last PGD iterate of the same run: the papers\' convention (compare with their '
+                                'tables)',
+}
 
 #: Field metadata: the key is written only when the value is not None.
 _UNLESS_NONE = {'written': 'unless none'}
@@ -191,8 +206,12 @@ class AttackResult(_Record):
         kwargs: The attack's arguments.
         samples: Samples scored.
         attacked: Samples attacked (the others were already broken).
-        accuracy: Accuracy after the attack, in percent (in a cascade, the cumulative robust accuracy).
+        accuracy: Accuracy after the attack, in percent (in a cascade, the cumulative robust accuracy); for an
+            iterative attack, on the best iterate (per sample the first iterate that fools the model).
         success_rate: Targeted attack-success rate over the attacked samples, in percent; None when none was.
+        accuracy_last_iterate: Accuracy on the last iterate of the same run, the papers' convention (at or above
+            `accuracy`); None unless the protocol scores it (`AttackSpec.last_iterate`).
+        success_rate_last_iterate: The success rate on that last iterate, when both are reported.
         max_perturbation: Largest perturbation used, in the attack's norm on the 0-255 scale (not for noise).
         reports_success_rate: Whether the protocol asks for the success rate (only then is it written).
     """
@@ -219,6 +238,8 @@ class AttackResult(_Record):
     attacked: Optional[int]
     accuracy: float
     success_rate: Optional[float] = None
+    accuracy_last_iterate: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
+    success_rate_last_iterate: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     max_perturbation: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     reports_success_rate: bool = field(default=False, metadata=_NOT_WRITTEN)
 
@@ -243,6 +264,10 @@ class AttackResult(_Record):
                    attacked=_integer(data, 'attacked'),
                    accuracy=_required_accuracy(data, 'accuracy', f'The accuracy of {label}{where}'),
                    success_rate=_accuracy(data, 'success_rate', f'The success rate of {label}{where}'),
+                   accuracy_last_iterate=_accuracy(data, 'accuracy_last_iterate',
+                                                   f'The last-iterate accuracy of {label}{where}'),
+                   success_rate_last_iterate=_accuracy(data, 'success_rate_last_iterate',
+                                                       f'The last-iterate success rate of {label}{where}'),
                    max_perturbation=_real(data, 'max_perturbation'), reports_success_rate='success_rate' in data)
 
 
@@ -368,8 +393,10 @@ class VariantResult(_Record):
         clean: Clean accuracy.
         attacks: Per attack, in protocol order.
         worst_case: Per-sample worst case over the attacks, when the protocol reports it.
-        robust: The protocol's headline robust accuracy.
+        robust: The protocol's headline robust accuracy (best iterates).
         robust_label: What `robust` is, as it ran (``worst-case``, ``mean``, or an attack's label).
+        robust_last_iterate: The headline with the last PGD iterate in place of the best wherever the protocol
+            scores it: the papers' convention; None (not written) for protocols that do not.
         ood: Clean accuracy on each further out-of-distribution set of the protocol.
         scores: The protocol's accuracies side by side, as the papers' tables give them.
         metrics: Mean, median, standard deviation and sample count of each per-sample robustness metric.
@@ -388,6 +415,7 @@ class VariantResult(_Record):
     worst_case: Optional[float]
     robust: Optional[float]
     robust_label: Optional[str]
+    robust_last_iterate: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     ood: Dict[str, OODAccuracy]
     scores: Dict[str, Optional[float]]
     metrics: Dict[str, Dict[str, float]]
@@ -407,6 +435,8 @@ class VariantResult(_Record):
                    worst_case=_accuracy(data, 'worst_case', f'The worst case of {name}'),
                    robust=_accuracy(data, 'robust', f'The robust accuracy of {name}'),
                    robust_label=_text(data, 'robust_label'),
+                   robust_last_iterate=_accuracy(data, 'robust_last_iterate',
+                                                 f'The last-iterate robust accuracy of {name}'),
                    ood={set_name: OODAccuracy.from_dict(entry) for set_name, entry in ood.items()},
                    scores=_dict(data, 'scores'), metrics=_dict(data, 'metrics'),
                    eps_sweep=[EpsPoint.from_dict(point) for point in _objects(data, 'eps_sweep')],
@@ -499,7 +529,10 @@ class EvalResults(_Record):
         inference_branch: The mixture-BN branch the model loads on, if it has mixture BN.
         primary_variant: The variant of the headline numbers: the model as loaded.
         top1: Its clean accuracy.
-        robust_top1: Its robust accuracy (the protocol's headline).
+        robust_top1: Its robust accuracy (the protocol's headline, on best iterates).
+        robust_top1_last_iterate: Its robust accuracy on the last PGD iterate, the papers' convention
+            (`VariantResult.robust_last_iterate`); None (not written) for protocols that do not score it.
+        conventions: What the robust numbers are, for a reader of the file: written with the last-iterate numbers.
         sanity_passed: Whether every variant passed every sanity check.
         masked_gradients_suspected: Whether any variant is suspected of gradient masking.
         amp_check: The check of low precision against fp32, with ``--verify-amp``.
@@ -533,6 +566,8 @@ class EvalResults(_Record):
     primary_variant: Optional[str]
     top1: Optional[float]
     robust_top1: Optional[float]
+    robust_top1_last_iterate: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
+    conventions: Optional[Dict[str, str]] = field(default=None, metadata=_UNLESS_NONE)
     sanity_passed: Optional[bool]
     masked_gradients_suspected: Optional[bool]
     amp_check: Optional[AmpCheck]
@@ -570,6 +605,8 @@ class EvalResults(_Record):
             world_size=_integer(data, 'world_size'), inference_branch=_text(data, 'inference_branch'),
             primary_variant=_text(data, 'primary_variant'), top1=_accuracy(data, 'top1', 'The "top1"'),
             robust_top1=_accuracy(data, 'robust_top1', 'The "robust_top1"'),
+            robust_top1_last_iterate=_accuracy(data, 'robust_top1_last_iterate', 'The "robust_top1_last_iterate"'),
+            conventions={str(k): str(v) for k, v in _dict(data, 'conventions').items()} or None,
             sanity_passed=_flag(data, 'sanity_passed'),
             masked_gradients_suspected=_flag(data, 'masked_gradients_suspected'),
             amp_check=AmpCheck.from_dict(amp_check) if isinstance(amp_check, Mapping) else None,

@@ -5,7 +5,7 @@ every stage of every variant on every batch and records the columns; nothing els
 data were split, so the same stage serves single-process, sharded and resumed evaluations.
 """
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -16,8 +16,8 @@ from .metrics import boundary_thickness, decision_margin, smoothness_kl
 from .protocols import AttackSpec, resolve_eps
 
 __all__ = ['Batch', 'EvalContext', 'Stage', 'CleanStage', 'AttackStage', 'BudgetStage', 'GradientProbe',
-           'DeterminismProbe', 'ThicknessStage', 'SmoothnessStage', 'Columns', 'RESULT_COLUMNS', 'predict',
-           'attack_norm', 'build_attack']
+           'DeterminismProbe', 'ThicknessStage', 'SmoothnessStage', 'Columns', 'RESULT_COLUMNS', 'LAST_ITERATE_COLUMNS',
+           'predict', 'attack_norm', 'build_attack']
 
 Columns = Dict[str, torch.Tensor]
 
@@ -137,12 +137,18 @@ def build_attack(spec: AttackSpec, ctx: EvalContext, seed: int, autocast_dtype: 
 
 #: Per-sample result columns of an attack stage besides ``position`` and ``attacked``.
 RESULT_COLUMNS = ('correct', 'pred', 'success', 'linf', 'l2')
+#: ... and of a stage that also scores the last iterate (`AttackSpec.last_iterate`): correct and success there.
+LAST_ITERATE_COLUMNS = ('correct_last', 'success_last')
 
 
-def _unattacked(n: int) -> Columns:
-    """`RESULT_COLUMNS` of `n` samples no attack touched (a sample broken before the attack stays incorrect)."""
-    return dict(correct=torch.zeros(n, dtype=torch.bool), pred=torch.full((n,), -1, dtype=torch.long),
-                success=torch.zeros(n, dtype=torch.bool), linf=torch.zeros(n), l2=torch.zeros(n))
+def _unattacked(n: int, last_iterate: bool = False) -> Columns:
+    """`RESULT_COLUMNS` (and `LAST_ITERATE_COLUMNS` when scored) of `n` samples no attack touched (a sample broken
+    before the attack stays incorrect)."""
+    columns = dict(correct=torch.zeros(n, dtype=torch.bool), pred=torch.full((n,), -1, dtype=torch.long),
+                   success=torch.zeros(n, dtype=torch.bool), linf=torch.zeros(n), l2=torch.zeros(n))
+    if last_iterate:
+        columns.update((name, torch.zeros(n, dtype=torch.bool)) for name in LAST_ITERATE_COLUMNS)
+    return columns
 
 
 class AttackStage(Stage):
@@ -154,7 +160,9 @@ class AttackStage(Stage):
     noise or corruptions, whose accuracy is measured on every corrupted image.
 
     Columns: ``attacked``, ``correct`` (after the attack), ``pred``, ``success`` (target reached, or fooled when
-    untargeted), ``linf`` and ``l2`` (perturbation size on the 0-255 scale; L2 of pixel values times 255).
+    untargeted), ``linf`` and ``l2`` (perturbation size on the 0-255 scale; L2 of pixel values times 255). A spec with
+    ``last_iterate`` adds ``correct_last`` and ``success_last``: the same on the last iterate of the same run, which
+    then attacks every sample to the end (`PGD.best_and_last`).
 
     Args:
         spec: The attack.
@@ -183,19 +191,32 @@ class AttackStage(Stage):
         else:
             todo = _aligned(previous[self.after], 'correct', batch.positions).bool()
         suffixes = [''] + [f'@{budget}' for budget in self.shorter_budgets]
-        columns: Columns = {name + suffix: values for suffix in suffixes for name, values in _unattacked(n).items()}
+        last_iterate = self.spec.last_iterate
+        columns: Columns = {name + suffix: values for suffix in suffixes
+                            for name, values in _unattacked(n, last_iterate).items()}
         if todo.any():
             sub = batch.select(todo)
             attack = build_attack(self.spec, ctx, seed, autocast_dtype)
-            targets = sub.targets if self.spec.targeted else None
-            if self.shorter_budgets:
-                x_advs = attack.at_budgets(model, sub.x, sub.y, (attack.steps,) + self.shorter_budgets, targets)
-            else:
-                x_advs = [attack(model, sub.x, sub.y, targets=targets)]
+            x_advs, x_lasts = self._attack(model, attack, sub, sub.targets if self.spec.targeted else None)
             for suffix, x_adv in zip(suffixes, x_advs):
                 for name, values in self._score(model, sub, x_adv, ctx, autocast_dtype).items():
                     columns[name + suffix][todo] = values
+            for suffix, x_last in zip(suffixes, x_lasts):
+                scored = self._score(model, sub, x_last, ctx, autocast_dtype)
+                columns['correct_last' + suffix][todo] = scored['correct']
+                columns['success_last' + suffix][todo] = scored['success']
         return dict(position=batch.positions, attacked=todo, **columns)
+
+    def _attack(self, model, attack, sub: Batch, targets: Optional[torch.Tensor]
+                ) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+        """The attack's results at its own budget, then at `shorter_budgets`; and the last iterates at the same
+        budgets when the spec scores them (else none)."""
+        if self.spec.last_iterate:
+            results = attack.best_and_last(model, sub.x, sub.y, (attack.steps,) + self.shorter_budgets, targets)
+            return [r.best for r in results], [r.last for r in results]
+        if self.shorter_budgets:
+            return attack.at_budgets(model, sub.x, sub.y, (attack.steps,) + self.shorter_budgets, targets), []
+        return [attack(model, sub.x, sub.y, targets=targets)], []
 
     def _score(self, model, sub: Batch, x_adv: torch.Tensor, ctx: EvalContext, autocast_dtype) -> Columns:
         logits = predict(model, x_adv, autocast_dtype)
@@ -212,7 +233,8 @@ class BudgetStage(Stage):
 
     Evaluation PGD from the same start is the same attack for its first N iterations whatever its length, so the
     `AttackStage` of the longest budget records the shorter budgets' results (`shorter_budgets`) and this stage
-    reports one of them under its own label: same columns as an `AttackStage`, no attack run.
+    reports one of them under its own label: same columns as an `AttackStage` (the last iterate's when the source
+    scored it), no attack run.
 
     Args:
         spec: The shorter attack (its label names the results).
@@ -229,7 +251,9 @@ class BudgetStage(Stage):
 
     def run(self, model, batch, previous, ctx, seed):
         source = previous[self.source]
-        columns = {name: _aligned(source, name + self.suffix, batch.positions) for name in RESULT_COLUMNS}
+        scored_last = tuple(name for name in LAST_ITERATE_COLUMNS if name + self.suffix in source)
+        names = RESULT_COLUMNS + scored_last
+        columns = {name: _aligned(source, name + self.suffix, batch.positions) for name in names}
         return dict(position=batch.positions, attacked=_aligned(source, 'attacked', batch.positions), **columns)
 
 

@@ -11,6 +11,9 @@ named by the budget it ran (``label``: ``pgd-t-13`` for a reduced PGD-2000, whos
 * ``worst_case``: per-sample worst case over the suite (a sample counts only if it survives every attack);
 * ``robust``: the protocol's headline number (`Protocol.headline`: worst case, PGD-2000, mean corruption accuracy),
   and ``robust_label``, what it is as it ran (``worst-case``, ``mean``, or the attack's ``label``: ``pgd-t-13``);
+* last iterate (protocols whose PGD scores it, `AttackSpec.last_iterate`): per such attack the accuracy (and success
+  rate) on the last iterate of the same run, and ``robust_last_iterate``, the headline with those in place of the
+  best iterates: the papers' convention, at or above the best-iterate numbers;
 * ``corruption_errors``: with all 15 ImageNet-C corruptions at 5 severities, CE per corruption and mCE (percent,
   normalized by AlexNet, `corruption_error`); None otherwise;
 * ``ood``: clean accuracy and sample count on each further out-of-distribution set of the protocol (`Protocol.ood`);
@@ -22,6 +25,7 @@ named by the budget it ran (``label``: ``pgd-t-13`` for a reduced PGD-2000, whos
 Each variant's numbers are a `schema.VariantResult` (its sanity checks added by `assemble`). `results_warnings` turns
 failed checks that void the numbers into lines a user reads before them.
 """
+from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -81,13 +85,46 @@ def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_
     columns = table.get(variant, stage.name)
     attacked = columns['attacked'].astype(bool)
     size = _size_fields(spec, input_size)
-    success = round_percent(np.mean(columns['success'][attacked])) if spec.success_rate and attacked.any() else None
+    reports_success = spec.success_rate and attacked.any()
+    success = round_percent(np.mean(columns['success'][attacked])) if reports_success else None
+    accuracy_last = success_last = None
+    if _scores_last_iterate(spec, columns):
+        accuracy_last = round_percent(np.mean(columns['correct_last']))
+        success_last = round_percent(np.mean(columns['success_last'][attacked])) if reports_success else None
     largest = None if spec.threat == 'noise' else float(np.max(columns[size['norm']], initial=0.0))
     return AttackResult(label=spec.run_label, protocol_label=spec.label, attack=spec.attack, threat=spec.threat,
                         **size, steps=spec.iterations, queries=spec.queries, targeted=spec.targeted,
                         kwargs=dict(spec.kwargs), samples=int(attacked.size), attacked=int(attacked.sum()),
                         accuracy=round_percent(np.mean(columns['correct'])), success_rate=success,
+                        accuracy_last_iterate=accuracy_last, success_rate_last_iterate=success_last,
                         max_perturbation=largest, reports_success_rate=spec.success_rate)
+
+
+def _scores_last_iterate(spec: AttackSpec, columns: Mapping[str, np.ndarray]) -> bool:
+    """Whether an attack's results hold its last iterate's (`AttackSpec.last_iterate`)."""
+    return spec.last_iterate and 'correct_last' in columns
+
+
+def _worst_case(table: ResultTable, variant: str, stages: Sequence[AttackStage], clean: np.ndarray,
+                last_iterate: bool = False) -> Optional[float]:
+    """Per-sample worst case over `stages`: a sample counts only if it is correct clean and after every attack (on
+    the last iterate where one was scored, with `last_iterate`)."""
+    survived = clean.astype(bool)
+    for stage in stages:
+        columns = table.get(variant, stage.name)
+        name = 'correct_last' if last_iterate and _scores_last_iterate(stage.spec, columns) else 'correct'
+        survived = survived & columns[name].astype(bool)
+    return round_percent(np.mean(survived))
+
+
+def _last_iterate_headline(protocol: Protocol, attacks: Sequence[AttackResult], worst_case: Optional[float],
+                           clean: Optional[float]) -> Optional[float]:
+    """The headline with the last iterate in place of the best wherever it was scored (the papers' convention);
+    None when no attack scored it. `worst_case` is the last-iterate worst case."""
+    if all(a.accuracy_last_iterate is None for a in attacks):
+        return None
+    last = [a if a.accuracy_last_iterate is None else replace(a, accuracy=a.accuracy_last_iterate) for a in attacks]
+    return headline(protocol, last, worst_case, clean)
 
 
 def headline(protocol: Protocol, attacks: Sequence[AttackResult], worst_case: Optional[float],
@@ -152,12 +189,10 @@ def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, inpu
     clean = table.get(name, 'clean')
     attack_stages = [plan.stage(spec.label) for spec in plan.protocol.attacks]
     attacks = [_attack_summary(table, name, stage, input_size) for stage in attack_stages]
-    worst_case = None
+    worst_case = worst_case_last = None
     if plan.protocol.worst_case:
-        survived = clean['correct'].astype(bool)
-        for stage in attack_stages:
-            survived = survived & table.column(name, stage.name, 'correct').astype(bool)
-        worst_case = round_percent(np.mean(survived))
+        worst_case = _worst_case(table, name, attack_stages, clean['correct'])
+        worst_case_last = _worst_case(table, name, attack_stages, clean['correct'], last_iterate=True)
     metrics = {}
     for metric in ('margin',) + tuple(m for m in plan.metrics if m != 'margin'):
         stage, column = METRIC_COLUMNS[metric]
@@ -174,7 +209,9 @@ def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, inpu
     ood = _ood_summary(table, name, plan.protocol)
     return VariantResult(**variant.to_dict(), samples=int(clean['correct'].size), clean=accuracy, attacks=attacks,
                          worst_case=worst_case, robust=headline(plan.protocol, attacks, worst_case, accuracy),
-                         robust_label=headline_label(plan.protocol, attacks), ood=ood,
+                         robust_label=headline_label(plan.protocol, attacks),
+                         robust_last_iterate=_last_iterate_headline(plan.protocol, attacks, worst_case_last, accuracy),
+                         ood=ood,
                          scores=scores(plan.protocol, accuracy, attacks, ood), metrics=metrics, eps_sweep=sweep,
                          sanity_probe=probe, corruption_errors=corruption_errors(corrupted))
 

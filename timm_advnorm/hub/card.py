@@ -6,7 +6,9 @@ metadata, so the Hub shows the accuracies next to the model.
 
 A card states what was run, no more: the threat model and budget of every attack as they ran, the data and split,
 whether the protocol was reduced for a smoke test (then said first, and never called the protocol's result), and
-no path of the publisher's machine.
+no path of the publisher's machine. Accuracies under attack are on the best iterate (per sample the first iterate
+that fools the model); where the evaluation also scored the last PGD iterate, the papers' convention, the card gives
+it beside them, named as such, so that a reader compares the right number with the papers' tables.
 """
 import json
 from dataclasses import dataclass, field, replace
@@ -19,7 +21,7 @@ import yaml
 from .checkpoint import MODEL_CONFIG_ARG, split_source
 from .results import WORST_CASE, AttackResult, EvalResults
 
-__all__ = ['CardFacts', 'render_model_card', 'front_matter', 'results_table']
+__all__ = ['CardFacts', 'render_model_card', 'front_matter', 'results_table', 'LAST_ITERATE_NAME']
 
 PLACEHOLDERS = (
     'front_matter', 'title', 'summary', 'usage', 'inference', 'preprocessing', 'recipe', 'evaluation')
@@ -32,6 +34,8 @@ _DESCRIBED_KWARGS = ('steps', 'n_queries', 'step', 'step_rule', 'n_restarts', 'n
 _COUNTS = (('n_restarts', 'restart', 'restarts'), ('n_target_classes', 'target class', 'target classes'))
 # Prefixes of timm's dataset readers (``hfds/imagenet-1k``): the rest is the data set's own name.
 _READER_PREFIXES = ('hfds/', 'hfids/', 'tfds/', 'wds/', 'torch/')
+#: How the card names the accuracy on the last PGD iterate, beside the best iterate's.
+LAST_ITERATE_NAME = "last iterate (papers' convention)"
 
 
 @dataclass
@@ -192,9 +196,32 @@ def _metric_name(results: EvalResults, entry: AttackResult) -> str:
     return f'{name} [{entry.variant}]' if entry.variant else name
 
 
+def _last_iterate_cell(entry: AttackResult) -> str:
+    """The last-iterate accuracy (and success rate) of a row, as the results table shows it after the best
+    iterate's."""
+    accuracy = entry.accuracy_last_iterate
+    if accuracy is None:
+        return ''
+    success = entry.success_rate_last_iterate
+    return f'; {LAST_ITERATE_NAME}: {accuracy:.2f}' + (f' (success {success:.2f})' if success is not None else '')
+
+
 def _dataset_id(dataset: str) -> str:
     """The data set's own name, without the prefix of the timm reader that loaded it."""
     return next((dataset[len(p):] for p in _READER_PREFIXES if dataset.startswith(p)), dataset)
+
+
+def _metrics(results: EvalResults, entries: List[AttackResult]) -> List[Dict[str, Any]]:
+    """The model-index metrics: each row's accuracy, and after it its last-iterate accuracy where scored, named as
+    the papers' convention."""
+    metrics = []
+    for e in entries:
+        metrics.append({'type': 'accuracy', 'name': _metric_name(results, e), 'value': round(e.accuracy, 2)})
+        last = e.accuracy_last_iterate
+        if last is not None:
+            metrics.append({'type': 'accuracy', 'name': f'{_metric_name(results, e)}, {LAST_ITERATE_NAME}',
+                            'value': round(last, 2)})
+    return metrics
 
 
 def front_matter(facts: CardFacts) -> str:
@@ -220,9 +247,7 @@ def front_matter(facts: CardFacts) -> str:
             'results': [{
                 'task': {'type': 'image-classification', 'name': 'Image Classification'},
                 'dataset': dataset,
-                'metrics': [
-                    {'type': 'accuracy', 'name': _metric_name(results, e), 'value': round(e.accuracy, 2)}
-                    for e in _labelled(entries)],
+                'metrics': _metrics(results, _labelled(entries)),
             }],
         }]
     return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip('\n')
@@ -358,12 +383,13 @@ def _recipe(facts: CardFacts) -> str:
 
 def results_table(entries: List[AttackResult]) -> str:
     """Markdown table: one row per attack (clean first) with its threat model and budget as they ran, and one
-    accuracy column per evaluated variant."""
+    accuracy column per evaluated variant (best iterate, then the last iterate where scored)."""
     variants = list(dict.fromkeys(e.variant for e in entries))
     rows = {_row_name(e): (_threat(e), _budget(e)) for e in entries}
     cells = {
         (_row_name(e), e.variant):
             f'{e.accuracy:.2f}' + (f' (success {e.success_rate:.2f})' if e.success_rate is not None else '')
+            + _last_iterate_cell(e)
         for e in entries}
     header = ['attack', 'threat model', 'budget'] + [f'accuracy % [{v}]' if v else 'accuracy %' for v in variants]
     lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
@@ -463,6 +489,10 @@ def _evaluation(facts: CardFacts) -> str:
     intro = 'Top-1 accuracies (%) from `validate_adv.py`, the model in eval mode'
     if any(e.success_rate is not None for e in entries):
         intro += '; a success rate is the share of attacked images classified as the attack\'s target'
+    if any(e.accuracy_last_iterate is not None for e in entries):
+        intro += ('. Under attack, the first number is on the best iterate (per sample, the first iterate that fools '
+                  f'the model: our headline, the stronger attack); the {LAST_ITERATE_NAME} is the accuracy on the '
+                  'last PGD iterate of the same run, as the papers report it: compare that one with their tables')
     about = [intro + '.', '', protocol]
     about += [line for line in (
         _data_line(results),
@@ -478,7 +508,12 @@ def _evaluation(facts: CardFacts) -> str:
         label = f' on `{variant}`' if variant and len(variants) > 1 else ''
         loads = ', the branch the model loads on' if label and facts.mixture_bn and variant == facts.inference_branch \
             else ''
-        about.append(f'- **Robust accuracy{label}:** {robust:.2f}% ({_robust_how(results, variant, robust)}){loads}')
+        headline = _headline_attack(results, variant)
+        last = None if headline is None else headline.accuracy_last_iterate
+        how = f'({_robust_how(results, variant, robust)})'
+        if last is not None:
+            how = f'on the best iterate {how}; {last:.2f}% on the {LAST_ITERATE_NAME}'
+        about.append(f'- **Robust accuracy{label}:** {robust:.2f}% {how}{loads}')
     return '\n'.join(about) + '\n\n' + results_table(_labelled(entries))
 
 

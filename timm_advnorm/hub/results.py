@@ -70,6 +70,9 @@ class AttackResult:
         sigma: Standard deviation of that noise.
         kwargs: The attack's arguments as recorded.
         settings: Other scalar settings as recorded (``restarts``, ``queries``).
+        accuracy_last_iterate: Accuracy (percent) on the last PGD iterate of the same run, the papers' convention,
+            when the results scored it (`accuracy` is then on the best iterate).
+        success_rate_last_iterate: The success rate on that last iterate.
     """
 
     name: str
@@ -87,6 +90,8 @@ class AttackResult:
     sigma: Optional[float] = None
     kwargs: Dict[str, Any] = field(default_factory=dict)
     settings: Dict[str, Any] = field(default_factory=dict)
+    accuracy_last_iterate: Optional[float] = None
+    success_rate_last_iterate: Optional[float] = None
 
     @property
     def is_clean(self) -> bool:
@@ -174,7 +179,8 @@ def _row(attack: schema.AttackResult, variant: str) -> AttackResult:
         success_rate=None if attack.success_rate is None else float(attack.success_rate),
         protocol_label=attack.protocol_label, attack=attack.attack, threat=attack.threat, norm=attack.norm,
         eps=attack.eps, steps=attack.steps, targeted=attack.targeted, noise=attack.noise, sigma=attack.sigma,
-        kwargs=dict(attack.kwargs), settings={} if attack.queries is None else dict(queries=attack.queries))
+        kwargs=dict(attack.kwargs), settings={} if attack.queries is None else dict(queries=attack.queries),
+        accuracy_last_iterate=attack.accuracy_last_iterate, success_rate_last_iterate=attack.success_rate_last_iterate)
 
 
 def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalResults:

@@ -1,4 +1,6 @@
-"""Normalization layers for adversarial training: mixture BN, its routing, conversion and export."""
+"""Normalization layers for adversarial training: mixture BN, its routing, conversion and export, and gradient
+checkpointing that keeps their routes and running statistics."""
+from .checkpointing import guard_batch_norm_statistics, set_grad_checkpointing, unguard_batch_norm_statistics
 from .convert import ADV_BN_KEY, branch_state_dict, convert_sync_mixture_bn, convert_to_mixture_bn, export_branch
 from .interpolation import LogitInterpolation
 from .mixture_bn import ROUTES, MixtureBatchNorm2d, MixtureBatchNormAct2d

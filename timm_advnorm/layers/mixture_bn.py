@@ -15,7 +15,13 @@ and affine parameters. Which branch a forward uses is an explicit per-module rou
   (`routing.interleave`). In NCHW memory the pairs make one batch of twice the channels, so both branches run as a
   single batch norm with no split or concatenation copies: the fastest way to train mixture BN;
 * ``mix``: ``(1 - gamma) * clean_bn(x) + gamma * adv_bn(x)`` (feature interpolation, an inference tool).
+
+Gradient checkpointing recomputes a forward during the backward pass, outside the ``route`` block the original
+forward ran in: every change of a layer's route is stamped with its autograd position (`recompute.PositionedHistory`),
+so a recomputation runs on the route the original forward built its nodes with, and it leaves the running statistics
+(and ``num_batches_tracked``) alone, since the original forward already counted the batch.
 """
+import weakref
 from typing import Optional, Tuple
 
 import torch
@@ -24,9 +30,17 @@ import torch.nn.functional as F
 from timm.layers import create_act_layer, get_act_layer
 from timm.models import register_notrace_module
 
+from .recompute import PositionedHistory, is_recomputing, recomputed_position
+
 __all__ = ['MixtureBatchNorm2d', 'MixtureBatchNormAct2d', 'ROUTES']
 
 ROUTES: Tuple[str, ...] = ('clean', 'adv', 'split', 'interleaved', 'mix')
+
+RouteSetting = Tuple[str, int, float]
+_ROUTE_FIELDS = ('route', 'n_clean', 'gamma')
+# Route changes of each layer since its first one, outside the module: copies, pickles and scripted models get none.
+_ROUTE_HISTORIES: 'weakref.WeakKeyDictionary[MixtureBatchNorm2d, PositionedHistory[RouteSetting]]' = \
+    weakref.WeakKeyDictionary()
 
 
 def _cat_branches(clean: Optional[torch.Tensor], adv: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -86,13 +100,45 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
                 if src is not None and dst is not None:
                     dst.copy_(src)
 
-    def _step_momentum(self, num_batches_tracked: Optional[torch.Tensor]) -> float:
-        """This forward's running-statistics momentum, counting the batch in training (`nn.BatchNorm2d`'s rules)."""
+    def __setattr__(self, name: str, value) -> None:
+        """Set an attribute; once built, a change of the route, `n_clean` or `gamma` is stamped with its autograd
+        position, so that a checkpointing recomputation finds the route its original forward ran on."""
+        if name not in _ROUTE_FIELDS or 'gamma' not in self.__dict__:
+            super().__setattr__(name, value)
+            return
+        history = _ROUTE_HISTORIES.get(self)
+        if history is None:
+            history = _ROUTE_HISTORIES[self] = PositionedHistory(self._route_setting())
+        super().__setattr__(name, value)
+        history.set(self._route_setting())
+
+    def _route_setting(self) -> RouteSetting:
+        return self.route, self.n_clean, self.gamma
+
+    def _recomputed_route_setting(self) -> RouteSetting:
+        """The route, `n_clean` and `gamma` the forward being recomputed ran with."""
+        history = _ROUTE_HISTORIES.get(self)
+        position = recomputed_position()
+        if history is None or position is None:  # never re-routed since built or copied: the route it has
+            return self._route_setting()
+        return history.at(position)
+
+    def _step_momentum(self, num_batches_tracked: Optional[torch.Tensor], count_batch: bool) -> float:
+        """This forward's running-statistics momentum, counting the batch in training when `count_batch`
+        (`nn.BatchNorm2d`'s rules)."""
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and num_batches_tracked is not None:
-            num_batches_tracked.add_(1)
+            if count_batch:
+                num_batches_tracked.add_(1)
             momentum = 1.0 / float(num_batches_tracked) if self.momentum is None else self.momentum
         return momentum
+
+    def _counted(self, stats: Optional[torch.Tensor], count_batch: bool) -> Optional[torch.Tensor]:
+        """`stats` for a forward that may update them; a throw-away copy (the same saved tensors for autograd) for a
+        training forward that must not count its batch."""
+        if stats is None or count_batch or not self.training:
+            return stats
+        return stats.clone()
 
     def _branch_norm(
             self,
@@ -101,11 +147,12 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
             bias: Optional[torch.Tensor],
             running_mean: Optional[torch.Tensor],
             running_var: Optional[torch.Tensor],
-            num_batches_tracked: Optional[torch.Tensor],
+            momentum: float,
+            count_batch: bool,
     ) -> torch.Tensor:
-        """Batch norm with one branch's tensors and `nn.BatchNorm2d`'s momentum and statistics rules."""
-        momentum = self._step_momentum(num_batches_tracked)
-        return self._batch_norm(x, weight, bias, running_mean, running_var, momentum)
+        """Batch norm with one branch's tensors, its running statistics updated only when `count_batch`."""
+        return self._batch_norm(x, weight, bias, self._counted(running_mean, count_batch),
+                                self._counted(running_var, count_batch), momentum)
 
     def _batch_norm(
             self,
@@ -130,29 +177,30 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
             self.eps,
         )
 
-    def _clean(self, x: torch.Tensor) -> torch.Tensor:
-        return self._branch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
-                                 self.num_batches_tracked)
+    def _clean(self, x: torch.Tensor, count_batch: bool) -> torch.Tensor:
+        momentum = self._step_momentum(self.num_batches_tracked, count_batch)
+        return self._branch_norm(x, self.weight, self.bias, self.running_mean, self.running_var, momentum, count_batch)
 
-    def _adv(self, x: torch.Tensor) -> torch.Tensor:
+    def _adv(self, x: torch.Tensor, count_batch: bool) -> torch.Tensor:
         bn = self.adv_bn
-        return self._branch_norm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.num_batches_tracked)
+        momentum = self._step_momentum(bn.num_batches_tracked, count_batch)
+        return self._branch_norm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, momentum, count_batch)
 
-    def _interleaved(self, x: torch.Tensor) -> torch.Tensor:
+    def _interleaved(self, x: torch.Tensor, count_batch: bool) -> torch.Tensor:
         """Even rows through the clean branch, odd rows through the adversarial one, as one batch norm."""
         batch, channels, height, width = x.shape
         if batch % 2:
             raise ValueError(f'interleaved route: the batch of {batch} rows is not clean/adversarial pairs.')
         adv_bn = self.adv_bn
-        momentum_clean = self._step_momentum(self.num_batches_tracked)
-        momentum_adv = self._step_momentum(adv_bn.num_batches_tracked)
+        momentum_clean = self._step_momentum(self.num_batches_tracked, count_batch)
+        momentum_adv = self._step_momentum(adv_bn.num_batches_tracked, count_batch)
         if not x.is_contiguous() or momentum_clean != momentum_adv:
             # channels_last memory (or branches at different cumulative-average counts): one call per branch
             return torch.stack([
-                self._batch_norm(x[0::2], self.weight, self.bias, self.running_mean, self.running_var,
-                                 momentum_clean),
-                self._batch_norm(x[1::2], adv_bn.weight, adv_bn.bias, adv_bn.running_mean, adv_bn.running_var,
-                                 momentum_adv),
+                self._branch_norm(x[0::2], self.weight, self.bias, self.running_mean, self.running_var,
+                                  momentum_clean, count_batch),
+                self._branch_norm(x[1::2], adv_bn.weight, adv_bn.bias, adv_bn.running_mean, adv_bn.running_var,
+                                  momentum_adv, count_batch),
             ], dim=1).flatten(0, 1)
         running_mean = _cat_branches(self.running_mean, adv_bn.running_mean)
         running_var = _cat_branches(self.running_var, adv_bn.running_var)
@@ -164,7 +212,7 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
             running_var,
             momentum_clean,
         )
-        if self.training and self.track_running_stats:
+        if count_batch and self.training and self.track_running_stats:
             with torch.no_grad():
                 for stats, clean, adv in ((running_mean, self.running_mean, adv_bn.running_mean),
                                           (running_var, self.running_var, adv_bn.running_var)):
@@ -175,30 +223,41 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
         # autograd rebuild the whole output in backward (a full extra copy per layer).
         return torch.ops.aten._unsafe_view(out, [batch, channels, height, width])
 
-    def _normalize(self, x: torch.Tensor) -> torch.Tensor:
-        if self.route == 'clean':
-            return self._clean(x)
-        if self.route == 'adv':
-            return self._adv(x)
-        if self.route == 'split':
-            if self.n_clean > x.shape[0]:
+    def _normalize(self, x: torch.Tensor, route: str, n_clean: int, gamma: float, count_batch: bool) -> torch.Tensor:
+        """`x` normalized on `route`; in training, the batch is counted in the running statistics when `count_batch`."""
+        if route == 'clean':
+            return self._clean(x, count_batch)
+        if route == 'adv':
+            return self._adv(x, count_batch)
+        if route == 'split':
+            if n_clean > x.shape[0]:
                 raise ValueError('split route: n_clean is larger than the batch.')
-            if self.n_clean == 0:  # an empty half must not count a batch in its statistics
-                return self._adv(x)
-            if self.n_clean == x.shape[0]:
-                return self._clean(x)
-            x_clean, x_adv = torch.split(x, [self.n_clean, x.shape[0] - self.n_clean])
-            return torch.cat([self._clean(x_clean), self._adv(x_adv)])
-        if self.route == 'interleaved':
-            return self._interleaved(x)
-        if self.route == 'mix':
-            return torch.lerp(self._clean(x), self._adv(x), self.gamma)
+            if n_clean == 0:  # an empty half must not count a batch in its statistics
+                return self._adv(x, count_batch)
+            if n_clean == x.shape[0]:
+                return self._clean(x, count_batch)
+            x_clean, x_adv = torch.split(x, [n_clean, x.shape[0] - n_clean])
+            return torch.cat([self._clean(x_clean, count_batch), self._adv(x_adv, count_batch)])
+        if route == 'interleaved':
+            return self._interleaved(x, count_batch)
+        if route == 'mix':
+            return torch.lerp(self._clean(x, count_batch), self._adv(x, count_batch), gamma)
         # raised here rather than validated on assignment: TorchScript keeps the route as a plain attribute
-        raise ValueError(f'Unknown route {self.route}, expected clean, adv, split, interleaved or mix.')
+        raise ValueError(f'Unknown route {route}, expected clean, adv, split, interleaved or mix.')
+
+    @torch.jit.unused
+    def _recompute(self, x: torch.Tensor) -> torch.Tensor:
+        """A checkpointing recomputation of this layer: the original forward's route, the running statistics (and
+        ``num_batches_tracked``) untouched, since the original forward counted the batch already."""
+        route, n_clean, gamma = self._recomputed_route_setting()
+        return self._normalize(x, route, n_clean, gamma, False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(x)
-        return self._normalize(x)
+        if not torch.jit.is_scripting():
+            if is_recomputing():
+                return self._recompute(x)
+        return self._normalize(x, self.route, self.n_clean, self.gamma, True)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f', route={self.route}'

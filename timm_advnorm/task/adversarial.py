@@ -67,6 +67,9 @@ class AdversarialClassificationTask(ClassificationTask):
     trained_branches: Tuple[str, ...] = ('clean',)
     #: Validation metric that ranks checkpoints unless the user names one: the accuracy the method's papers report.
     default_eval_metric: str = 'robust_top1'
+    #: Whether the training loop's float16 loss scaler covers every backward of a step: true when the step's only
+    #: backward is the loop's own, of the loss `forward` returns.
+    supports_loss_scaling: bool = True
 
     def __init__(
             self,
@@ -151,12 +154,13 @@ class AdversarialClassificationTask(ClassificationTask):
     def attack_from_args(cls, args: argparse.Namespace, space: InputSpace,
                          amp_dtype: Optional[torch.dtype] = None) -> Optional[Attack]:
         """The training attack the shared options describe: ``--attack`` from the attack registry with the options it
-        takes (budget, step and its rule, iterations, threat model, targets, clean starts, BN statistics), returning
-        the last iterate, seeded per process. None for a method that runs no attack."""
+        takes (budget, step and its rule, iterations, threat model, targets, clean starts and how they are drawn, BN
+        statistics), returning the last iterate, seeded per process. None for a method that runs no attack."""
         return create_training_attack(
             args.attack, space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
             norm=args.attack_norm, targeted=args.attack_targeted, random_start=True,
-            clean_start_prob=args.attack_clean_start_prob, step_rule=args.attack_step_rule, best_iterate=False,
+            clean_start_prob=args.attack_clean_start_prob, clean_start_mode=args.attack_clean_start_mode,
+            step_rule=args.attack_step_rule, best_iterate=False,
             bn_stats=args.attack_bn_stats, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
 
     @property

@@ -8,8 +8,9 @@ Its five ingredients, each here:
    untargeted, BN on batch statistics) is fused with the clean rows' training forward/backward: one backward yields
    the input gradient for the attack *and* parameter gradients for training (Shafahi et al.'s "free" reuse). Only
    where the gradient comes from differs from PGD: the start and the steps are PGD's own (`PGDGeometry`).
-   Every batch starts at random, as in Algorithm 1; the released code's ``randn() > prob_start_from_clean`` test
-   (default 0.2) starts the whole batch from the clean images in about 58% of the steps, which we do not copy.
+   Every batch starts at random by default, as in Algorithm 1; the released code starts the whole batch from the
+   clean images when ``torch.randn(1) <= prob_start_from_clean`` (default 0.2), in about 58% of the steps (Φ(0.2)):
+   clean-start mode ``per_batch_randn`` (``--attack-clean-start-mode per_batch_randn``) does the same.
 3. **Shuffle BN.** Before their training forward, adversarial rows are shuffled across ranks with one permutation
    shared by every rank, so no rank normalizes adversarial images with the statistics of the batch they were made
    from (label leaking, paper §3.2.1 and Fig. 2). A single process has no other rank to shuffle with.
@@ -35,7 +36,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from timm.data.mixup import mixup_target
 
-from ..attacks.pgd import PGDGeometry
+from ..attacks.pgd import PGDGeometry, check_clean_start
 from ..attacks.space import InputSpace
 from ..layers.mixture_bn import MixtureBatchNorm2d
 from ..layers.routing import has_mixture_bn, route
@@ -105,10 +106,14 @@ class FastAdvPropTask(AdversarialClassificationTask):
         label_smoothing: Smoothing of those one-hot targets (match the Mixup's).
         seed: Seeds the random start (with the step counter and the rank: every sample its own start) and the shuffle
             permutation (with the step counter: the same on every rank).
+        clean_start_prob: Probability of starting the attack from the clean images instead (Algorithm 1: 0).
+        clean_start_mode: How clean starts are drawn (`attacks.pgd.CLEAN_START_MODES`); ``per_batch_randn`` is the
+            released code's rule (whole batch, ``randn() <= 0.2``) and uses no probability.
     """
 
     trained_branches = ('clean', 'adv')
     default_eval_metric = 'top1'  # inference on the clean branch; the paper reports clean accuracy
+    supports_loss_scaling = False  # the fused clean + attack pass back-propagates inside `forward`, unscaled
 
     def __init__(
             self,
@@ -125,6 +130,8 @@ class FastAdvPropTask(AdversarialClassificationTask):
             num_classes: Optional[int] = None,
             label_smoothing: float = 0.0,
             seed: int = 0,
+            clean_start_prob: float = 0.0,
+            clean_start_mode: str = 'per_sample',
             **kwargs,
     ):
         if not has_mixture_bn(model):
@@ -136,6 +143,7 @@ class FastAdvPropTask(AdversarialClassificationTask):
         if noise_weight <= 0 or adv_weight < 0:
             raise ValueError(f'noise_weight must be > 0 (the attack steps along the gradient of the weighted noisy '
                              f'loss) and adv_weight >= 0, got {noise_weight} and {adv_weight}.')
+        check_clean_start(clean_start_prob, clean_start_mode)
         super().__init__(model, attack=None, **kwargs)
         self.space = space
         self.eps = eps
@@ -148,6 +156,8 @@ class FastAdvPropTask(AdversarialClassificationTask):
         self.num_classes = num_classes
         self.label_smoothing = label_smoothing
         self.seed = seed
+        self.clean_start_prob = clean_start_prob
+        self.clean_start_mode = clean_start_mode
         self.step_count = 0
         self.group_scales: Dict[str, float] = {}
         self.rescale_grads = rescale_grads
@@ -168,13 +178,18 @@ class FastAdvPropTask(AdversarialClassificationTask):
 
     @classmethod
     def check_args(cls, args: argparse.Namespace) -> None:
-        """Its attack is its released code's PGD: no other ``--attack``, no other ``--attack-norm``."""
+        """Its attack is its released code's PGD: no other ``--attack``, no other ``--attack-norm``, and clean starts
+        as Algorithm 1 (none) or as its released code (``per_batch_randn``): it takes no clean-start probability."""
         if args.attack != 'pgd':
             raise ValueError(f"Fast AdvProp's attack is its own gradient-reuse PGD (its released code): --attack "
                              f"{args.attack} does not apply.")
         if args.attack_norm != 'linf':
             raise ValueError(f"Fast AdvProp's attack is L-inf PGD (its released code): --attack-norm "
                              f"{args.attack_norm} does not apply.")
+        if args.attack_clean_start_mode == 'per_batch':
+            raise ValueError("Fast AdvProp takes no clean-start probability (--attack-clean-start-prob): use "
+                             "--attack-clean-start-mode per_sample (Algorithm 1, always a random start) or "
+                             "per_batch_randn (its released code).")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model: nn.Module, space: InputSpace, *, num_classes: int,
@@ -195,7 +210,7 @@ class FastAdvPropTask(AdversarialClassificationTask):
         """No attack object: the shared budget, step and iterations configure the PGD run inside the training pass."""
         return dict(space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
                     num_classes=num_classes, label_smoothing=args.smoothing, seed=args.seed,
-                    **cls.options_from_args(args))
+                    clean_start_mode=args.attack_clean_start_mode, **cls.options_from_args(args))
 
     @classmethod
     def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
@@ -281,8 +296,9 @@ class FastAdvPropTask(AdversarialClassificationTask):
         return PGDGeometry.build(self.space, self.eps, self.step, 'linf', x)
 
     def _random_start(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """PGD's random start in the ε-box: the perturbation, not yet clipped to valid pixels."""
-        return self._geometry(x).random_start(x, generator=generator)
+        """PGD's random start in the ε-box, none for the rows that start clean (`clean_start_mode`): the
+        perturbation, not yet clipped to valid pixels."""
+        return self._geometry(x).random_start(x, self.clean_start_prob, generator, self.clean_start_mode)
 
     def _distributed(self) -> bool:
         return self.shuffle_bn and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from ..attacks import check_training_attack, training_attacks
-from ..cli import ArgumentParser, add_hidden_alias, parse_with_config
+from ..attacks.pgd import CLEAN_START_MODES
+from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, parse_with_config
 from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import TASKS, list_tasks
 from .arg_types import (
@@ -54,6 +55,8 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--sync-bn', action='store_true',
                        help='Synchronize BN statistics across processes (mixture BN keeps its routing).')
     group.add_argument('--channels-last', action='store_true', help='Use channels_last memory layout.')
+    group.add_argument('--grad-checkpointing', action='store_true',
+                       help='Enable gradient checkpointing through model blocks/stages')
     group.add_argument('--torchcompile', nargs='?', type=str, default=None, const='inductor',
                        help='torch.compile the model with this backend (default when given: inductor).')
 
@@ -136,6 +139,11 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--attack-clean-start-prob', type=probability, default=0.2,
                        help='Probability that an attack starts from the clean image instead of a random start '
                             '(not for Fast AdvProp).')
+    group.add_argument('--attack-clean-start-mode', default='per_sample', choices=CLEAN_START_MODES,
+                       help='How clean starts are drawn: per_sample (each image with --attack-clean-start-prob), '
+                            'per_batch (the whole batch at once: Xie & Yuille\'s released code), per_batch_randn (the '
+                            'whole batch when a standard normal draw is <= 0.2, probability 0.579: Fast AdvProp\'s '
+                            'released code; --attack-clean-start-prob is then not used).')
     group.add_argument('--attack-step-rule', default='max', choices=('max', 'fixed'),
                        help='"max": step = max(step, eps/N) as in the original code; "fixed": step as given.')
     group.add_argument('--attack-bn-stats', default='running', choices=('running', 'batch'),
@@ -201,7 +209,11 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Miscellaneous')
     group.add_argument('--seed', type=seed_int, default=42, metavar='S', help='Random seed.')
     group.add_argument('--device', default=None, type=str, help='Device (default: cuda if available, else cpu).')
-    group.add_argument('--amp', action='store_true', help='bfloat16 autocast for training and attacks.')
+    group.add_argument('--amp', action='store_true', help='Autocast (--amp-dtype) for training and attacks.')
+    group.add_argument('--amp-dtype', default='bfloat16', choices=list(AMP_DTYPES),
+                       help='Autocast dtype with --amp. float16 trains with a loss scaler and scales the attacks\' '
+                            'losses (their input gradients would underflow); timm\'s default is float16, ours '
+                            'bfloat16, which needs neither.')
     group.add_argument('--model-ema', action='store_true', help='Keep an exponential moving average of weights.')
     group.add_argument('--model-ema-decay', type=open_fraction, default=0.9998, help='EMA decay.')
     group.add_argument('--output', default='output/train', type=str, metavar='DIR', help='Output root folder.')
@@ -212,6 +224,22 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--checkpoint-hist', type=positive_int, default=3, metavar='N', help='Checkpoints kept.')
     group.add_argument('--log-interval', type=non_negative_int, default=50, metavar='N',
                        help='Batches between log lines.')
+    group.add_argument('--no-progress', action='store_true',
+                       help='No progress bar over the training batches (shown only on a terminal, not under CI).')
+    group.add_argument('--log-wandb', action='store_true',
+                       help='Log each epoch\'s summary.csv row and the run\'s budget to Weights & Biases '
+                            '(pip install "timm-advnorm[wandb]"; WANDB_MODE=offline logs without a network).')
+    group.add_argument('--wandb-project', default=None, type=str, metavar='NAME',
+                       help='Weights & Biases project (default: wandb\'s).')
+    group.add_argument('--wandb-tags', default=[], type=str, nargs='+', metavar='TAG', help='Weights & Biases tags.')
+    group.add_argument('--wandb-resume-id', default='', type=str, metavar='ID',
+                       help='Continue this Weights & Biases run (with --resume).')
+    group.add_argument('--plan', action='store_true',
+                       help='Do not train: build the run, measure one training step on this device and print the '
+                            'run\'s budget (passes, FLOPs, peak memory, projected time).')
+    group.add_argument('--world-size', dest='plan_world_size', type=positive_int, default=None, metavar='N',
+                       help='With --plan: project the run to N processes, each on a device like this one (default: '
+                            'the processes of this launch).')
 
 
 class _ListRecipes(argparse.Action):

@@ -12,13 +12,15 @@ import torch.distributed as dist
 import torch.nn as nn
 from timm.utils import AverageMeter, dispatch_clip_grad, reduce_tensor
 from timm.utils.model import unwrap_model
+from tqdm import tqdm
 
 from ..attacks.base import Attack
 from ..layers.routing import route
 from ..task import AdversarialClassificationTask
+from .accumulation import GradientAccumulation, average_gradients
 
-__all__ = ['DivergenceError', 'NonFiniteGuard', 'Validation', 'check_finite_state', 'eval_metric_for', 'metric_names',
-           'train_one_epoch', 'validate', 'validation_message']
+__all__ = ['DivergenceError', 'LossScaler', 'NonFiniteGuard', 'Validation', 'check_finite_state', 'eval_metric_for',
+           'metric_names', 'train_one_epoch', 'validate', 'validation_message']
 
 _logger = logging.getLogger(__name__)
 
@@ -62,6 +64,13 @@ class NonFiniteGuard:
                         self.max_skips, problem)
 
 
+class LossScaler(torch.amp.GradScaler):
+    """torch's loss scaler for float16 training, under the key timm's checkpoints keep it by (``amp_scaler``): timm's
+    `CheckpointSaver` saves it and `resume_task_checkpoint` restores it (its scale and growth tracker)."""
+
+    state_dict_key = 'amp_scaler'
+
+
 def _autocast(device: torch.device, dtype: Optional[torch.dtype]):
     if dtype is None:
         return nullcontext()
@@ -83,6 +92,11 @@ def train_one_epoch(
         log_interval: int = 50,
         distributed: bool = False,
         guard: Optional[NonFiniteGuard] = None,
+        progress: bool = False,
+        loss_scaler: Optional[LossScaler] = None,
+        grad_accum_steps: int = 1,
+        recovery: Optional[Callable[[int], None]] = None,
+        recovery_interval: int = 0,
 ) -> Dict[str, float]:
     """Train `task` for one epoch; returns the epoch's mean loss parts, learning rate and throughput.
 
@@ -93,6 +107,16 @@ def train_one_epoch(
     Args:
         before_forward: Called after ``model.train()``, e.g. to switch BN to running statistics.
         guard: Non-finite step policy, shared by the epochs of a run (it counts the skipped steps).
+        progress: Show a progress bar over the batches, with the running loss and images per second (for a person
+            watching a terminal; see `timm_advnorm.cli.show_progress`).
+        loss_scaler: float16 training: the loss is scaled before the backward and the gradients unscaled before
+            clipping; a step whose gradients overflowed is skipped and the scale lowered, as timm does (an overflow is
+            the scaler's business, not a divergence: only a non-finite loss is).
+        grad_accum_steps: Batches whose gradients make one optimizer update (see `accumulation`): each batch runs
+            the method's whole step up to its backward pass, attack included; every batch but an update's last runs
+            without DDP's gradient all-reduce, and the schedule counts updates, not batches.
+        recovery: Called with the index of the update just made to write a recovery checkpoint, every
+            `recovery_interval` updates (timm's ``--recovery-interval``; 0: never).
 
     Raises:
         DivergenceError: A non-finite step the guard does not skip; the optimizer has not stepped on it.
@@ -103,38 +127,65 @@ def train_one_epoch(
         before_forward()
     meters: Dict[str, AverageMeter] = OrderedDict()
     num_batches = len(loader)
-    num_updates = epoch * num_batches
+    accumulation = GradientAccumulation(num_batches, grad_accum_steps)
+    num_updates = epoch * accumulation.updates_per_epoch
     start = time.perf_counter()
     images = 0
-    for batch_idx, (input, target) in enumerate(loader):
+    bar = tqdm(loader, desc=f'train {epoch}', unit='batch', leave=False, dynamic_ncols=True, disable=not progress)
+    for batch_idx, (input, target) in enumerate(bar):
         input, target = input.to(device), target.to(device)
         if channels_last:
             input = input.contiguous(memory_format=torch.channels_last)
-        buffers = _snapshot_buffers(task) if guard.max_skips else None
-        optimizer.zero_grad(set_to_none=True)
-        with _autocast(device, amp_dtype):
-            result = task(input, target)
-        result['loss'].backward()
+        if accumulation.opens_update(batch_idx):
+            buffers = _snapshot_buffers(task) if guard.max_skips else None
+            optimizer.zero_grad(set_to_none=True)
+            update_losses: List[Dict[str, torch.Tensor]] = []
+            update_images = 0
+        closes = accumulation.closes_update(batch_idx)
+        with nullcontext() if closes else task.no_sync():  # DDP all-reduces the gradients once per update
+            with _autocast(device, amp_dtype):
+                result = task(input, target)
+            if loss_scaler is None:
+                result['loss'].backward()
+            else:
+                loss_scaler.scale(result['loss']).backward()
+        update_losses.append({k: v.detach() for k, v in _logged_losses(result).items()})
+        update_images += input.shape[0]
+        if not closes:
+            continue
+        if loss_scaler is not None:
+            loss_scaler.unscale_(optimizer)
+        average_gradients(task.trainable_module.parameters(), len(update_losses))
         task.finalize_gradients()
-        losses, grad_norm = _step_values(_logged_losses(result), _clip_and_measure(task, clip_grad, clip_mode),
+        losses, grad_norm = _step_values(_mean_losses(update_losses), _clip_and_measure(task, clip_grad, clip_mode),
                                          distributed)
-        problem = _nonfinite_problem({**losses, 'grad_norm': grad_norm})
+        problem = _nonfinite_problem(losses if loss_scaler is not None else {**losses, 'grad_norm': grad_norm})
         for key, value in losses.items():
             meter = meters.setdefault(key, AverageMeter())
             if problem is None:
-                meter.update(value, input.shape[0])
-        if problem is None:
-            optimizer.step()
-            task.update_ema(step=num_updates)
-            images += input.shape[0]
-        else:
+                meter.update(value, update_images)
+        if problem is not None:
             guard.skip(f'{problem} at epoch {epoch}, batch {batch_idx + 1}/{num_batches} '
                        f'(lr {optimizer.param_groups[0]["lr"]:.3g})')
             _restore_buffers(task, buffers)
+        elif loss_scaler is None:
+            optimizer.step()
+        else:
+            loss_scaler.step(optimizer)  # no step when the scaled gradients overflowed
+        if loss_scaler is not None:
+            loss_scaler.update()  # after every unscale_: lowers the scale after an overflow
+        if problem is None and math.isfinite(grad_norm):
+            task.update_ema(step=num_updates)
+            images += update_images
         num_updates += 1
         if lr_scheduler is not None:
             lr_scheduler.step_update(num_updates=num_updates)
-        if log_interval and (batch_idx % log_interval == 0 or batch_idx == num_batches - 1):
+        update_idx = accumulation.update_index(batch_idx)
+        if recovery is not None and recovery_interval and (update_idx + 1) % recovery_interval == 0:
+            recovery(update_idx)
+        if progress and 'loss' in meters:
+            bar.set_postfix(loss=f'{meters["loss"].avg:.4f}', img_s=f'{images / (time.perf_counter() - start):.1f}')
+        if log_interval and (update_idx % log_interval == 0 or batch_idx == num_batches - 1):
             parts = ' '.join(f'{k}: {m.avg:.4f}' for k, m in meters.items())
             _logger.info(f'Train: {epoch} [{batch_idx + 1}/{num_batches}] {parts} '
                          f'lr: {optimizer.param_groups[0]["lr"]:.3g}')
@@ -237,6 +288,13 @@ def check_finite_state(task: AdversarialClassificationTask, optimizer: torch.opt
         where = ', '.join(local[:3]) + (f' and {len(local) - 3} more' if len(local) > 3 else '') if local \
             else 'tensors of another process'
         raise DivergenceError(f'training diverged: non-finite {where} after epoch {epoch}; {_DIVERGENCE_HINT}')
+
+
+def _mean_losses(micro_batches: List[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
+    """The loss parts of an update: their mean over its micro-batches (one big batch's, for equal micro-batches)."""
+    if len(micro_batches) == 1:
+        return micro_batches[0]
+    return {key: torch.stack([parts[key] for parts in micro_batches]).mean() for key in micro_batches[0]}
 
 
 def _logged_losses(result: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:

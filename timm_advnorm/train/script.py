@@ -18,6 +18,7 @@ import itertools
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -35,15 +36,17 @@ from torch.utils.data import DataLoader
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace, create_attack
-from ..cli import check_pretrained_option, one_line, run_cli
+from ..cli import AMP_DTYPES, check_pretrained_option, one_line, run_cli, show_progress
 from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..hub.checkpoint import check_checkpoint_file
-from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_inference_branch
+from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
 from ..task import get_task_class, running_stats_active, use_running_statistics
 from .args import parse_args
-from .loop import (DivergenceError, NonFiniteGuard, check_finite_state, eval_metric_for, metric_names, train_one_epoch,
+from .budget import RunBudget, count_budget, peak_memory_bytes, plan_budget, reset_peak_memory, write_budget
+from .tracking import WandbRun, import_wandb
+from .loop import (DivergenceError, LossScaler, NonFiniteGuard, check_finite_state, eval_metric_for, metric_names, train_one_epoch,
                    validate, validation_message)
 
 __all__ = ['main', 'epoch_schedule', 'new_run_folder', 'run']
@@ -170,6 +173,11 @@ def _check_steps(args, steps_per_epoch: int, train_images: int, batch_size: int,
                          f'nothing is left to train; raise --epochs')
 
 
+# The run's budget (`budget.RunBudget`) in its folder: counted at the start, each finished epoch's time and peak memory
+# added as the run goes.
+BUDGET_FILE = 'budget.yaml'
+
+
 # The partial file timm's `CheckpointSaver` writes each checkpoint to before renaming it.
 _PARTIAL_CHECKPOINT = 'tmp.pth.tar'
 
@@ -212,12 +220,14 @@ def _open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
 
 def _discard_unsaved_run(output_dir: str, args_file: str, made_folder: bool) -> None:
     """Remove what a run that failed before saving any checkpoint wrote: its arguments file and, when the run made
-    the folder, the folder. A folder of arguments alone only hides the runs that trained.
+    the folder, its budget and the folder. A folder of arguments alone only hides the runs that trained.
 
     Best effort: this runs while another error is on its way to the user.
     """
     with contextlib.suppress(OSError):
         os.remove(os.path.join(output_dir, args_file))
+        if os.path.exists(os.path.join(output_dir, BUDGET_FILE)) and made_folder:
+            os.remove(os.path.join(output_dir, BUDGET_FILE))
         if made_folder:
             os.rmdir(output_dir)  # fails, keeping it, if anything else is in it
             _logger.info(f'Removed {output_dir}: the run failed before its first checkpoint.')
@@ -232,6 +242,31 @@ def _kept_checkpoints(output_dir: str) -> str:
             f'--no-resume-opt for a new --lr (the optimizer state carries the learning rate)')
 
 
+def _loss_scaler(task, amp_dtype: Optional[torch.dtype], device: torch.device) -> Optional[LossScaler]:
+    """A loss scaler for float16 training; None otherwise (bfloat16 and fp32 need none)."""
+    if amp_dtype != torch.float16:
+        return None
+    if not task.supports_loss_scaling:
+        raise ValueError(f'--amp-dtype float16: --method {task.method} back-propagates inside its step, outside the '
+                         f'loss scaler float16 needs; use --amp-dtype bfloat16')
+    return LossScaler(device.type)
+
+
+def _first_batch(loader, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The training loader's first batch, on `device`."""
+    input, target = next(iter(loader))
+    return input.to(device), target.to(device)
+
+
+def _resumed_budget(output_dir: str, budget: RunBudget, start_epoch: int) -> RunBudget:
+    """`budget` with the epochs before `start_epoch` that the resumed run's ``budget.yaml`` measured (none without
+    such a file)."""
+    path = os.path.join(output_dir, BUDGET_FILE)
+    if not os.path.exists(path):
+        return budget
+    return budget.with_measured(yaml.safe_load(Path(path).read_text()) or {}, start_epoch)
+
+
 def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
@@ -241,7 +276,9 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     args.device = _resolve_device(args.device)
     device = init_distributed_device(args)
     random_seed(args.seed, args.rank)
-    amp_dtype = torch.bfloat16 if args.amp else None
+    amp_dtype = AMP_DTYPES[args.amp_dtype] if args.amp else None
+    if args.log_wandb:
+        import_wandb()  # missing, an error now rather than after the set-up
 
     dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size or 32)
     train_root, val_root, search = _data_roots(dataset_name, root, args)
@@ -269,6 +306,8 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     model.to(device)
     if args.channels_last:
         model.to(memory_format=torch.channels_last)
+    if args.grad_checkpointing:  # BN statistics guarded: recomputed blocks count no batch twice
+        set_grad_checkpointing(model)
 
     mixup_fn = None
     if args.mixup > 0 or args.cutmix > 0:
@@ -277,6 +316,7 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     task = get_task_class(args.method).from_args(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn,
                                                  amp_dtype=amp_dtype, device=device, verbose=args.rank == 0)
     task.to(device)
+    loss_scaler = _loss_scaler(task, amp_dtype, device)
     if args.eval_metric is None:  # the method's own; resolved before the resume check and saved with the run
         args.eval_metric = eval_metric_for(task)
         args_text = yaml.safe_dump({**yaml.safe_load(args_text), 'eval_metric': args.eval_metric},
@@ -292,7 +332,7 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     if args.resume:
         _check_resume_args(args, vars(load_checkpoint_metadata(args.resume).get('args') or argparse.Namespace()))
         resumed = resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
-                                         log_info=args.rank == 0)
+                                         loss_scaler=loss_scaler, log_info=args.rank == 0)
         start_epoch = resumed or 0
     if args.model_ema:  # after resuming: the EMA starts from the checkpoint's EMA, else from the resumed weights
         task.setup_ema(decay=args.model_ema_decay, device=device)
@@ -339,6 +379,17 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
 
     if args.torchcompile:
         task.compile(backend=args.torchcompile)
+    world_size = args.plan_world_size or args.world_size
+    if args.plan:  # one measured step, on the task before it is wrapped for distributed training
+        budget = plan_budget(task, optimizer, _first_batch(loader_train, device), train_images=len(train_set),
+                             epochs=epochs, world_size=world_size, model_name=args.model, amp_dtype=amp_dtype,
+                             clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
+                             loss_scaler=loss_scaler)
+        if args.rank == 0:
+            print(budget.format())
+        return 0
+    budget = count_budget(task, (batch_size, *data_config['input_size']), train_images=len(train_set), epochs=epochs,
+                          world_size=args.world_size, model_name=args.model, device=device)
     if args.distributed:
         task.prepare_distributed(device_ids=[device.index] if device.type == 'cuda' else None)
 
@@ -348,32 +399,44 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     if args.eval_metric not in known_metrics:
         raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)} '
                          f'(what --method {args.method} validates).')
-    saver = output_dir = None
+    saver = output_dir = tracker = None
     if args.rank == 0:
         output_dir, args_file = _open_run_folder(args, args_text, start_epoch)
     saving = False  # whether this run has begun to write a checkpoint
     try:
         if args.rank == 0:
             saver = CheckpointSaver(model=model, optimizer=optimizer, args=args, task=task, checkpoint_dir=output_dir,
-                                    recovery_dir=output_dir, decreasing=False, max_history=args.checkpoint_hist)
+                                    recovery_dir=output_dir, decreasing=False, max_history=args.checkpoint_hist,
+                                    amp_scaler=loss_scaler)
+            budget = _resumed_budget(output_dir, budget, start_epoch) if args.resume else budget
+            write_budget(os.path.join(output_dir, BUDGET_FILE), budget)
+            _logger.info(budget.format())
+            if args.log_wandb:
+                tracker = WandbRun(args, output_dir)
+                tracker.log_budget(budget.to_dict())
             if args.resume:  # ranked checkpoints and summary rows of the resumed run, up to the resumed epoch
                 saver.load_state_dict_from_checkpoint(args.resume)
                 trim_summary(os.path.join(output_dir, 'summary.csv'), start_epoch)
             _logger.info(f'{args.method}: {task.passes_per_image:g} forward+backward passes per image, '
                          f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget), validating the '
                          f'{" and ".join(branches)} branch{"es" if len(branches) > 1 else ""}, checkpoints ranked by '
-                         f'{args.eval_metric}; run in {output_dir}')
+                         f'{args.eval_metric}; {args.world_size} process(es); run in {output_dir}')
 
         guard = NonFiniteGuard(args.skip_nonfinite)
         for epoch in range(start_epoch, epochs):
             if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
                 loader_train.sampler.set_epoch(epoch)
             running = running_stats_active(epoch, epochs, running_stats_epochs)
+            reset_peak_memory(device)
+            epoch_start = time.perf_counter()
             train_metrics = train_one_epoch(
                 epoch, task, loader_train, optimizer, device, lr_scheduler=scheduler, amp_dtype=amp_dtype,
                 clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
                 before_forward=(lambda: use_running_statistics(model)) if running else None,
-                log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed, guard=guard)
+                log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed, guard=guard,
+                progress=args.rank == 0 and not args.no_progress and show_progress(), loss_scaler=loss_scaler)
+            train_metrics['seconds'] = time.perf_counter() - epoch_start
+            train_metrics['peak_memory_mb'] = peak_memory_bytes(device) / 2 ** 20
             train_metrics['running_stats'] = float(running)
             # before validation, which changes no weight: what is validated is what is saved
             check_finite_state(task, optimizer, epoch, distributed=args.distributed)
@@ -392,14 +455,23 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
                 saving = True  # from here the folder holds a checkpoint, or a partial one the next resume removes
                 saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric])
                 # after the checkpoint: a run killed while saving leaves no row without its checkpoint
-                update_summary(epoch, train_metrics, eval_metrics, os.path.join(output_dir, 'summary.csv'),
-                               lr=train_metrics.pop('lr'))
+                lr = train_metrics.pop('lr')
+                update_summary(epoch, train_metrics, eval_metrics, os.path.join(output_dir, 'summary.csv'), lr=lr)
+                budget = budget.record_epoch(train_metrics['seconds'], int(train_metrics['peak_memory_mb'] * 2 ** 20))
+                write_budget(os.path.join(output_dir, BUDGET_FILE), budget)
+                if tracker is not None:
+                    tracker.log_epoch(epoch, train_metrics, eval_metrics, lr)
+                    tracker.log_budget(budget.to_dict())
     except BaseException as e:
+        if tracker is not None:
+            tracker.finish(exit_code=1)
         if args.rank == 0 and not saving:
             _discard_unsaved_run(output_dir, args_file, made_folder=not args.resume)
         if isinstance(e, DivergenceError) and args.rank == 0:
             raise DivergenceError(f'{e}; {_kept_checkpoints(output_dir)}') from e
         raise
+    if tracker is not None:
+        tracker.finish()
     if args.rank == 0 and saver.best_metric is not None:
         _logger.info(f'*** Best {args.eval_metric}: {saver.best_metric:.2f} (epoch {saver.best_epoch}); '
                      f'run in {output_dir}')

@@ -1,0 +1,394 @@
+"""What a training run will cost, before it runs (``train_adv.py ... --plan``), and what it did cost, in its folder.
+
+The papers count training cost in forward+backward passes per image (`AdversarialClassificationTask.passes_per_image`:
+vanilla 1, PGD-K adversarial training K + 1, AdvProp K + 2, Fast AdvProp ``p_adv * K + 1``). A run's budget is that
+unit times the images it trains: passes per image × images per epoch × epochs, and, in FLOPs, times what one pass of
+the model costs per image (torch's `FlopCounterMode` on one forward+backward at the batch's shape, counted on a
+meta-device copy of the model: no compute, nothing of the model touched).
+
+`plan_budget` adds what only running shows: one real training step of the method, counted (its FLOPs per image: an
+attack iteration computes no parameter gradients, so it costs less than the papers' pass) and timed (seconds and peak
+memory), and projects the wall time of an epoch and of the run on ``world_size`` processes of this device. It trains
+the task on the batch it is given, so it is for a run that stops there (``--plan``). A real run records the counted
+part (`count_budget`) in its folder, ``budget.yaml``, and its measured epochs beside it (`RunBudget.record_epoch`).
+
+Peak memory is what the device's allocator had handed out at most during the step (CUDA), or the process's peak
+resident memory (CPU; on Linux the peak is reset before the step through ``/proc/self/clear_refs``).
+"""
+import copy
+import math
+import resource
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import yaml
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..task import AdversarialClassificationTask
+from .loop import LossScaler, train_one_epoch
+
+__all__ = ['RunBudget', 'count_budget', 'flop_counter', 'flops_per_pass', 'memory_in_use_bytes', 'peak_memory_bytes',
+           'plan_budget', 'reset_peak_memory', 'steps_per_epoch', 'write_budget']
+
+Record = Dict[str, Union[str, int, float, None]]
+
+_PROC_STATUS = Path('/proc/self/status')
+_PROC_CLEAR_REFS = Path('/proc/self/clear_refs')
+# Writing this to clear_refs resets the process's peak resident set size (Linux >= 4.0).
+_RESET_PEAK_RSS = '5'
+
+
+def _proc_status_bytes(key: str) -> Optional[int]:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in bytes; None off Linux."""
+    if not _PROC_STATUS.exists():
+        return None
+    for line in _PROC_STATUS.read_text().splitlines():
+        if line.startswith(f'{key}:'):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _max_rss_bytes() -> int:
+    """The process's peak resident memory since it started (``ru_maxrss``: kB on Linux, bytes on macOS)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == 'darwin' else 1024)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak: the CUDA allocator's, or on CPU the process's peak resident memory where the kernel lets a
+    process reset it (Linux); elsewhere the CPU peak stays the one since the process started."""
+    if device.type == 'cuda':
+        torch.cuda.reset_peak_memory_stats(device)
+    elif _PROC_CLEAR_REFS.exists():
+        try:
+            _PROC_CLEAR_REFS.write_text(_RESET_PEAK_RSS)
+        except OSError:  # a sandbox may refuse it: the peak then counts from the process's start
+            pass
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory since `reset_peak_memory`: bytes the CUDA allocator handed out, or the process's resident bytes."""
+    if device.type == 'cuda':
+        return torch.cuda.max_memory_allocated(device)
+    return _proc_status_bytes('VmHWM') or _max_rss_bytes()
+
+
+def memory_in_use_bytes(device: torch.device) -> int:
+    """Memory in use now: bytes allocated on the CUDA device, or the process's resident bytes (Linux; elsewhere its
+    peak, the best bound available)."""
+    if device.type == 'cuda':
+        return torch.cuda.memory_allocated(device)
+    return _proc_status_bytes('VmRSS') or _max_rss_bytes()
+
+
+def steps_per_epoch(train_images: int, batch_size: int, world_size: int = 1) -> int:
+    """Optimizer steps per epoch of each process: timm's training loader shards the images evenly over the processes
+    (the distributed sampler pads the last shard) and drops each shard's last partial batch."""
+    return math.ceil(train_images / world_size) // batch_size
+
+
+def _meta_copy(model: nn.Module) -> nn.Module:
+    """A copy of `model` whose parameters and buffers live on the meta device: same code, shapes and mode, no data
+    copied, and nothing run on it reaches the model."""
+    memo: Dict[int, torch.Tensor] = {}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        meta = torch.empty_like(tensor, device='meta')
+        memo[id(tensor)] = nn.Parameter(meta, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else meta
+    return copy.deepcopy(model, memo)
+
+
+class _NoModuleTracker:
+    """Stands in for `FlopCounterMode`'s module tracker, attributing every FLOP to the total ("Global") alone: the
+    tracker's backward hooks break ``torch.autograd.grad`` on a leaf input (pytorch/pytorch#131753), which is how
+    every attack takes its input gradient."""
+
+    parents = frozenset({'Global'})
+
+    def __enter__(self) -> '_NoModuleTracker':
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        return None
+
+
+def flop_counter() -> FlopCounterMode:
+    """torch's `FlopCounterMode` (no display) counting the total only, so that it can count attacks; read it with
+    ``get_total_flops()`` after the ``with`` block."""
+    counter = FlopCounterMode(display=False)
+    counter.mod_tracker = _NoModuleTracker()
+    return counter
+
+
+def flops_per_pass(model: nn.Module, input_shape: Sequence[int]) -> float:
+    """FLOPs of one training pass of `model` (forward in train mode and backward to the parameters) per image, at a
+    batch of `input_shape` (rows, channels, height, width).
+
+    Counted by `flop_counter` (matrix products and convolutions, two FLOPs a multiply-add) on a meta-device copy,
+    so it costs no compute and changes neither weights, statistics nor gradients. Gradient checkpointing, when on,
+    is counted: its backward runs the forward again.
+    """
+    probe = _meta_copy(model).train()
+    with flop_counter() as counter:
+        probe(torch.empty(tuple(input_shape), device='meta')).sum().backward()
+    return counter.get_total_flops() / input_shape[0]
+
+
+@dataclass(frozen=True)
+class RunBudget:
+    """A training run's cost: the papers' passes, FLOPs, and, once measured, time and memory.
+
+    Attributes:
+        method: The training method (``--method``).
+        model: The model's name.
+        device: The device type the step runs on (``cuda``, ``cpu``).
+        world_size: Processes the run (or the projection) trains on, one device each.
+        batch_size: Rows of a loader batch, per process (Fast AdvProp and NoFrost* scale ``--batch-size``).
+        input_size: One image's shape, (channels, height, width).
+        train_images: Images in the training split.
+        epochs: Epochs of the run.
+        passes_per_image: The method's cost model, forward+backward passes per training image.
+        flops_per_pass: FLOPs of one forward+backward of the model per image (`flops_per_pass`).
+        step_flops_per_image: FLOPs a real training step of the method counted, per loader image; None unless a step
+            was counted (`plan_budget`).
+        step_seconds: Seconds one measured training step took; None unless measured.
+        peak_memory_bytes: Peak memory of that step (see the module docstring); None unless measured.
+        measured_epoch_seconds: Training seconds of each epoch a real run has finished so far.
+        measured_peak_memory_bytes: Peak memory over those epochs; None before the first.
+    """
+
+    method: str
+    model: str
+    device: str
+    world_size: int
+    batch_size: int
+    input_size: Tuple[int, int, int]
+    train_images: int
+    epochs: int
+    passes_per_image: float
+    flops_per_pass: float
+    step_flops_per_image: Optional[float] = None
+    step_seconds: Optional[float] = None
+    peak_memory_bytes: Optional[int] = None
+    measured_epoch_seconds: Tuple[float, ...] = field(default_factory=tuple)
+    measured_peak_memory_bytes: Optional[int] = None
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch of each process (`steps_per_epoch`)."""
+        return steps_per_epoch(self.train_images, self.batch_size, self.world_size)
+
+    @property
+    def images_per_epoch(self) -> int:
+        """Images trained per epoch over all processes: whole batches only."""
+        return self.steps_per_epoch * self.batch_size * self.world_size
+
+    @property
+    def passes_total(self) -> float:
+        """Forward+backward passes of the whole run: passes per image × images per epoch × epochs."""
+        return self.passes_per_image * self.images_per_epoch * self.epochs
+
+    @property
+    def flops_total(self) -> float:
+        """FLOPs of the whole run in the papers' unit: its passes × FLOPs per pass."""
+        return self.passes_total * self.flops_per_pass
+
+    @property
+    def projected_epoch_seconds(self) -> Optional[float]:
+        """Projected wall time of an epoch: the measured step × steps per process (the processes step together;
+        communication between them is not counted). None without a measured step."""
+        return None if self.step_seconds is None else self.step_seconds * self.steps_per_epoch
+
+    @property
+    def projected_run_seconds(self) -> Optional[float]:
+        """Projected wall time of the run's training epochs (validation not included); None without a measured
+        step."""
+        epoch = self.projected_epoch_seconds
+        return None if epoch is None else epoch * self.epochs
+
+    def record_epoch(self, seconds: float, peak_bytes: int) -> 'RunBudget':
+        """This budget with one more finished epoch of a real run: its training seconds and peak memory."""
+        peak = max(peak_bytes, self.measured_peak_memory_bytes or 0)
+        return replace(self, measured_epoch_seconds=(*self.measured_epoch_seconds, seconds),
+                       measured_peak_memory_bytes=peak)
+
+    def with_measured(self, record: Record, epochs: int) -> 'RunBudget':
+        """This budget with the measured part of an earlier `to_dict` record of the same run (a resumed run), up to
+        its first `epochs` epochs; the record keeps their mean time, which each of them is given."""
+        count = min(int(record.get('measured_epochs') or 0), epochs)
+        mean = record.get('measured_epoch_seconds')
+        if not count or mean is None:
+            return self
+        return replace(self, measured_epoch_seconds=(float(mean),) * count,
+                       measured_peak_memory_bytes=record.get('measured_peak_memory_bytes'))
+
+    def to_dict(self) -> Record:
+        """Flat record of plain values (for YAML, or a CSV row as ``summary.csv``): the fields, the derived totals and
+        projections, and the measured epochs' count and mean time in place of their list."""
+        record = asdict(self)
+        measured = record.pop('measured_epoch_seconds')
+        record['input_size'] = 'x'.join(str(n) for n in self.input_size)
+        record.update(
+            steps_per_epoch=self.steps_per_epoch, images_per_epoch=self.images_per_epoch,
+            passes_total=self.passes_total, flops_total=self.flops_total,
+            projected_epoch_seconds=self.projected_epoch_seconds, projected_run_seconds=self.projected_run_seconds,
+            measured_epochs=len(measured), measured_epoch_seconds=sum(measured) / len(measured) if measured else None)
+        return record
+
+    def format(self) -> str:
+        """The budget as a block of aligned lines, for the log or the terminal."""
+        size = 'x'.join(str(n) for n in self.input_size)
+        lines = [
+            (f'Budget of {self.method} on {self.model}', f'{self.world_size} process(es) on {self.device}, '
+                                                         f'{self.batch_size} rows of {size} per step'),
+            ('passes per image', f'{self.passes_per_image:g} (the cost model: forward+backward passes per image)'),
+            ('images', f'{self.images_per_epoch:,} per epoch ({self.steps_per_epoch:,} steps per process) x '
+                       f'{self.epochs} epochs'),
+            ('passes', f'{self.passes_total:,.0f} forward+backward passes'),
+            ('FLOPs per pass', f'{_si(self.flops_per_pass)}FLOP per image (one forward+backward at {size})'),
+            ('FLOPs', f'{_si(self.flops_total)}FLOP (passes x FLOPs per pass)'),
+        ]
+        if self.step_flops_per_image is not None:
+            ratio = self.step_flops_per_image / (self.passes_per_image * self.flops_per_pass)
+            lines.append(('counted step', f'{_si(self.step_flops_per_image)}FLOP per image in a real step ({ratio:.2f} x '
+                                          f'the cost model)'))
+        if self.step_seconds is not None:
+            lines += [
+                ('peak memory', f'{_megabytes(self.peak_memory_bytes)} (measured step: {_PEAK_MEANING[self.device]})'),
+                ('step time', f'{self.step_seconds:.3f} s (measured step)'),
+                ('epoch time', f'{_duration(self.projected_epoch_seconds)} (projection)'),
+                ('run time', f'{_duration(self.projected_run_seconds)} (projection, training epochs only)'),
+            ]
+        if self.measured_epoch_seconds:
+            mean = sum(self.measured_epoch_seconds) / len(self.measured_epoch_seconds)
+            lines += [
+                ('measured epoch time', f'{_duration(mean)} (mean of {len(self.measured_epoch_seconds)} epoch(s))'),
+                ('measured peak memory', _megabytes(self.measured_peak_memory_bytes)),
+            ]
+        width = max(len(name) for name, _ in lines[1:])
+        head, *rest = lines
+        return '\n'.join([f'{head[0]} ({head[1]})'] + [f'  {name:<{width}}  {text}' for name, text in rest])
+
+
+# What the peak memory of each device type is.
+_PEAK_MEANING = defaultdict(lambda: "the process's peak resident memory", cuda="the CUDA allocator's peak")
+
+
+def _si(value: float) -> str:
+    """`value` with an SI prefix and a trailing space (``'24.6 G'``), for FLOPs."""
+    for power, prefix in ((18, 'E'), (15, 'P'), (12, 'T'), (9, 'G'), (6, 'M'), (3, 'k')):
+        if abs(value) >= 10 ** power:
+            return f'{value / 10 ** power:.3g} {prefix}'
+    return f'{value:.3g} '
+
+
+def _megabytes(value: Optional[int]) -> str:
+    return 'n/a' if value is None else f'{value / 2 ** 20:,.0f} MB'
+
+
+def _duration(seconds: Optional[float]) -> str:
+    """``45.0 s``, ``12.3 min``, ``2.1 h`` or ``9.6 d``."""
+    if seconds is None:
+        return 'n/a'
+    for unit, size in (('d', 86400), ('h', 3600), ('min', 60)):
+        if seconds >= size:
+            return f'{seconds / size:.1f} {unit}'
+    return f'{seconds:.1f} s'
+
+
+def count_budget(
+        task: AdversarialClassificationTask,
+        input_shape: Sequence[int],
+        *,
+        train_images: int,
+        epochs: int,
+        world_size: int = 1,
+        model_name: str = '',
+        device: Union[str, torch.device] = 'cpu',
+) -> RunBudget:
+    """The run's budget from counting alone: passes (the task's cost model) and FLOPs per pass. Runs no step and
+    changes nothing, so a real run can record it before it trains.
+
+    Args:
+        task: The built task (its model is the one the run trains).
+        input_shape: A loader batch's shape, (rows, channels, height, width).
+        train_images: Images in the training split.
+        epochs: Epochs of the run.
+        world_size: Processes of the run.
+        model_name: The model's name, for the record.
+        device: The training device, for the record.
+    """
+    return RunBudget(
+        method=task.method, model=model_name, device=torch.device(device).type, world_size=world_size,
+        batch_size=int(input_shape[0]), input_size=tuple(int(n) for n in input_shape[1:]), train_images=train_images,
+        epochs=epochs, passes_per_image=float(task.passes_per_image),
+        flops_per_pass=flops_per_pass(task.attack_module(), input_shape))
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def plan_budget(
+        task: AdversarialClassificationTask,
+        optimizer: torch.optim.Optimizer,
+        batch: Tuple[torch.Tensor, torch.Tensor],
+        *,
+        train_images: int,
+        epochs: int,
+        world_size: int = 1,
+        model_name: str = '',
+        amp_dtype: Optional[torch.dtype] = None,
+        clip_grad: Optional[float] = None,
+        clip_mode: str = 'norm',
+        channels_last: bool = False,
+        loss_scaler: Optional[LossScaler] = None,
+) -> RunBudget:
+    """The run's budget (`count_budget`) with one training step measured on this device and projected to the run.
+
+    Runs the training loop's own step (`train_one_epoch` on `batch`) three times: to warm up (kernels chosen,
+    optimizer state made, an attack's one-time work done), timed with its peak memory, and under `flop_counter`,
+    which counts the method's real FLOPs. The task, its model and `optimizer` have trained on `batch` afterwards: plan
+    in a run that stops here.
+
+    Args:
+        task: The built task, on its device, not wrapped for distributed training.
+        optimizer: The run's optimizer over the task's parameters.
+        batch: One loader batch (inputs and targets) on the training device.
+        train_images: Images in the training split.
+        epochs: Epochs of the run.
+        world_size: Processes to project the run to, each on a device like this one.
+        model_name: The model's name, for the record.
+        amp_dtype, clip_grad, clip_mode, channels_last, loss_scaler: The run's, as `train_one_epoch` takes them.
+    """
+    input, _ = batch
+    device = input.device
+    budget = count_budget(task, input.shape, train_images=train_images, epochs=epochs, world_size=world_size,
+                          model_name=model_name, device=device)
+
+    def step() -> None:
+        train_one_epoch(0, task, [batch], optimizer, device, amp_dtype=amp_dtype, clip_grad=clip_grad,
+                        clip_mode=clip_mode, channels_last=channels_last, log_interval=0, loss_scaler=loss_scaler)
+
+    step()
+    _synchronize(device)
+    reset_peak_memory(device)
+    start = time.perf_counter()
+    step()
+    _synchronize(device)
+    seconds = time.perf_counter() - start
+    peak = peak_memory_bytes(device)
+    with flop_counter() as counter:
+        step()
+    return replace(budget, step_flops_per_image=counter.get_total_flops() / input.shape[0], step_seconds=seconds,
+                   peak_memory_bytes=peak)
+
+
+def write_budget(path: Union[str, Path], budget: RunBudget) -> None:
+    """Write `budget`'s record (`RunBudget.to_dict`) to the YAML file `path`, replacing it."""
+    Path(path).write_text(yaml.safe_dump(budget.to_dict(), sort_keys=False))
