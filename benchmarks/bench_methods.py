@@ -14,6 +14,7 @@ that no method exceeds its cost model by more than 5% (ratio <= 1.05).
 
 Example:
     python benchmarks/bench_methods.py --model mbn_resnet26 --img-size 64 --batch-size 32 --steps 2
+    python benchmarks/bench_methods.py --methods fast_advprop  # one method (and vanilla, its unit)
 """
 import argparse
 import statistics
@@ -47,6 +48,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--img-size', type=int, default=64)
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--steps', type=int, default=2, help='K, attack iterations of the adversarial methods')
+    parser.add_argument('--methods', nargs='+', choices=list_tasks(), metavar='METHOD',
+                        help='methods to measure (default: every registered one); vanilla, the unit, always runs')
     parser.add_argument('--device', default='cpu')
     add_timing_args(parser, rounds=7)
     return parser
@@ -86,8 +89,9 @@ def _tasks(args, device: torch.device) -> List[tuple]:
     can train; vanilla runs on every family, as its unit."""
     models = {family: timm.create_model(name, num_classes=NUM_CLASSES).to(device)
               for family, name in (('mbn', args.model), ('nf', args.nf_model))}
+    methods = [m for m in list_tasks() if not args.methods or m == 'vanilla' or m in args.methods]
     out = []
-    for method in list_tasks():
+    for method in methods:
         training_args = _training_args(method, args.steps)
         for family, model in models.items():
             space = InputSpace.from_model(model)

@@ -2,7 +2,8 @@
 
 Mixture-BN adversarial training (Xie & Yuille, ICLR 2020; AdvProp) runs one fused forward over
 ``cat([clean, adv])`` with the first rows normalized by the clean BN and the rest by the adversarial BN. Its price
-over plain BN should be the two half-batch normalizations only. Compared on the same architecture, weights and
+over plain BN should be the two half-batch normalizations only. ``--clean-share`` sets the split route's clean
+rows (Fast AdvProp's fused pass: 0.8). Compared on the same architecture, weights and
 concatenated batch:
 
 * plain BN (the baseline);
@@ -41,7 +42,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--model', default='resnet26', help='timm model name (with batch norm)')
     parser.add_argument('--img-size', type=int, default=64)
-    parser.add_argument('--batch-size', type=int, default=32, help='concatenated batch: half clean, half adversarial')
+    parser.add_argument('--batch-size', type=int, default=32, help='concatenated batch: clean rows, then adversarial')
+    parser.add_argument('--clean-share', type=float, default=0.5,
+                        help='clean share of the batch on the split route (the other variants split it in halves)')
     add_device_args(parser, amp_help='bf16 autocast for the forward pass')
     add_timing_args(parser, rounds=10, warmup=3, unit='variant')
     parser.add_argument('--clock', default='wall', choices=('wall', 'process'),
@@ -55,12 +58,12 @@ Variant = Tuple[nn.Module, Callable[[], ContextManager]]
 
 def build_variants(args: argparse.Namespace, device: torch.device, memory_format: torch.memory_format
                    ) -> Dict[str, Variant]:
-    """The three models, sharing the same initial weights, each with the context its training step runs in."""
+    """The models, sharing the same initial weights, each with the context its training step runs in."""
     plain = timm.create_model(args.model, num_classes=1000)
     mixture = convert_to_mixture_bn(copy.deepcopy(plain))
     interleaved = convert_to_mixture_bn(copy.deepcopy(plain))
     split_bn = convert_splitbn_model(copy.deepcopy(plain), num_splits=2)
-    n_clean = args.batch_size // 2
+    n_clean = int(round(args.batch_size * args.clean_share))
     variants = {
         'plain BN': (plain, contextlib.nullcontext),
         'mixture BN, interleaved route': (interleaved, lambda: route(interleaved, 'interleaved')),
@@ -109,7 +112,8 @@ def main() -> None:
     args = get_args_parser().parse_args()
     times = run(args)
     print(f'{args.model}, {args.img_size}px, batch {args.batch_size}, {args.device}, threads '
-          f'{torch.get_num_threads()}, channels_last={args.channels_last}, amp={args.amp}, {args.clock} clock, '
+          f'{torch.get_num_threads()}, split route clean share {args.clean_share}, '
+          f'channels_last={args.channels_last}, amp={args.amp}, {args.clock} clock, '
           f'median of {args.rounds} rounds\n')
     print(markdown_table(times))
 

@@ -18,8 +18,6 @@ TAKEN = ('supported', 'other default')
 NOT_TAKEN = ('not applicable', 'deliberately not')
 # Flags another change adds to the training command (the scale issue); the table keeps their place and reason.
 OWNED_ELSEWHERE = 'owned elsewhere'
-# Flags of issue #18 whose module is built and tested but not yet on the command: marked supported once wired.
-PENDING = 'pending'
 
 
 def _rows() -> List[Dict[str, str]]:
@@ -49,7 +47,7 @@ def test_the_table_is_well_formed():
     for row in ROWS:
         assert row['command'] in PARSERS, row
         assert row['flag'].startswith('--'), row
-        assert row['status'] in TAKEN + NOT_TAKEN + (OWNED_ELSEWHERE, PENDING), row
+        assert row['status'] in TAKEN + NOT_TAKEN + (OWNED_ELSEWHERE,), row
         assert (row['command'], row['flag']) not in seen, f'{row["flag"]} listed twice'
         seen.add((row['command'], row['flag']))
         ast.literal_eval(row['timm_default'])
@@ -75,7 +73,7 @@ def test_a_taken_flag_is_on_the_command_with_timm_default_or_a_reason(row):
         assert ours != timm_default, f'{row["flag"]} has timm\'s default now: mark it supported'
 
 
-@pytest.mark.parametrize('row', [r for r in ROWS if r['status'] in NOT_TAKEN + (PENDING,)], ids=_row_id)
+@pytest.mark.parametrize('row', [r for r in ROWS if r['status'] in NOT_TAKEN], ids=_row_id)
 def test_a_flag_we_do_not_take_is_absent(row):
     assert _action(row['command'], row['flag']) is None, f'{row["flag"]} is on {row["command"]}: update the table'
 

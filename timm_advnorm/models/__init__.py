@@ -5,9 +5,11 @@
 * ``gn_resnet{26,50,152}``, ``in_resnet{26,50}``: group and instance norm (`norm_resnet.py`);
 * ``nfr_resnet{152,200,338,518,638}``: deep normalizer-free ResNets (`nf_deep_resnet.py`);
 * ``robust_resnet50.<tag>``: the MadryLab robust ImageNet ResNet-50s from the Hugging Face Hub (`robust_resnet.py`);
-* tiny models for tests: ``test_mbn_resnet``, ``test_gn_resnet``, ``test_in_resnet``, ``test_nfr_resnet``.
+* tiny models for tests: ``test_mbn_resnet``, ``test_gn_resnet``, ``test_in_resnet``, ``test_nfr_resnet``;
+* a tiny family in which only the normalization differs, for the paper studies: ``tiny_{bn,mbn,gn,in,nf}_resnet``.
 """
 from . import deep_resnet, mbn_resnet, nf_deep_resnet, norm_resnet, robust_resnet  # noqa: F401  (registration)
+from . import tiny_norm_family  # noqa: F401  (registration)
 from .deep_resnet import bottleneck_resnet_depth, deep_resnet_layers
 from .mbn_resnet import MixtureBNResNet, base_architecture
 from .nf_deep_resnet import nf_resnet_cfg

@@ -4,8 +4,8 @@ Wang et al., *Removing Batch Normalization Boosts Adversarial Training* (NoFrost
 (Brock et al., *Characterizing signal propagation to close the performance gap in unnormalized ResNets*, ICLR 2021)
 adversarially: with no normalization there is no clean/adversarial statistics mixture to get wrong. Xie & Yuille
 (ICLR 2020) find robustness keeps growing with depth. These models carry timm's NF-ResNet to ResNet-152 and beyond,
-with the same stage splits as the BN models (`deep_resnet_layers`). Train them with adaptive gradient clipping
-(timm's ``--clip-mode agc``).
+with the same stage splits as the BN models (`deep_resnet_layers`). NoFrost's released code trains them without
+gradient clipping; timm's ``--clip-mode agc`` (Brock et al.) is available.
 
 The ``nfr_`` prefix keeps clear of timm's ``nf_`` namespace, where a later timm may register ``nf_resnet152``.
 """

@@ -1,8 +1,8 @@
 """NoFrost: normalizer-free robust training (Wang et al., ICML 2022).
 
 ``loss = (1 - λ)·CE(f(x_clean), y) + λ·CE(f(x_adv), y)`` with λ = 0.5 on a normalizer-free ResNet (no BN, so no
-mixture of clean and adversarial statistics to estimate), PGD-10 at ε = 8 and adaptive gradient clipping (set
-``--clip-mode agc`` in the training script; the NoFrost recipe does).
+mixture of clean and adversarial statistics to estimate), PGD-10 at ε = 8; its released training clips no gradient
+(``--clip-mode agc`` is available).
 """
 import argparse
 from typing import Any, Dict

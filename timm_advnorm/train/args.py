@@ -12,6 +12,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
+from timm.utils import ParseKwargs
 
 from ..attacks import check_training_attack, training_attacks
 from ..attacks.pgd import CLEAN_START_MODES
@@ -21,6 +22,8 @@ from ..task import TASKS, list_tasks
 from .arg_types import (
     finite_float, fraction, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
     probability, seed_int)
+from .distribute_bn import DIST_BN_MODES
+from .lr_scaling import LR_BASE_SCALES
 
 __all__ = ['get_args_parser', 'parse_args', 'AGC_CLIP_FACTOR']
 
@@ -45,20 +48,45 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--no-resume-opt', action='store_true', help='Do not restore the optimizer when resuming.')
     group.add_argument('--num-classes', type=positive_int, default=None, metavar='N',
                        help='Classes (default: from dataset).')
+    group.add_argument('--gp', default=None, type=str, metavar='POOL',
+                       help='Global pool type (avg, max, avgmax, ...; default: the model\'s).')
     group.add_argument('--img-size', type=positive_int, default=None, metavar='N', help='Input image size.')
+    group.add_argument('--input-size', type=positive_int, nargs=3, default=None, metavar=('C', 'H', 'W'),
+                       help='Input dimensions (e.g. 3 224 224; default: the model\'s).')
+    group.add_argument('--crop-pct', type=positive_float, default=None, metavar='PCT',
+                       help='Centre-crop fraction of validation images (default: the model\'s).')
+    group.add_argument('--interpolation', default='', type=str, metavar='NAME',
+                       help='Resize interpolation of validation images (default: the model\'s).')
     group.add_argument('--mean', type=finite_float, nargs='+', default=None, metavar='MEAN',
                        help='Override dataset mean.')
     group.add_argument('--std', type=positive_float, nargs='+', default=None, metavar='STD',
                        help='Override dataset std.')
     group.add_argument('--drop', type=fraction, default=0.0, metavar='PCT', help='Dropout rate.')
     group.add_argument('--drop-path', type=fraction, default=None, metavar='PCT', help='Drop-path rate.')
+    group.add_argument('--drop-block', type=fraction, default=None, metavar='PCT', help='Drop-block rate.')
+    group.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
+                       help='Extra timm.create_model arguments, e.g. zero_init_last=False.')
+    group.add_argument('--head-init-scale', type=finite_float, default=None, metavar='SCALE',
+                       help='Scale the classifier head\'s initial weights.')
+    group.add_argument('--head-init-bias', type=finite_float, default=None, metavar='BIAS',
+                       help='Initial value of the classifier head\'s bias.')
+    group.add_argument('--bn-momentum', type=probability, default=None, metavar='M',
+                       help='Momentum of every batch norm, both mixture-BN branches included (default: the model\'s).')
+    group.add_argument('--bn-eps', type=positive_float, default=None, metavar='EPS',
+                       help='Epsilon of every batch norm, both mixture-BN branches included (default: the model\'s).')
     group.add_argument('--sync-bn', action='store_true',
                        help='Synchronize BN statistics across processes (mixture BN keeps its routing).')
+    group.add_argument('--dist-bn', type=str, default='reduce', choices=DIST_BN_MODES,
+                       help='Without --sync-bn, after each epoch of distributed training: average ("reduce") or copy '
+                            'from rank 0 ("broadcast") the BN running statistics of both mixture-BN branches, or '
+                            'leave each process\'s ("") (default: reduce).')
     group.add_argument('--channels-last', action='store_true', help='Use channels_last memory layout.')
     group.add_argument('--grad-checkpointing', action='store_true',
                        help='Enable gradient checkpointing through model blocks/stages')
     group.add_argument('--torchcompile', nargs='?', type=str, default=None, const='inductor',
                        help='torch.compile the model with this backend (default when given: inductor).')
+    group.add_argument('--torchcompile-mode', type=str, default=None, metavar='MODE',
+                       help='torch.compile mode (default, reduce-overhead, max-autotune; default: torch\'s).')
 
 
 def _data_group(parser: argparse.ArgumentParser) -> None:
@@ -68,44 +96,138 @@ def _data_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--data-dir', default=None, type=str, metavar='DIR', help='Dataset root (or digits cache).')
     group.add_argument('--train-split', default='train', type=str, metavar='NAME', help='Training split.')
     group.add_argument('--val-split', default='validation', type=str, metavar='NAME', help='Validation split.')
+    group.add_argument('--dataset-download', action='store_true',
+                       help='Allow timm to download torch/ and tfds/ datasets that support it.')
+    group.add_argument('--class-map', default='', type=str, metavar='FILENAME',
+                       help='Class-to-index mapping file (default: the folder names, sorted).')
+    group.add_argument('--input-key', default=None, type=str, metavar='NAME',
+                       help='Image field of hfds/ and wds/ datasets.')
+    group.add_argument('--target-key', default=None, type=str, metavar='NAME',
+                       help='Label field of hfds/ and wds/ datasets.')
+    group.add_argument('--dataset-trust-remote-code', action='store_true',
+                       help='Allow Hugging Face datasets to run their own loading code.')
     group.add_argument('-b', '--batch-size', type=positive_int, default=64, metavar='N',
                        help='Training batch size per process (Fast AdvProp: the clean rows; the loader adds the '
                             'attacked share).')
     group.add_argument('-vb', '--validation-batch-size', type=positive_int, default=None, metavar='N',
                        help='Validation batch size (default: batch size).')
+    group.add_argument('--grad-accum-steps', type=positive_int, default=1, metavar='N',
+                       help='Batches whose gradients make one optimizer update; the attack runs on each '
+                            '(default: 1).')
     group.add_argument('-j', '--workers', type=non_negative_int, default=2, metavar='N', help='Data-loading workers.')
+    group.add_argument('--pin-mem', action='store_true', help='Pin the loaders\' CPU memory (faster copies to GPU).')
+    group.add_argument('--worker-seeding', type=str, default='all', choices=('all', 'part'),
+                       help='Seeding of the data-loading workers (timm\'s; default: all).')
     group.add_argument('--hflip', type=probability, default=0.5, help='Horizontal flip probability.')
+    group.add_argument('--vflip', type=probability, default=0.0, help='Vertical flip probability.')
     group.add_argument('--scale', type=positive_float, nargs=2, default=[0.08, 1.0], metavar='PCT',
                        help='Random-resized-crop scale range.')
+    group.add_argument('--ratio', type=positive_float, nargs=2, default=[3. / 4., 4. / 3.], metavar='RATIO',
+                       help='Random-resized-crop aspect-ratio range.')
+    group.add_argument('--train-crop-mode', type=str, default=None, metavar='MODE',
+                       help='Training crop mode (rrc, rkrc, rkrr; default: random-resized crop).')
+    group.add_argument('--train-interpolation', type=str, default='random', metavar='NAME',
+                       help='Resize interpolation of training images (default: random).')
     group.add_argument('--no-aug', action='store_true', help='No training augmentation (resize and crop only).')
+    group.add_argument('--color-jitter', type=non_negative_float, default=0.4, metavar='PCT',
+                       help='Colour-jitter strength (0: none; default: 0.4).')
+    group.add_argument('--color-jitter-prob', type=probability, default=None, metavar='P',
+                       help='Apply colour jitter with this probability (default: always).')
+    group.add_argument('--grayscale-prob', type=probability, default=None, metavar='P',
+                       help='Grayscale conversion probability.')
+    group.add_argument('--gaussian-blur-prob', type=probability, default=None, metavar='P',
+                       help='Gaussian blur probability.')
+    group.add_argument('--aa', type=str, default=None, metavar='NAME',
+                       help='AutoAugment / RandAugment policy, e.g. rand-m9-mstd0.5 (default: none).')
+    group.add_argument('--aug-repeats', type=non_negative_float, default=0, metavar='N',
+                       help='Repeated-augmentation count (distributed training only; default: 0).')
+    group.add_argument('--reprob', type=probability, default=0.0, metavar='PCT', help='Random-erasing probability.')
+    group.add_argument('--remode', type=str, default='pixel', choices=('const', 'rand', 'pixel'),
+                       help='Random-erasing fill (default: pixel).')
+    group.add_argument('--recount', type=positive_int, default=1, help='Random-erasing count (default: 1).')
     group.add_argument('--mixup', type=non_negative_float, default=0.0, help='Mixup alpha (0 disables).')
     group.add_argument('--cutmix', type=non_negative_float, default=0.0, help='CutMix alpha (0 disables).')
     group.add_argument('--mixup-prob', type=probability, default=1.0, help='Probability of mixing a batch.')
     group.add_argument('--mixup-switch-prob', type=probability, default=0.5, help='Probability of CutMix when both on.')
+    group.add_argument('--cutmix-minmax', type=open_fraction, nargs=2, default=None, metavar=('MIN', 'MAX'),
+                       help='CutMix box ratio range; overrides --cutmix and enables CutMix.')
+    group.add_argument('--mixup-mode', type=str, default='batch', choices=('batch', 'pair', 'elem'),
+                       help='Mixup/CutMix parameters drawn per batch, pair or element (default: batch).')
+    group.add_argument('--mixup-off-epoch', type=non_negative_int, default=0, metavar='N',
+                       help='Turn Mixup/CutMix off from this epoch (0: never).')
     group.add_argument('--smoothing', type=fraction, default=0.0, help='Label smoothing.')
 
 
 def _optim_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Optimizer and schedule')
     group.add_argument('--opt', default='sgd', type=str, metavar='OPTIMIZER', help='timm optimizer name.')
-    group.add_argument('--lr', type=positive_float, default=0.1, metavar='LR', help='Learning rate.')
+    group.add_argument('--opt-eps', type=positive_float, default=None, metavar='EPSILON',
+                       help='Optimizer epsilon (default: the optimizer\'s).')
+    group.add_argument('--opt-betas', type=fraction, nargs='+', default=None, metavar='BETA',
+                       help='Optimizer betas (default: the optimizer\'s).')
+    group.add_argument('--opt-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
+                       help='Extra optimizer arguments, e.g. nesterov=False.')
+    group.add_argument('--lr', type=positive_float, default=None, metavar='LR',
+                       help='Learning rate as given (default: --lr-base scaled by the global batch).')
+    group.add_argument('--lr-base', type=positive_float, default=0.1, metavar='LR',
+                       help='Learning rate at --lr-base-size images per update, scaled to the global batch '
+                            '(--batch-size x processes x --grad-accum-steps) when --lr is not given (default: 0.1).')
+    group.add_argument('--lr-base-size', type=positive_int, default=256, metavar='N',
+                       help='Global batch of --lr-base (default: 256).')
+    group.add_argument('--lr-base-scale', type=str, default='', choices=LR_BASE_SCALES, metavar='SCALE',
+                       help='Scaling of --lr-base: linear or sqrt (default: sqrt for Adam- and LAMB-type '
+                            'optimizers, else linear).')
     group.add_argument('--momentum', type=fraction, default=0.9, metavar='M', help='Optimizer momentum.')
     group.add_argument('--weight-decay', type=non_negative_float, default=1e-4, help='Weight decay.')
+    group.add_argument('--wd-all-params', action='store_true',
+                       help='Decay every parameter, biases and normalization weights included (timm skips 1-D '
+                            'parameters; Fast AdvProp\'s released code decays all).')
+    group.add_argument('--layer-decay', type=positive_float, default=None, metavar='RATE',
+                       help='Layer-wise learning-rate decay (default: none).')
+    group.add_argument('--layer-decay-min-scale', type=non_negative_float, default=0, metavar='SCALE',
+                       help='Smallest layer-wise learning-rate scale (default: 0).')
+    group.add_argument('--layer-decay-no-opt-scale', type=non_negative_float, default=None, metavar='SCALE',
+                       help='Layers whose layer-wise scale falls below this are not optimized (default: none).')
     group.add_argument('--clip-grad', type=positive_float, default=None, metavar='NORM',
                        help=f'Gradient clipping value (default: no clipping; {AGC_CLIP_FACTOR} with --clip-mode agc, '
                             f'the clip factor of timm\'s and the NFNet paper\'s AGC).')
     group.add_argument('--clip-mode', type=str, default='norm', choices=('norm', 'value', 'agc'),
-                       help='Gradient clipping mode; agc = adaptive gradient clipping (NF-ResNets, NoFrost).')
+                       help='Gradient clipping mode; agc = adaptive gradient clipping (Brock et al., NFNets; '
+                            'NoFrost\'s released training clips nothing).')
     group.add_argument('--skip-nonfinite', type=non_negative_int, default=0, metavar='N',
                        help='Skip up to N training steps whose loss or gradient is not finite (no optimizer step, '
                             'BN statistics and EMA untouched, each one logged), then stop. 0: stop at the first. '
                             'Checkpoints never hold non-finite weights either way. (default: 0)')
     group.add_argument('--sched', type=str, default='cosine', metavar='SCHEDULER', help='timm scheduler name.')
+    group.add_argument('--sched-on-updates', action='store_true',
+                       help='Step the schedule on every optimizer update instead of every epoch.')
+    group.add_argument('--lr-noise', type=non_negative_float, nargs='+', default=None, metavar='PCT',
+                       help='Learning-rate noise on/off epoch fractions.')
+    group.add_argument('--lr-noise-pct', type=non_negative_float, default=0.67, metavar='PERCENT',
+                       help='Learning-rate noise limit (default: 0.67).')
+    group.add_argument('--lr-noise-std', type=non_negative_float, default=1.0, metavar='STDDEV',
+                       help='Learning-rate noise standard deviation (default: 1.0).')
+    group.add_argument('--lr-cycle-mul', type=positive_float, default=1.0, metavar='MULT',
+                       help='Cycle length multiplier of cyclic schedules (default: 1.0).')
+    group.add_argument('--lr-cycle-decay', type=positive_float, default=0.5, metavar='MULT',
+                       help='Learning-rate decay per cycle (default: 0.5).')
+    group.add_argument('--lr-cycle-limit', type=positive_int, default=1, metavar='N',
+                       help='Cycles of cyclic schedules (default: 1).')
+    group.add_argument('--lr-k-decay', type=positive_float, default=1.0,
+                       help='k-decay of cosine and poly schedules (default: 1.0).')
     group.add_argument('--epochs', type=positive_int, default=10, metavar='N', help='Epochs to train.')
     group.add_argument('--decay-milestones', type=non_negative_int, nargs='+', default=[35, 70, 95], metavar='EPOCH',
                        help='Epochs at which multistep schedules decay (Xie & Yuille: 35 70 95 of 110).')
+    group.add_argument('--decay-epochs', type=positive_float, default=90, metavar='N',
+                       help='Epochs between decays of the step schedule (default: 90).')
     group.add_argument('--decay-rate', type=positive_float, default=0.1, metavar='RATE', help='Step decay factor.')
     group.add_argument('--warmup-epochs', type=non_negative_int, default=0, metavar='N', help='Linear warm-up epochs.')
+    group.add_argument('--warmup-prefix', action='store_true',
+                       help='Warm up before the schedule instead of over its first epochs.')
+    group.add_argument('--cooldown-epochs', type=non_negative_int, default=0, metavar='N',
+                       help='Epochs at --min-lr after a cyclic schedule ends, added to --epochs (default: 0).')
+    group.add_argument('--patience-epochs', type=non_negative_int, default=10, metavar='N',
+                       help='Patience of the plateau schedule (default: 10).')
     group.add_argument('--warmup-lr', type=non_negative_float, default=1e-5, metavar='LR',
                        help='Warm-up start learning rate.')
     group.add_argument('--min-lr', type=non_negative_float, default=0.0, metavar='LR',
@@ -216,12 +338,15 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
                             'bfloat16, which needs neither.')
     group.add_argument('--model-ema', action='store_true', help='Keep an exponential moving average of weights.')
     group.add_argument('--model-ema-decay', type=open_fraction, default=0.9998, help='EMA decay.')
+    group.add_argument('--model-ema-warmup', action='store_true', help='Warm the EMA decay up over the first updates.')
     group.add_argument('--output', default='output/train', type=str, metavar='DIR', help='Output root folder.')
     group.add_argument('--experiment', default='', type=str, metavar='NAME', help='Run folder name under --output.')
     defaults = ', '.join(f'{name}: {task.default_eval_metric}' for name, task in TASKS.items())
     group.add_argument('--eval-metric', default=None, type=str, metavar='METRIC',
                        help=f'Validation metric that ranks checkpoints (default: the method\'s; {defaults}).')
     group.add_argument('--checkpoint-hist', type=positive_int, default=3, metavar='N', help='Checkpoints kept.')
+    group.add_argument('--recovery-interval', type=non_negative_int, default=0, metavar='N',
+                       help='Write a recovery checkpoint every N optimizer updates (0: never).')
     group.add_argument('--log-interval', type=non_negative_int, default=50, metavar='N',
                        help='Batches between log lines.')
     group.add_argument('--no-progress', action='store_true',
@@ -231,7 +356,7 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
                             '(pip install "timm-advnorm[wandb]"; WANDB_MODE=offline logs without a network).')
     group.add_argument('--wandb-project', default=None, type=str, metavar='NAME',
                        help='Weights & Biases project (default: wandb\'s).')
-    group.add_argument('--wandb-tags', default=[], type=str, nargs='+', metavar='TAG', help='Weights & Biases tags.')
+    group.add_argument('--wandb-tags', default=[], type=str, nargs='*', metavar='TAG', help='Weights & Biases tags.')
     group.add_argument('--wandb-resume-id', default='', type=str, metavar='ID',
                        help='Continue this Weights & Biases run (with --resume).')
     group.add_argument('--plan', action='store_true',

@@ -42,6 +42,8 @@ _PROC_STATUS = Path('/proc/self/status')
 _PROC_CLEAR_REFS = Path('/proc/self/clear_refs')
 # Writing this to clear_refs resets the process's peak resident set size (Linux >= 4.0).
 _RESET_PEAK_RSS = '5'
+# Peak above the resident memory right after a reset that took effect (pages touched between the two reads).
+_RESET_SLACK = 8 * 2 ** 20
 
 
 def _proc_status_bytes(key: str) -> Optional[int]:
@@ -59,16 +61,24 @@ def _max_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == 'darwin' else 1024)
 
 
-def reset_peak_memory(device: torch.device) -> None:
+def reset_peak_memory(device: torch.device) -> bool:
     """Start a new peak: the CUDA allocator's, or on CPU the process's peak resident memory where the kernel lets a
-    process reset it (Linux); elsewhere the CPU peak stays the one since the process started."""
+    process reset it (Linux); elsewhere the CPU peak stays the one since the process started.
+
+    Returns:
+        Whether the peak now starts here (False where the kernel refused or ignored the CPU reset).
+    """
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
-    elif _PROC_CLEAR_REFS.exists():
-        try:
-            _PROC_CLEAR_REFS.write_text(_RESET_PEAK_RSS)
-        except OSError:  # a sandbox may refuse it: the peak then counts from the process's start
-            pass
+        return True
+    if not _PROC_CLEAR_REFS.exists():
+        return False
+    try:
+        _PROC_CLEAR_REFS.write_text(_RESET_PEAK_RSS)
+    except OSError:  # a sandbox may refuse it: the peak then counts from the process's start
+        return False
+    peak, now = _proc_status_bytes('VmHWM'), _proc_status_bytes('VmRSS')
+    return peak is not None and now is not None and peak - now <= _RESET_SLACK
 
 
 def peak_memory_bytes(device: torch.device) -> int:

@@ -24,9 +24,7 @@ from typing import List, Optional, Tuple
 
 import torch
 import yaml
-from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
-from timm.optim import create_optimizer_v2
-from timm.scheduler import create_scheduler_v2
+from timm.data import create_dataset, create_loader, create_transform, resolve_data_config
 from timm.task import load_task_ema_checkpoint, resume_task_checkpoint
 from timm.utils import CheckpointSaver, init_distributed_device, random_seed, setup_default_logging, update_summary
 from timm.utils.checkpoint_saver import load_checkpoint_metadata
@@ -43,11 +41,16 @@ from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_
 from ..hub.checkpoint import check_checkpoint_file
 from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
 from ..task import get_task_class, running_stats_active, use_running_statistics
+from .accumulation import GradientAccumulation
 from .args import parse_args
 from .budget import RunBudget, count_budget, peak_memory_bytes, plan_budget, reset_peak_memory, write_budget
+from .data_options import create_mixup, data_config_args, dataset_kwargs, train_loader_kwargs
+from .distribute_bn import distribute_bn
+from .loop import (DivergenceError, LossScaler, NonFiniteGuard, check_finite_state, eval_metric_for, metric_names,
+                   train_one_epoch, validate, validation_message)
+from .model_options import architecture_kwargs, create_model_kwargs, init_classifier_head, set_batchnorm_options
+from .optimization import create_run_optimizer, create_run_scheduler, run_learning_rate
 from .tracking import WandbRun, import_wandb
-from .loop import (DivergenceError, LossScaler, NonFiniteGuard, check_finite_state, eval_metric_for, metric_names, train_one_epoch,
-                   validate, validation_message)
 
 __all__ = ['main', 'epoch_schedule', 'new_run_folder', 'run']
 
@@ -67,8 +70,10 @@ def _check_args(args) -> None:
     """Checks between arguments (each numeric argument's own range is its parser type's), the method's included."""
     if args.running_stats_epochs > args.epochs:
         raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
-    if args.scale[0] > args.scale[1]:
-        raise ValueError(f'--scale is a range: its lower bound {args.scale[0]} is above its upper {args.scale[1]}.')
+    for name in ('scale', 'ratio', 'cutmix_minmax'):
+        low, high = getattr(args, name) or (0, 0)
+        if low > high:
+            raise ValueError(f'--{name.replace("_", "-")} is a range: its lower bound {low} is above its upper {high}.')
     get_task_class(args.method).check_args(args)
     if args.resume and not os.path.isfile(args.resume):
         raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
@@ -267,6 +272,31 @@ def _resumed_budget(output_dir: str, budget: RunBudget, start_epoch: int) -> Run
     return budget.with_measured(yaml.safe_load(Path(path).read_text()) or {}, start_epoch)
 
 
+def _with_values(args_text: str, **values) -> str:
+    """The arguments' YAML text with `values` set: what the run resolved (learning rate, metric) is what it saves."""
+    return yaml.safe_dump({**yaml.safe_load(args_text), **values}, default_flow_style=False)
+
+
+def _model_config(model, args) -> dict:
+    """`model_config` with the creation arguments that shape the model (``--gp``, ``--model-kwargs``), which a loaded
+    checkpoint is rebuilt with."""
+    config = model_config(model)
+    shaping = architecture_kwargs(args)
+    if shaping:
+        config['model_args'] = {**config.get('model_args', {}), **shaping}
+    return config
+
+
+def _distribute_bn_statistics(task, args) -> None:
+    """``--dist-bn``: the same BN running statistics on every process, of the model and its EMA, after an epoch of
+    distributed training without ``--sync-bn`` (both mixture-BN branches)."""
+    if not args.distributed or args.sync_bn or not args.dist_bn:
+        return
+    distribute_bn(task.trainable_module, args.dist_bn)
+    if task.has_ema():
+        distribute_bn(task.get_eval_model(ema=True), args.dist_bn)
+
+
 def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
@@ -276,6 +306,11 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     args.device = _resolve_device(args.device)
     device = init_distributed_device(args)
     random_seed(args.seed, args.rank)
+    learning_rate = run_learning_rate(args)
+    args.lr = learning_rate.lr
+    args_text = _with_values(args_text, lr=args.lr)
+    if args.rank == 0:
+        _logger.info(learning_rate.describe())
     amp_dtype = AMP_DTYPES[args.amp_dtype] if args.amp else None
     if args.log_wandb:
         import_wandb()  # missing, an error now rather than after the set-up
@@ -292,10 +327,9 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
         check_pretrained_option(args.model, num_classes, args.reset_classifier, '--initial-checkpoint')
     model = create_model_from_name_or_checkpoint(
         args.model, args.initial_checkpoint or None, pretrained=args.pretrained,
-        reset_classifier=args.reset_classifier, num_classes=num_classes, drop_rate=args.drop,
-        **({'drop_path_rate': args.drop_path} if args.drop_path is not None else {}))
-    data_config = resolve_data_config(
-        dict(img_size=args.img_size, mean=args.mean, std=args.std), model=model, verbose=args.rank == 0)
+        reset_classifier=args.reset_classifier, num_classes=num_classes, **create_model_kwargs(args))
+    init_classifier_head(model, args.head_init_scale, args.head_init_bias)
+    data_config = resolve_data_config(data_config_args(args), model=model, verbose=args.rank == 0)
     record_preprocessing(model, data_config)
     if has_mixture_bn(model):  # the methods' single-route passes run on the default route: the clean branch
         set_inference_branch(model, 'clean')
@@ -303,31 +337,27 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
 
     if args.sync_bn and args.distributed:
         model = convert_sync_mixture_bn(model)
+    set_batchnorm_options(model, momentum=args.bn_momentum, eps=args.bn_eps)
     model.to(device)
     if args.channels_last:
         model.to(memory_format=torch.channels_last)
     if args.grad_checkpointing:  # BN statistics guarded: recomputed blocks count no batch twice
         set_grad_checkpointing(model)
 
-    mixup_fn = None
-    if args.mixup > 0 or args.cutmix > 0:
-        mixup_fn = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, prob=args.mixup_prob,
-                         switch_prob=args.mixup_switch_prob, label_smoothing=args.smoothing, num_classes=num_classes)
+    mixup_fn = create_mixup(args, num_classes)
     task = get_task_class(args.method).from_args(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn,
                                                  amp_dtype=amp_dtype, device=device, verbose=args.rank == 0)
     task.to(device)
     loss_scaler = _loss_scaler(task, amp_dtype, device)
     if args.eval_metric is None:  # the method's own; resolved before the resume check and saved with the run
         args.eval_metric = eval_metric_for(task)
-        args_text = yaml.safe_dump({**yaml.safe_load(args_text), 'eval_metric': args.eval_metric},
-                                   default_flow_style=False)
+        args_text = _with_values(args_text, eval_metric=args.eval_metric)
     # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing, padding and the
     # branch its checkpoints are ranked by (mixture BN), which a loaded checkpoint then runs on
     with route(model, ranked_branch(args.eval_metric)):
-        setattr(args, MODEL_CONFIG_ARG, model_config(model))
+        setattr(args, MODEL_CONFIG_ARG, _model_config(model, args))
 
-    optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
-                                    momentum=args.momentum)
+    optimizer = create_run_optimizer(model, args)
     start_epoch = 0
     if args.resume:
         _check_resume_args(args, vars(load_checkpoint_metadata(args.resume).get('args') or argparse.Namespace()))
@@ -335,7 +365,7 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
                                          loss_scaler=loss_scaler, log_info=args.rank == 0)
         start_epoch = resumed or 0
     if args.model_ema:  # after resuming: the EMA starts from the checkpoint's EMA, else from the resumed weights
-        task.setup_ema(decay=args.model_ema_decay, device=device)
+        task.setup_ema(decay=args.model_ema_decay, use_warmup=args.model_ema_warmup, device=device)
         if args.resume:
             load_task_ema_checkpoint(task, args.resume)
 
@@ -346,39 +376,42 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     if mixup_fn is not None and mixed_rows % 2:
         raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '
                          f'(change --batch-size).')
+    data_options = dataset_kwargs(args)
     train_set = create_dataset(dataset_name, root=train_root, split=args.train_split, search_split=search,
-                               is_training=True, batch_size=batch_size)
+                               is_training=True, batch_size=batch_size, seed=args.seed, **data_options)
     val_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
-                             batch_size=batch_size)
+                             batch_size=batch_size, **data_options)
     found = _dataset_classes(train_set)
     if found is not None and found > num_classes:
         raise ValueError(f'The training data has {found} classes but the model {num_classes} (--num-classes).')
-    common = dict(input_size=data_config['input_size'], interpolation=data_config['interpolation'],
-                  mean=data_config['mean'], std=data_config['std'], num_workers=args.workers,
-                  distributed=args.distributed, crop_pct=data_config['crop_pct'], device=device,
-                  use_prefetcher=False, persistent_workers=False)
-    loader_train = create_loader(train_set, batch_size=batch_size, is_training=True, no_aug=args.no_aug,
-                                 scale=args.scale, hflip=args.hflip, **common)
+    common = dict(input_size=data_config['input_size'], mean=data_config['mean'], std=data_config['std'],
+                  num_workers=args.workers, distributed=args.distributed, crop_pct=data_config['crop_pct'],
+                  device=device, use_prefetcher=False, persistent_workers=False, pin_memory=args.pin_mem)
+    # augmentation on the clean images, before any attack
+    loader_train = create_loader(train_set, batch_size=batch_size, is_training=True, **train_loader_kwargs(args),
+                                 **common)
+    updates_per_epoch = GradientAccumulation(len(loader_train), args.grad_accum_steps).updates_per_epoch
+    scheduler, epochs = create_run_scheduler(optimizer, args, epochs, milestones, updates_per_epoch)
     _check_steps(args, len(loader_train), len(train_set), batch_size, start_epoch, epochs)
     val_batch_size = args.validation_batch_size or args.batch_size
-    loader_val = create_loader(val_set, batch_size=val_batch_size, **common)
+    loader_val = create_loader(val_set, batch_size=val_batch_size, interpolation=data_config['interpolation'],
+                               **common)
     loader_robust = loader_val
     if args.num_samples is not None:
-        robust_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search)
+        robust_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
+                                    **data_options)
         robust_set.transform = create_transform(**{k: data_config[k] for k in (
             'input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')})
         shard = fixed_subset(robust_set, args.num_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
-        loader_robust = DataLoader(shard, batch_size=val_batch_size, num_workers=args.workers)
-
-    scheduler, _ = create_scheduler_v2(
-        optimizer, sched=args.sched, num_epochs=epochs, decay_milestones=milestones, decay_rate=args.decay_rate,
-        warmup_epochs=args.warmup_epochs, warmup_lr=args.warmup_lr, min_lr=args.min_lr,
-        updates_per_epoch=len(loader_train))
-    if start_epoch:
+        loader_robust = DataLoader(shard, batch_size=val_batch_size, num_workers=args.workers,
+                                   pin_memory=args.pin_mem)
+    if start_epoch and args.sched_on_updates:
+        scheduler.step_update(start_epoch * updates_per_epoch)
+    elif start_epoch:
         scheduler.step(start_epoch)
 
     if args.torchcompile:
-        task.compile(backend=args.torchcompile)
+        task.compile(backend=args.torchcompile, mode=args.torchcompile_mode)
     world_size = args.plan_world_size or args.world_size
     if args.plan:  # one measured step, on the task before it is wrapped for distributed training
         budget = plan_budget(task, optimizer, _first_batch(loader_train, device), train_images=len(train_set),
@@ -427,6 +460,8 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
             if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
                 loader_train.sampler.set_epoch(epoch)
             running = running_stats_active(epoch, epochs, running_stats_epochs)
+            if mixup_fn is not None and args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
+                mixup_fn.mixup_enabled = False
             reset_peak_memory(device)
             epoch_start = time.perf_counter()
             train_metrics = train_one_epoch(
@@ -434,7 +469,10 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
                 clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
                 before_forward=(lambda: use_running_statistics(model)) if running else None,
                 log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed, guard=guard,
-                progress=args.rank == 0 and not args.no_progress and show_progress(), loss_scaler=loss_scaler)
+                progress=args.rank == 0 and not args.no_progress and show_progress(), loss_scaler=loss_scaler,
+                grad_accum_steps=args.grad_accum_steps, recovery_interval=args.recovery_interval,
+                recovery=(lambda update: saver.save_recovery(epoch, batch_idx=update)) if args.rank == 0 else None)
+            _distribute_bn_statistics(task, args)
             train_metrics['seconds'] = time.perf_counter() - epoch_start
             train_metrics['peak_memory_mb'] = peak_memory_bytes(device) / 2 ** 20
             train_metrics['running_stats'] = float(running)

@@ -1,0 +1,105 @@
+"""The ``split`` route equals two separate batch norms on its row blocks: outputs, gradients, running statistics."""
+import copy
+from typing import Optional
+
+import pytest
+import torch
+import torch.nn as nn
+
+from timm_advnorm.layers import route
+from timm_advnorm.layers.mixture_bn import MixtureBatchNorm2d
+
+BATCH, CHANNELS = 6, 4
+
+
+def _layer(momentum: Optional[float] = 0.1, affine: bool = True, track_running_stats: bool = True
+           ) -> MixtureBatchNorm2d:
+    """A mixture-BN layer whose branches differ in every parameter and statistic (and have counted batches)."""
+    torch.manual_seed(0)
+    layer = MixtureBatchNorm2d(CHANNELS, momentum=momentum, affine=affine, track_running_stats=track_running_stats)
+    with torch.no_grad():
+        for bn in (layer, layer.adv_bn):
+            for t in (bn.weight, bn.bias, bn.running_mean):
+                if t is not None:
+                    t.copy_(torch.randn(CHANNELS))
+            if bn.running_var is not None:
+                bn.running_var.copy_(torch.rand(CHANNELS) + 0.5)
+                bn.num_batches_tracked.fill_(int(torch.randint(1, 5, ())))
+    return layer
+
+
+def _branches(layer: MixtureBatchNorm2d) -> nn.ModuleList:
+    """The layer's clean and adversarial branches as two plain, independent batch norms."""
+    clean = nn.BatchNorm2d(CHANNELS, momentum=layer.momentum, affine=layer.affine,
+                           track_running_stats=layer.track_running_stats)
+    clean.load_state_dict({k: v for k, v in layer.state_dict().items() if not k.startswith('adv_bn.')})
+    return nn.ModuleList([clean, copy.deepcopy(layer.adv_bn)])
+
+
+def _input(channels_last: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    x = (torch.randn(BATCH, CHANNELS, 5, 5, generator=torch.Generator().manual_seed(1)) * 3 + 1).to(dtype)
+    return x.to(memory_format=torch.channels_last) if channels_last else x
+
+
+def _run(norm, x: torch.Tensor, upstream: torch.Tensor):
+    """Output of `norm` on a leaf copy of `x`, and the gradient of ``(output * upstream).sum()`` to that input."""
+    x = x.detach().clone().requires_grad_(True)
+    out = norm(x)
+    (out.float() * upstream).sum().backward()
+    return out, x.grad
+
+
+def _assert_same_state(layer: MixtureBatchNorm2d, branches: nn.ModuleList) -> None:
+    for ours, theirs in zip((layer, layer.adv_bn), branches):
+        for name in ('weight', 'bias'):
+            ours_grad = getattr(getattr(ours, name), 'grad', None)
+            their_grad = getattr(getattr(theirs, name), 'grad', None)
+            assert (ours_grad is None) == (their_grad is None), name
+            if ours_grad is not None:
+                torch.testing.assert_close(ours_grad, their_grad, msg=name)
+        for name in ('running_mean', 'running_var', 'num_batches_tracked'):
+            theirs_buffer = getattr(theirs, name)
+            if theirs_buffer is None:
+                assert getattr(ours, name) is None
+            else:
+                torch.testing.assert_close(getattr(ours, name), theirs_buffer, rtol=0, atol=1e-6, msg=name)
+
+
+def _check_against_reference(layer: MixtureBatchNorm2d, x: torch.Tensor, n_clean: int, training: bool) -> None:
+    branches = _branches(layer)
+    layer.train(training)
+    branches.train(training)
+    upstream = torch.randn(x.shape, generator=torch.Generator().manual_seed(2))
+
+    def reference(inputs: torch.Tensor) -> torch.Tensor:
+        blocks = (inputs[:n_clean], inputs[n_clean:])
+        return torch.cat([bn(block) for bn, block in zip(branches, blocks) if len(block)])
+
+    with route(layer, 'split', n_clean=n_clean):
+        out, grad = _run(layer, x, upstream)
+    expected_out, expected_grad = _run(reference, x, upstream)
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(grad, expected_grad)
+    assert out.is_contiguous(memory_format=torch.channels_last) == x.is_contiguous(memory_format=torch.channels_last)
+    _assert_same_state(layer, branches)
+
+
+@pytest.mark.parametrize('training', [True, False])
+@pytest.mark.parametrize('channels_last', [False, True])
+@pytest.mark.parametrize('n_clean', [0, 1, 3, BATCH - 1, BATCH])
+def test_split_route_equals_two_batch_norms(n_clean, channels_last, training):
+    _check_against_reference(_layer(), _input(channels_last), n_clean, training)
+
+
+@pytest.mark.parametrize('momentum, affine, track_running_stats', [
+    (None, True, True), (0.1, False, True), (0.1, True, False)])
+def test_split_route_equals_two_batch_norms_in_every_configuration(momentum, affine, track_running_stats):
+    """Cumulative-average momentum (each branch at its own count), no affine parameters, no running statistics."""
+    for training in (True, False):
+        _check_against_reference(_layer(momentum, affine, track_running_stats), _input(False), 2, training)
+
+
+def test_split_route_on_bfloat16_input_with_float_parameters():
+    """What a bfloat16 autocast convolution hands the layer."""
+    _check_against_reference(_layer(), _input(True, torch.bfloat16), 4, True)
+

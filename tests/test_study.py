@@ -1,0 +1,149 @@
+"""timm-advnorm-study: a two-cell study on the digits end to end (table, plot, resumability), and every shipped
+study's grid parsed by the training and evaluation commands."""
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from timm_advnorm.eval.args import parse_args as parse_validate_args
+from timm_advnorm.study import cell_state, expand_cells, list_studies, load_study
+from timm_advnorm.study.runner import InProcessCommands, SubmititLauncher, run_cell
+from timm_advnorm.study.script import main
+from timm_advnorm.train.args import parse_args as parse_train_args
+
+# Two cells, clean (vanilla) and adversarial (madry) training: 1 epoch (PGD-1) at 16 px, PGD-2 on 48 digits.
+_TRAIN = dict(model='tiny_bn_resnet', img_size=16, epochs=1, batch_size=64, workers=0, hflip=0.0,
+              attack_steps=1, attack_step=8.0, attack_eps=8.0, val_attack_steps=1, num_samples=16, log_interval=0,
+              no_progress=True)
+_VALIDATE = dict(dataset='digits', attacks=['pgd'], attack_eps=8.0, attack_step=4.0, attack_steps=[2], num_samples=48,
+                 workers=0, batch_size=48, sanity_samples=0, no_progress=True)
+
+
+def _study(tmp_path: Path, digits_dir: Path, epochs: int = 1) -> Path:
+    spec = dict(
+        title='Two cells', paper='test',
+        scales=dict(digits=dict(train=dict(_TRAIN, epochs=epochs, data_dir=str(digits_dir)),
+                                validate=dict(_VALIDATE, data_dir=str(digits_dir)), seeds=[3])),
+        grid=[dict(axes=dict(method=['vanilla', 'madry']))],
+        findings=[dict(claim='Adversarial training raises robustness', paper='0 vs 40', metric='robust',
+                       higher=dict(method='madry'), lower=dict(method='vanilla'))],
+        plot=dict(kind='bar', x='method', y=['robust', 'clean'], title='robust and clean accuracy'))
+    path = tmp_path / 'two_cells.yaml'
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _mtimes(run_dir: Path):
+    return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+
+
+def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_dir):
+    study = _study(tmp_path, digits_dir)
+    out = tmp_path / 'out'
+    cells = expand_cells(load_study(study), 'digits', out / 'two_cells-digits')
+    assert main([str(study), '--output', str(out), '--max-cells', '0']) == 0  # the table alone
+    assert [cell_state(c) for c in cells] == ['new', 'new']
+    assert main([str(study), '--output', str(out), '--max-cells', '1']) == 0
+    assert [cell_state(c) for c in cells] == ['evaluated', 'new']
+    first = _mtimes(cells[0].run_dir)
+    table = (out / 'two_cells-digits' / 'results.md').read_text()
+    assert 'not run' in table  # the finding needs both cells
+
+    assert main([str(study), '--output', str(out)]) == 0
+    assert [cell_state(c) for c in cells] == ['evaluated', 'evaluated']
+    assert _mtimes(cells[0].run_dir) == first, 'the evaluated cell was run again'
+    study_dir = out / 'two_cells-digits'
+    with open(study_dir / 'results.csv') as f:
+        rows = list(csv.DictReader(f))
+    assert [row['method'] for row in rows] == ['vanilla', 'madry']
+    for row, cell, passes in zip(rows, cells, (1.0, 2.0)):  # madry: PGD-1 and the adversarial pass
+        results = json.loads(cell.results_file.read_text())
+        assert float(row['robust_mean']) == pytest.approx(results['robust_top1'])
+        assert float(row['clean_mean']) == pytest.approx(results['top1'])
+        assert float(row['vanilla_epochs']) == passes  # one epoch
+    with open(study_dir / 'findings.csv') as f:
+        (finding,) = list(csv.DictReader(f))
+    gap = float(rows[1]['robust_mean']) - float(rows[0]['robust_mean'])
+    assert float(finding['gap']) == pytest.approx(gap)
+    assert finding['held'].startswith('yes' if gap > 0 else 'no')
+    assert (study_dir / 'study.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_evaluates(tmp_path, digits_dir):
+    spec = load_study(_study(tmp_path, digits_dir, epochs=2))
+    cell = expand_cells(spec, 'digits', tmp_path / 'study')[0]
+    from timm_advnorm.train.script import main as train_main
+    assert train_main(list(cell.train_argv)) == 0
+    assert cell_state(cell) == 'trained'
+    # as if killed after the first epoch: its checkpoint is the last, its summary row the only one
+    shutil.copy(cell.run_dir / 'checkpoint-0.pth.tar', cell.checkpoint)
+    summary = (cell.run_dir / 'summary.csv').read_text().splitlines()
+    (cell.run_dir / 'summary.csv').write_text('\n'.join(summary[:2]) + '\n')
+    assert cell_state(cell) == 'interrupted'
+
+    assert run_cell(cell, InProcessCommands()) == 'interrupted'
+    assert cell_state(cell) == 'evaluated'
+    assert (cell.run_dir / 'args-resumed-epoch1.yaml').is_file()  # resumed in its own folder, at epoch 1
+    assert len((cell.run_dir / 'summary.csv').read_text().splitlines()) == 3
+
+    for name in ('results.json', 'results.csv', 'eval_state.jsonl'):  # as if never evaluated
+        (cell.run_dir / name).unlink()
+    trained = _mtimes(cell.run_dir)
+    assert run_cell(cell, InProcessCommands()) == 'trained'
+    assert cell.results_file.is_file()
+    assert (cell.run_dir / 'last.pth.tar').stat().st_mtime_ns == trained['last.pth.tar'], 'retrained'
+
+
+def test_submitit_launcher_runs_the_pending_cells(tmp_path, digits_dir):
+    pytest.importorskip('submitit')
+    spec = load_study(_study(tmp_path, digits_dir))
+    cells = expand_cells(spec, 'digits', tmp_path / 'study')
+    launcher = SubmititLauncher(tmp_path / 'submitit', cluster='debug')
+    assert launcher.run(cells, InProcessCommands(), max_cells=1) == cells[:1]
+    assert [cell_state(c) for c in cells] == ['evaluated', 'new']
+
+
+def test_dry_run_lists_commands_and_budget_without_training(tmp_path, digits_dir, capsys):
+    out = tmp_path / 'out'
+    assert main([str(_study(tmp_path, digits_dir)), '--output', str(out), '--dry-run']) == 0
+    text = capsys.readouterr().out
+    assert text.count('train_adv.py ') == 2 and text.count('validate_adv.py ') == 2
+    # one epoch of 1438 digits in whole batches of 64 (22 steps): 1 pass per image (vanilla), 2 (madry, PGD-1)
+    assert '1 passes/image x 1,408 images x 1 epochs = 1,408 passes' in text
+    assert '2 passes/image x 1,408 images x 1 epochs = 2,816 passes' in text
+    assert not out.exists()
+
+
+@pytest.mark.parametrize('name', list_studies())
+@pytest.mark.parametrize('scale', ['digits', 'imagenet'])
+def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, tmp_path):
+    spec = load_study(name)
+    cells = expand_cells(spec, scale, tmp_path, data_dir='/data/imagenet' if scale == 'imagenet' else None)
+    assert len({c.id for c in cells}) == len(cells) > 1
+    for cell in cells:
+        args, _ = parse_train_args(list(cell.train_argv))
+        assert args.seed == cell.seed and args.output == str(tmp_path / 'cells') and args.experiment == cell.id
+        validate = parse_validate_args(list(cell.validate_argv))
+        assert validate.checkpoint == str(cell.checkpoint)
+    for finding in spec.findings:  # every finding compares cells of the grid
+        assert any(all(c.labels.get(k) == v for k, v in finding.higher.items()) for c in cells), finding.claim
+        assert any(all(c.labels.get(k) == v for k, v in finding.lower.items()) for c in cells), finding.claim
+
+
+@pytest.mark.parametrize('problem, message', [
+    (dict(grid=[]), 'grid must be a non-empty list'),
+    (dict(scales=dict(cifar={})), 'scales must be some of'),
+    (dict(plot=dict(kind='pie', x='clean_ratio')), 'plot.kind must be one of'),
+    (dict(findings=[dict(claim='c', paper='p', metric='robust', higher=dict(depth=1), lower={})]), 'not axes'),
+    (dict(findings=[dict(claim='c', paper='p', metric='loss', higher={}, lower={})]), 'use clean, robust or attack'),
+])
+def test_bad_study_file_is_one_line_error(tmp_path, digits_dir, problem, message, capsys):
+    path = _study(tmp_path, digits_dir)
+    spec = {**yaml.safe_load(path.read_text()), **problem}
+    path.write_text(yaml.safe_dump(spec))
+    from timm_advnorm.study.script import run
+    assert run(argv=[str(path), '--dry-run']) == 2
+    assert message in capsys.readouterr().err

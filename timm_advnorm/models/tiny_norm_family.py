@@ -1,0 +1,222 @@
+"""A tiny ResNet family in which only the normalization differs: the fair small-scale comparison of the papers.
+
+The seed papers compare normalizations at equal architecture: BN vs mixture BN vs GN (Xie & Yuille, ICLR 2020, §4.2
+and §4.3), BN vs no BN (Galloway et al., 2019) and BN vs normalizer-free (Wang et al., NoFrost, ICML 2022, Table 3).
+The other tiny ``test_*`` models differ in layout and size (``test_nfr_resnet`` is timm's NF bottleneck layout with
+56K parameters against ``test_resnet``'s 374K), so a comparison of them measures the layout as much as the
+normalization. These models share one layout: a 3x3 stem and four stages of one basic block (two 3x3 convolutions),
+widths 16, 32, 64, 96, stride 2 from the second stage on (32x32 input: a 4x4 last stage, enough for per-image
+statistics), global pooling and a linear head.
+
+* ``tiny_bn_resnet``: batch norm. ``tiny_mbn_resnet``: mixture BN (one BN per domain; ``--method mbn``).
+* ``tiny_gn_resnet``: group norm, 8 groups. ``tiny_in_resnet``: affine instance norm.
+* ``tiny_nf_resnet``: normalizer-free (Brock et al., ICLR 2021, as timm's NF-ResNets): weight-standardized
+  convolutions with a learned gain, gamma-scaled ReLU, pre-activation residual blocks ``x + α·f(x/β)`` whose β
+  tracks the expected signal variance, and a zero-initialised residual gain (SkipInit).
+
+Each normalized block zero-initialises its last norm's scale and the NF block its residual gain, so every member
+starts as the same near-identity residual network. A norm layer's scale and shift and an NF convolution's gain and
+bias are two values per output channel each, so the normalized members have the same parameter count (~0.22M; the
+mixture-BN one adds its adversarial BN, +0.6%) and the NF member is within 0.1% of it.
+"""
+from functools import partial
+from typing import Any, Callable, Dict, Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.layers import ClassifierHead, GroupNorm, ScaledStdConv2d
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+
+from ..layers import MixtureBatchNorm2d
+from ..layers.routing import check_inference_branch, set_inference_branch
+from ._cfg import XIE_YUILLE_2020, resnet_cfg
+from .norm_resnet import AffineInstanceNorm2d
+
+__all__ = ['NORM_LAYERS', 'NormBlock', 'NormFreeBlock', 'TinyNormResNet']
+
+#: The normalizations of the family by name; ``None`` is the normalizer-free member.
+NORM_LAYERS: Dict[str, Optional[Callable[[int], nn.Module]]] = {
+    'bn': nn.BatchNorm2d,
+    'mbn': MixtureBatchNorm2d,
+    'gn': partial(GroupNorm, num_groups=8),
+    'in': AffineInstanceNorm2d,
+    'nf': None,
+}
+
+_WIDTHS = (16, 32, 64, 96)
+_STEM_WIDTH = 16
+# NF-ResNet residual scale α (Brock et al. 2021).
+_NF_ALPHA = 0.2
+# ReLU's output scaled to unit variance for a unit Gaussian input (timm's NF-ResNets use the same constant).
+_RELU_GAMMA = 1.7139588594436646
+
+
+def _scaled_relu(x: torch.Tensor) -> torch.Tensor:
+    """ReLU with a variance-preserving gain, the activation of NF-ResNets."""
+    return F.relu(x) * _RELU_GAMMA
+
+
+class NormBlock(nn.Module):
+    """Basic residual block, post-activation: ``act(norm(conv(act(norm(conv(x))))) + shortcut(x))``."""
+
+    def __init__(self, in_chs: int, out_chs: int, stride: int, norm_layer: Callable[[int], nn.Module]):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_chs, out_chs, 3, stride=stride, padding=1, bias=False)
+        self.norm1 = norm_layer(out_chs)
+        self.conv2 = nn.Conv2d(out_chs, out_chs, 3, padding=1, bias=False)
+        self.norm2 = norm_layer(out_chs)
+        self.act = nn.ReLU(inplace=True)
+        self.shortcut = nn.Identity() if stride == 1 and in_chs == out_chs else nn.Sequential(
+            nn.Conv2d(in_chs, out_chs, 1, stride=stride, bias=False), norm_layer(out_chs))
+        nn.init.zeros_(self.norm2.weight)  # starts as the identity plus shortcut, like timm's zero_init_last
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.act(self.norm1(self.conv1(x)))
+        return self.act(self.norm2(self.conv2(out)) + self.shortcut(x))
+
+
+class NormFreeBlock(nn.Module):
+    """Normalizer-free basic block, pre-activation: ``x + α·g·f(act(x)/β)`` (Brock et al. 2021).
+
+    Args:
+        beta: Expected standard deviation of the block's input, which the block divides it by.
+        alpha: Growth of the signal variance per block (``α²``).
+    """
+
+    def __init__(self, in_chs: int, out_chs: int, stride: int, beta: float, alpha: float = _NF_ALPHA):
+        super().__init__()
+        conv = partial(ScaledStdConv2d, eps=1e-5)
+        self.beta = beta
+        self.alpha = alpha
+        self.conv1 = conv(in_chs, out_chs, 3, stride=stride, padding=1)
+        self.conv2 = conv(out_chs, out_chs, 3, padding=1)
+        self.shortcut = None if stride == 1 and in_chs == out_chs else conv(in_chs, out_chs, 1, stride=stride)
+        self.skip_gain = nn.Parameter(torch.zeros(()))  # SkipInit: the block starts as the identity
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = _scaled_relu(x) / self.beta
+        shortcut = x if self.shortcut is None else self.shortcut(out)  # a transition block rescales the signal
+        out = self.conv2(_scaled_relu(self.conv1(out)))
+        return shortcut + out * (self.alpha * self.skip_gain)
+
+
+class TinyNormResNet(nn.Module):
+    """The family's network: stem, four one-block stages, pooled linear head.
+
+    Args:
+        norm: ``bn``, ``mbn``, ``gn``, ``in`` or ``nf`` (see `NORM_LAYERS`).
+        num_classes: Classifier outputs.
+        in_chans: Input channels.
+        widths: Channels of the four stages.
+        drop_rate: Dropout before the classifier.
+    """
+
+    def __init__(self, norm: str = 'bn', num_classes: int = 1000, in_chans: int = 3,
+                 widths: Sequence[int] = _WIDTHS, drop_rate: float = 0.0, **kwargs: Any):
+        super().__init__()
+        if norm not in NORM_LAYERS:
+            raise ValueError(f'norm must be one of {", ".join(NORM_LAYERS)}, got {norm!r}.')
+        self.num_classes = num_classes
+        self.num_features = self.head_hidden_size = widths[-1]
+        self.grad_checkpointing = False
+        norm_layer = NORM_LAYERS[norm]
+        self.norm_free = norm_layer is None  # its blocks are pre-activation: the features need a last ReLU
+        if norm_layer is None:
+            self.stem = ScaledStdConv2d(in_chans, _STEM_WIDTH, 3, padding=1, eps=1e-5)
+            blocks, expected_var, in_chs = [], 1.0, _STEM_WIDTH
+            for i, width in enumerate(widths):
+                stride = 1 if i == 0 else 2
+                if stride != 1 or in_chs != width:  # a transition block's shortcut re-standardizes the signal
+                    expected_var = 1.0
+                blocks.append(NormFreeBlock(in_chs, width, stride, beta=expected_var ** 0.5))
+                expected_var += _NF_ALPHA ** 2
+                in_chs = width
+        else:
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_chans, _STEM_WIDTH, 3, padding=1, bias=False), norm_layer(_STEM_WIDTH), nn.ReLU())
+            blocks, in_chs = [], _STEM_WIDTH
+            for i, width in enumerate(widths):
+                blocks.append(NormBlock(in_chs, width, 1 if i == 0 else 2, norm_layer))
+                in_chs = width
+        self.stages = nn.Sequential(*blocks)
+        self.head = ClassifierHead(widths[-1], num_classes, pool_type='avg', drop_rate=drop_rate)
+        for module in self.modules():
+            if isinstance(module, MixtureBatchNorm2d):
+                module.copy_clean_to_adv()  # both branches start alike, the zero-initialised scales included
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head.fc
+
+    def reset_classifier(self, num_classes: int, global_pool: str = 'avg') -> None:
+        self.num_classes = num_classes
+        self.head.reset(num_classes, pool_type=global_pool)
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stages(self.stem(x))
+        return _scaled_relu(x) if self.norm_free else x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return self.head(x, pre_logits=pre_logits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def _create_tiny(variant: str, norm: str, pretrained: bool = False, inference_branch: Optional[str] = None,
+                 **kwargs: Any) -> TinyNormResNet:
+    """Build `variant`; the mixture-BN member takes ``inference_branch`` (``clean``, default, or ``adv``)."""
+    if norm == 'mbn':
+        check_inference_branch(inference_branch or 'clean')
+    elif inference_branch is not None:
+        raise ValueError(f'{variant} has no mixture BN: inference_branch does not apply.')
+    model = build_model_with_cfg(
+        TinyNormResNet, variant, pretrained, norm=norm, feature_cfg=dict(flatten_sequential=True), **kwargs)
+    return set_inference_branch(model, inference_branch or 'clean') if norm == 'mbn' else model
+
+
+# 32x32 input (the digits); no released weights: untagged cfgs only, no hub ids.
+_cfg = partial(resnet_cfg, XIE_YUILLE_2020, input_size=(3, 32, 32), pool_size=(4, 4), crop_pct=1.0,
+               first_conv='stem.0', classifier='head.fc')
+default_cfgs = generate_default_cfgs({
+    'tiny_bn_resnet': _cfg(),
+    'tiny_mbn_resnet': _cfg(),
+    'tiny_gn_resnet': _cfg(),
+    'tiny_in_resnet': _cfg(),
+    'tiny_nf_resnet': _cfg(first_conv='stem'),
+})
+
+
+@register_model
+def tiny_bn_resnet(pretrained: bool = False, **kwargs: Any) -> TinyNormResNet:
+    """Tiny fair-family ResNet with batch norm (~0.22M parameters, 32x32 input)."""
+    return _create_tiny('tiny_bn_resnet', 'bn', pretrained, **kwargs)
+
+
+@register_model
+def tiny_mbn_resnet(pretrained: bool = False, **kwargs: Any) -> TinyNormResNet:
+    """Tiny fair-family ResNet with mixture BN."""
+    return _create_tiny('tiny_mbn_resnet', 'mbn', pretrained, **kwargs)
+
+
+@register_model
+def tiny_gn_resnet(pretrained: bool = False, **kwargs: Any) -> TinyNormResNet:
+    """Tiny fair-family ResNet with group norm (8 groups)."""
+    return _create_tiny('tiny_gn_resnet', 'gn', pretrained, **kwargs)
+
+
+@register_model
+def tiny_in_resnet(pretrained: bool = False, **kwargs: Any) -> TinyNormResNet:
+    """Tiny fair-family ResNet with affine instance norm."""
+    return _create_tiny('tiny_in_resnet', 'in', pretrained, **kwargs)
+
+
+@register_model
+def tiny_nf_resnet(pretrained: bool = False, **kwargs: Any) -> TinyNormResNet:
+    """Tiny fair-family normalizer-free ResNet (weight-standardized convolutions, SkipInit)."""
+    return _create_tiny('tiny_nf_resnet', 'nf', pretrained, **kwargs)

@@ -1,0 +1,146 @@
+"""A study's grid expanded into cells: each an ordinary `train_adv.py` run and its `validate_adv.py` evaluation.
+
+A cell is one point of a grid block's axes product at one seed. Its training arguments are the scale's recipe and
+options, the block's options and the axis values' options, in that order (later ones win), then the seed and the
+cell's run folder (``<study folder>/cells/<cell id>``); its evaluation reads that folder's ``last.pth.tar`` and
+writes ``results.json`` beside it. The argument lists are the commands' own, so a cell can be rerun by hand.
+"""
+import argparse
+import itertools
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..eval.args import get_args_parser as get_validate_parser
+from ..train.args import get_args_parser as get_train_parser
+from .spec import ScaleSpec, StudySpec
+
+__all__ = ['Cell', 'expand_cells', 'options_to_argv', 'select_cells', 'CHECKPOINT', 'RESULTS_FILE']
+
+CHECKPOINT = 'last.pth.tar'
+RESULTS_FILE = 'results.json'
+_EVAL_STATE = 'eval_state.jsonl'
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a study.
+
+    Attributes:
+        id: Unique name in the study, also its run folder's name (``family-bn_clean_ratio-0.5_seed-1``).
+        labels: The axis values of the cell.
+        seed: Its training seed.
+        run_dir: Its run folder (training outputs, evaluation results).
+        train_argv: `train_adv.py` arguments (a resumed run adds ``--resume``).
+        validate_argv: `validate_adv.py` arguments.
+    """
+
+    id: str
+    labels: Mapping[str, Any]
+    seed: int
+    run_dir: Path
+    train_argv: Tuple[str, ...]
+    validate_argv: Tuple[str, ...]
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.run_dir / CHECKPOINT
+
+    @property
+    def results_file(self) -> Path:
+        return self.run_dir / RESULTS_FILE
+
+    def commands(self, train_prog: str = 'train_adv.py', validate_prog: str = 'validate_adv.py') -> List[str]:
+        """The cell's two commands as shell lines."""
+        return [shlex.join([train_prog, *self.train_argv]), shlex.join([validate_prog, *self.validate_argv])]
+
+
+def _option_actions(parser: argparse.ArgumentParser) -> Dict[str, argparse.Action]:
+    return {option: action for action in parser._actions for option in action.option_strings}
+
+
+def options_to_argv(options: Mapping[str, Any], parser: argparse.ArgumentParser) -> List[str]:
+    """`options` (long option names with underscores, as in a ``-c`` YAML file) as command-line arguments of
+    `parser`'s command.
+
+    Raises:
+        ValueError: An option the command does not have, or a switch set false that cannot be switched off.
+    """
+    actions = _option_actions(parser)
+    argv: List[str] = []
+    for key, value in options.items():
+        flag = '--' + key.replace('_', '-')
+        action = actions.get(flag)
+        if action is None:
+            raise ValueError(f'{parser.prog} has no option {flag} (study option {key!r}).')
+        if value is None:
+            continue
+        if isinstance(action, argparse.BooleanOptionalAction):
+            argv.append(flag if value else '--no-' + flag[2:])
+        elif isinstance(action, argparse._StoreTrueAction):
+            if value:
+                argv.append(flag)
+        elif isinstance(value, Mapping):
+            argv += [flag, *(f'{k}={v}' for k, v in value.items())]
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _cell_id(labels: Mapping[str, Any], seed: int) -> str:
+    parts = [f'{axis}-{value}' for axis, value in labels.items()]
+    return '_'.join([*parts, f'seed-{seed}']).replace('/', '-').replace(' ', '-')
+
+
+def _train_options(scale: ScaleSpec, block_train: Mapping[str, Any], labels: Mapping[str, Any]) -> Dict[str, Any]:
+    options = {**scale.train, **block_train}
+    for axis, value in labels.items():
+        options.update(scale.options_for(axis, value))
+    return options
+
+
+def expand_cells(spec: StudySpec, scale_name: str, study_dir: Path, data_dir: Optional[str] = None,
+                 device: Optional[str] = None) -> List[Cell]:
+    """Every cell of `spec` at scale `scale_name`, run under `study_dir`.
+
+    Args:
+        data_dir: Dataset root for both commands (ImageNet scale); None for the built-in digits.
+        device: ``--device`` of both commands (default: theirs).
+
+    Raises:
+        ValueError: An option the commands do not have, an axis value the scale does not define, or two cells
+            with one id.
+    """
+    scale = spec.scale(scale_name)
+    train_parser, validate_parser = get_train_parser(), get_validate_parser()
+    cells_dir = Path(study_dir) / 'cells'
+    common = {'data_dir': data_dir, 'device': device}
+    cells: List[Cell] = []
+    # seed by seed, so that a run cut short (--max-cells, a deadline) has whole grids of the first seeds
+    for seed in scale.seeds:
+        for block in spec.grid:
+            for values in itertools.product(*block.axes.values()):
+                labels = dict(zip(block.axes, values))
+                cell_id = _cell_id(labels, seed)
+                run_dir = cells_dir / cell_id
+                train = {**_train_options(scale, block.train, labels), **common, 'seed': seed,
+                         'output': str(cells_dir), 'experiment': cell_id}
+                validate = {**scale.validate, **common, 'checkpoint': str(run_dir / CHECKPOINT),
+                            'results_file': str(run_dir / RESULTS_FILE), 'resume_state': str(run_dir / _EVAL_STATE)}
+                recipe = ['-c', scale.recipe] if scale.recipe else []
+                cells.append(Cell(id=cell_id, labels=labels, seed=seed, run_dir=run_dir,
+                                  train_argv=tuple(recipe + options_to_argv(train, train_parser)),
+                                  validate_argv=tuple(options_to_argv(validate, validate_parser))))
+    ids = [cell.id for cell in cells]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f'study {spec.name}: cells {", ".join(duplicates)} appear in more than one grid block.')
+    return cells
+
+
+def select_cells(cells: Sequence[Cell], selector: Mapping[str, Any]) -> List[Cell]:
+    """The cells whose labels match every axis value of `selector`."""
+    return [cell for cell in cells if all(cell.labels.get(axis) == value for axis, value in selector.items())]

@@ -1,0 +1,221 @@
+"""A study's results: each cell's numbers read from its run folder, the seeds of a grid point pooled, and the paper's
+findings checked against them, written as Markdown and CSV.
+
+A finding "held" when the cells expected higher score higher on its metric. The table also says when the gap is
+within noise: no larger than the spread over seeds, or than two images of the evaluated subset (a gap of one or
+two images is not an effect). Numbers that do not hold are shown as they are.
+"""
+import csv
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .cells import Cell, select_cells
+from .runner import TIMING_FILE
+from .spec import Finding, StudySpec
+
+__all__ = ['CellResult', 'FindingResult', 'GroupResult', 'Stat', 'check_finding', 'group_results', 'metric_title',
+           'read_cell', 'write_tables']
+
+# Gaps of this many images or fewer are noise whatever the seeds say.
+_NOISE_IMAGES = 2
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """What one evaluated cell measured.
+
+    Attributes:
+        metrics: ``clean``, ``robust`` and ``attack:<label>`` accuracies (%) of the reported variant.
+        samples: Images evaluated.
+        vanilla_epochs: The training budget in vanilla epochs: passes per image × epochs.
+        train_seconds: Wall time of its training (finished attempts).
+    """
+
+    cell: Cell
+    metrics: Mapping[str, float]
+    samples: int
+    vanilla_epochs: Optional[float]
+    train_seconds: Optional[float]
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean and sample standard deviation (0 for one value) of some values."""
+
+    values: Tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
+
+    def format(self) -> str:
+        if not self.values:
+            return '—'
+        spread = f' ± {self.std:.1f}' if len(self.values) > 1 else ''
+        return f'{self.mean:.1f}{spread} (n={len(self.values)})'
+
+
+def _variant(results: Mapping[str, Any], name: Optional[str]) -> Mapping[str, Any]:
+    variants = {v['name']: v for v in results['variants']}
+    return variants.get(name) or variants[results['primary_variant']]
+
+
+def _summary_budget(run_dir: Path) -> Optional[float]:
+    summary = run_dir / 'summary.csv'
+    if not summary.is_file():
+        return None
+    with summary.open(newline='') as f:
+        rows = list(csv.DictReader(f))
+    return sum(float(row['train_passes_per_image']) for row in rows) if rows else None
+
+
+def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]:
+    """The numbers of an evaluated cell (None before its evaluation): of `variant` (``clean``: a mixture-BN model's
+    clean branch) where the evaluation has it, else of its primary variant."""
+    if not cell.results_file.is_file():
+        return None
+    results = json.loads(cell.results_file.read_text())
+    chosen = _variant(results, variant)
+    metrics = {'clean': chosen['clean'], 'robust': chosen['robust']}
+    for attack in chosen.get('attacks') or []:
+        for key in ('label', 'protocol_label'):
+            if attack.get(key):
+                metrics[f'attack:{attack[key]}'] = attack['accuracy']
+    timing_file = cell.run_dir / TIMING_FILE
+    timing = json.loads(timing_file.read_text()) if timing_file.is_file() else {}
+    return CellResult(cell=cell, metrics=metrics, samples=int(chosen['samples']),
+                      vanilla_epochs=_summary_budget(cell.run_dir), train_seconds=timing.get('train_seconds'))
+
+
+def _stat(results: Sequence[CellResult], metric: str) -> Stat:
+    return Stat(tuple(r.metrics[metric] for r in results if metric in r.metrics))
+
+
+@dataclass(frozen=True)
+class FindingResult:
+    """A finding measured: both sides' statistics, the gap and whether the direction held."""
+
+    finding: Finding
+    higher: Stat
+    lower: Stat
+    noise: float = field(default=0.0)
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.higher.values and self.lower.values)
+
+    @property
+    def gap(self) -> Optional[float]:
+        return self.higher.mean - self.lower.mean if self.measured else None
+
+    @property
+    def verdict(self) -> str:
+        """``yes``/``no``, ``(within noise)`` when the gap is no larger than the seeds' spread or two images."""
+        if not self.measured:
+            return 'not run'
+        held = 'yes' if self.gap > 0 else 'no'
+        within = abs(self.gap) <= max(self.higher.std, self.lower.std, self.noise)
+        return f'{held} (within noise)' if within else held
+
+
+def check_finding(finding: Finding, cells: Sequence[Cell], results: Mapping[str, CellResult]) -> FindingResult:
+    """Measure `finding` on the evaluated cells among `cells` (`results` by cell id)."""
+    sides = [[results[c.id] for c in select_cells(cells, selector) if c.id in results]
+             for selector in (finding.higher, finding.lower)]
+    samples = [r.samples for side in sides for r in side]
+    noise = 100.0 * _NOISE_IMAGES / min(samples) if samples else 0.0
+    return FindingResult(finding, _stat(sides[0], finding.metric), _stat(sides[1], finding.metric), noise)
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """The cells of one grid point (its seeds) pooled."""
+
+    labels: Mapping[str, Any]
+    results: Tuple[CellResult, ...]
+    cells: int
+
+    def stat(self, metric: str) -> Stat:
+        return _stat(self.results, metric)
+
+    def mean_of(self, values: Sequence[Optional[float]]) -> Optional[float]:
+        known = [v for v in values if v is not None]
+        return statistics.fmean(known) if known else None
+
+
+def group_results(cells: Sequence[Cell], results: Mapping[str, CellResult]) -> List[GroupResult]:
+    """Grid points in grid order, each with the results of its evaluated seeds."""
+    groups: Dict[Tuple, List[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(tuple(cell.labels.items()), []).append(cell)
+    return [GroupResult(labels=dict(key), results=tuple(results[c.id] for c in members if c.id in results),
+                        cells=len(members)) for key, members in groups.items()]
+
+
+def metric_title(metric: str) -> str:
+    return {'clean': 'clean top-1 (%)', 'robust': 'robust top-1 (%)'}.get(metric, f'{metric[7:]} top-1 (%)')
+
+
+def _table_metrics(spec: StudySpec) -> List[str]:
+    extra = [f.metric for f in spec.findings] + list(spec.plot.y)
+    return list(dict.fromkeys(['clean', 'robust', *extra]))
+
+
+def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    return ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header),
+            *('| ' + ' | '.join(row) + ' |' for row in rows)]
+
+
+def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: Path,
+                 header_lines: Sequence[str] = ()) -> Tuple[List[GroupResult], List[FindingResult]]:
+    """Write ``results.md`` (findings, then every grid point), ``results.csv`` (grid points) and ``findings.csv``
+    into `study_dir`; returns what they hold."""
+    results = {c.id: r for c in cells if (r := read_cell(c, spec.metric_variant)) is not None}
+    groups = group_results(cells, results)
+    findings = [check_finding(f, cells, results) for f in spec.findings]
+    metrics = _table_metrics(spec)
+    axes = spec.axes
+
+    finding_rows = [[f.finding.claim, f.finding.paper, metric_title(f.finding.metric), f.higher.format(),
+                     f.lower.format(), '—' if f.gap is None else f'{f.gap:+.1f}', f.verdict] for f in findings]
+    group_rows = []
+    for group in groups:
+        budget = group.mean_of([r.vanilla_epochs for r in group.results])
+        seconds = group.mean_of([r.train_seconds for r in group.results])
+        group_rows.append([*(str(group.labels.get(a, '')) for a in axes), f'{len(group.results)}/{group.cells}',
+                           *(group.stat(m).format() for m in metrics),
+                           '—' if budget is None else f'{budget:g}', '—' if seconds is None else f'{seconds:.0f}'])
+    lines = [f'# {spec.title}: {scale} scale', '', spec.paper, '', *header_lines, '', '## Findings', '',
+             *_markdown_table(['finding', 'paper', 'metric', 'ours, higher side', 'ours, lower side', 'gap (points)',
+                               'direction held'], finding_rows),
+             '', '## Cells (mean ± standard deviation over seeds)', '',
+             *_markdown_table([*axes, 'seeds', *(metric_title(m) for m in metrics), 'budget (vanilla epochs)',
+                               'train time (s)'], group_rows), '']
+    (study_dir / 'results.md').write_text('\n'.join(lines))
+
+    with (study_dir / 'results.csv').open('w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow([*axes, 'seeds_done', 'seeds', *(f'{m}_{s}' for m in metrics for s in ('mean', 'std')),
+                         'vanilla_epochs', 'train_seconds'])
+        for group in groups:
+            stats = [group.stat(m) for m in metrics]
+            writer.writerow([*(group.labels.get(a, '') for a in axes), len(group.results), group.cells,
+                             *(v for s in stats for v in ((s.mean, s.std) if s.values else ('', ''))),
+                             group.mean_of([r.vanilla_epochs for r in group.results]),
+                             group.mean_of([r.train_seconds for r in group.results])])
+    with (study_dir / 'findings.csv').open('w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['claim', 'paper', 'metric', 'higher_mean', 'higher_std', 'higher_n', 'lower_mean',
+                         'lower_std', 'lower_n', 'gap', 'held'])
+        for r in findings:
+            sides = [v for stat in (r.higher, r.lower)
+                     for v in ((stat.mean, stat.std, len(stat.values)) if stat.values else ('', '', 0))]
+            writer.writerow([r.finding.claim, r.finding.paper, r.finding.metric, *sides, r.gap, r.verdict])
+    return groups, findings

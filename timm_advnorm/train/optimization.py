@@ -1,0 +1,49 @@
+"""The optimizer and learning-rate schedule of a training run, from timm's training flags.
+
+timm's ``train.py`` builds both from its arguments (`timm.optim.optimizer_kwargs`, `timm.scheduler.scheduler_kwargs`);
+so does `train_adv.py`, with three differences of its own: the learning rate is resolved first from the global batch
+(`lr_scaling`), ``--wd-all-params`` decays every parameter (timm's factory skips biases and normalization weights),
+and the schedule runs over the run's own epochs and milestones, which ``--same-budget`` scales.
+"""
+import argparse
+from typing import Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from timm.optim import create_optimizer_v2, optimizer_kwargs
+from timm.scheduler import create_scheduler_v2, scheduler_kwargs
+from timm.scheduler.scheduler import Scheduler
+
+from .lr_scaling import LearningRate, global_batch_size, resolve_lr
+
+__all__ = ['run_learning_rate', 'create_run_optimizer', 'create_run_scheduler']
+
+
+def run_learning_rate(args: argparse.Namespace) -> LearningRate:
+    """The run's learning rate: ``--lr`` as given, else ``--lr-base`` scaled by the global batch, ``--batch-size``
+    (Fast AdvProp: the clean rows, what its papers count) × processes × ``--grad-accum-steps``."""
+    global_batch = global_batch_size(args.batch_size, args.world_size, args.grad_accum_steps)
+    return resolve_lr(args.lr, args.lr_base, args.lr_base_size, args.lr_base_scale, args.opt, global_batch)
+
+
+def create_run_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
+    """timm's optimizer as its ``train.py`` makes it (``--opt``, ``--lr``, ``--weight-decay``, ``--momentum``,
+    ``--opt-eps``, ``--opt-betas``, ``--layer-decay*``, ``--opt-kwargs``), decaying every parameter under
+    ``--wd-all-params``. ``args.lr`` must be resolved (`run_learning_rate`)."""
+    kwargs = {**optimizer_kwargs(cfg=args), **args.opt_kwargs}
+    return create_optimizer_v2(model, filter_bias_and_bn=not args.wd_all_params, **kwargs)
+
+
+def create_run_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace, epochs: int,
+                         milestones: Sequence[int], updates_per_epoch: int) -> Tuple[Scheduler, int]:
+    """timm's learning-rate schedule from the schedule flags, over `epochs` with decays at `milestones` (the run's,
+    after ``--same-budget``); returns it with the epochs to train, ``--cooldown-epochs`` (and a warm-up prefix)
+    included.
+
+    Args:
+        updates_per_epoch: Optimizer updates per epoch (batches / ``--grad-accum-steps``, rounded up), what a
+            schedule stepped on updates counts.
+    """
+    kwargs = scheduler_kwargs(args, decreasing_metric=False)  # the plateau schedule: metrics are accuracies
+    kwargs.update(num_epochs=epochs, decay_milestones=list(milestones))
+    return create_scheduler_v2(optimizer, **kwargs, updates_per_epoch=updates_per_epoch)
