@@ -1,6 +1,5 @@
 """``--dist-bn reduce|broadcast`` makes both branches' running statistics of mixture BN the same on every process
 (two gloo processes on CPU)."""
-import socket
 
 import pytest
 import timm
@@ -11,6 +10,7 @@ import torch.multiprocessing as mp
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.layers import route
 from timm_advnorm.train.distribute_bn import check_dist_bn, distribute_bn, running_statistics
+from ports import free_port
 
 _WORLD = 2
 _MODES = ('reduce', 'broadcast')
@@ -43,18 +43,12 @@ def _worker(rank: int, port: int, path: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def _statistics_keys(state: dict) -> list:
     return [k for k in state if k.endswith(('running_mean', 'running_var'))]
 
 
 def test_both_branches_are_reduced_or_broadcast(tmp_path):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=_WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=_WORLD, join=True)
     local = []  # what each rank held before distributing
     for rank in range(_WORLD):
         model = _model()

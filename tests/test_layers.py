@@ -1,6 +1,5 @@
 """Mixture BN layers: conversion, routing, training semantics, export, logit interpolation and synchronized BN."""
 import copy
-import socket
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from timm_advnorm.layers import (
     MixtureBatchNorm2d, convert_sync_mixture_bn, convert_to_mixture_bn, deinterleave, export_branch, get_route,
     has_mixture_bn, interleave, mixture_bn_modules, route, set_route)
 from timm_advnorm.layers.routing import get_inference_branch, set_inference_branch
+from ports import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -460,18 +460,12 @@ def _sync_worker(rank: int, port: int, path: str, layout: str, checkpointing: bo
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize('checkpointing', [False, True], ids=['', 'checkpointed'])
 @pytest.mark.parametrize('layout', ['split', 'interleaved'])
 def test_synced_fused_forward_equals_single_process_over_all_rows(tmp_path, layout, checkpointing):
     """Two gloo processes on CPU: per-branch statistics, outputs and summed gradients match one process that sees
     every rank's clean rows and every rank's adversarial rows, with gradient checkpointing too."""
-    mp.spawn(_sync_worker, args=(_free_port(), str(tmp_path), layout, checkpointing), nprocs=_WORLD, join=True)
+    mp.spawn(_sync_worker, args=(free_port(), str(tmp_path), layout, checkpointing), nprocs=_WORLD, join=True)
     results = [torch.load(tmp_path / f'rank{r}.pt') for r in range(_WORLD)]
 
     torch.manual_seed(0)

@@ -1,7 +1,6 @@
 """Training methods: each trains end to end, Fast AdvProp's ingredients match their definitions, MBN isolates stats."""
 import copy
 import os
-import socket
 
 import pytest
 import timm
@@ -15,6 +14,7 @@ from timm_advnorm.attacks import InputSpace, attack_context, create_attack, pgd
 from timm_advnorm.layers import MixtureBatchNorm2d, route
 from timm_advnorm.task import (
     TASKS, FastAdvPropTask, MbnTask, create_task, parameter_groups, shuffle_across_ranks, use_running_statistics)
+from ports import free_port
 
 NUM_CLASSES = 10
 SPACE = InputSpace()
@@ -284,12 +284,6 @@ def test_fast_advprop_rejects_a_zero_noise_weight_and_batches_without_clean_rows
         task(*_batch(1))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def _shuffle_worker(rank: int, world_size: int, port: int, out_dir: str):
     import torch.distributed as dist
     dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=world_size)
@@ -301,7 +295,7 @@ def _shuffle_worker(rank: int, world_size: int, port: int, out_dir: str):
 
 
 def test_shuffle_bn_permutation_is_shared_and_lossless(tmp_path):
-    mp.spawn(_shuffle_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_shuffle_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     parts = [torch.load(tmp_path / f'rank{r}.pt') for r in range(2)]
     rows = torch.cat([p['x'][:, 0] for p in parts]).long()
     labels = torch.cat([p['y'] for p in parts])
@@ -343,7 +337,7 @@ def _ddp_worker(rank: int, world_size: int, port: int, method: str, out_dir: str
 def test_ddp_averages_the_gradients_of_single_route_passes(tmp_path, method):
     """Fast AdvProp's adversarial pass leaves the clean BN unused, Madry on an MBN model the adversarial BN: DDP
     must neither fail on the next step nor drop those gradients."""
-    mp.spawn(_ddp_worker, args=(2, _free_port(), method, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, free_port(), method, str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f'rank{r}.pt') for r in range(2)]
     for step in range(2):
         for ddp_0, ddp_1, local_0, local_1 in zip(ranks[0][f'ddp{step}'], ranks[1][f'ddp{step}'],

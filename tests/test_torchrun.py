@@ -3,7 +3,6 @@ checkpointing through DistributedDataParallel, with and without synchronized mix
 import csv
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,23 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-attack-steps', '2', '--num-samples', '32',
         '-b', '64', '--workers', '0', '--hflip', '0', '--log-interval', '0', '--no-progress']
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(*args: str) -> subprocess.CompletedProcess:
     """``torchrun --nnodes 1 --nproc-per-node 2`` with a c10d rendezvous on a free local port, CUDA hidden."""
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'CUDA_VISIBLE_DEVICES': '', 'HF_HUB_OFFLINE': '1'}
     command = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1', '--nproc-per-node', '2',
-               '--rdzv-backend', 'c10d', '--rdzv-endpoint', f'127.0.0.1:{_free_port()}', 'train_adv.py', *args]
+               '--rdzv-backend', 'c10d', '--rdzv-endpoint', f'127.0.0.1:{free_port()}', 'train_adv.py', *args]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
