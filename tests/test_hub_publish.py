@@ -115,6 +115,26 @@ def test_branch_export_is_the_plain_twin_and_ema_is_selectable(tmp_path, run):
     assert not _same_weights(out, run.model, 'adv')
 
 
+@pytest.mark.parametrize('branch', [None, 'clean'])
+def test_export_records_the_creation_arguments_that_shape_the_model(tmp_path, branch):
+    """A model trained with ``--gp max`` and ``--model-kwargs`` loads from its export with them, through stock timm
+    (whole, or as the plain twin of one branch)."""
+    torch.manual_seed(0)
+    model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES, global_pool='max', drop_rate=0.0).eval()
+    args = dict(model='test_mbn_resnet', num_classes=NUM_CLASSES, model_kwargs=dict(drop_rate=0.0),
+                model_config=dict(architecture='test_mbn_resnet', model_args=dict(global_pool='max')))
+    torch.save(dict(epoch=0, arch='test_mbn_resnet', state_dict=model.state_dict(), args=args),
+               tmp_path / 'last.pth.tar')
+    out = tmp_path / 'export'
+    which = ['--branch', branch] if branch else ['--inference-branch', 'clean']
+    assert _publish(tmp_path / 'last.pth.tar', '--local-dir', out, *which) == 0
+    config = json.loads((out / 'config.json').read_text())
+    assert config['model_args']['global_pool'] == 'max' and config['model_args']['drop_rate'] == 0.0
+    loaded = timm.create_model(f'local-dir:{out}', pretrained=True)
+    assert loaded.global_pool.pool_type == 'max'
+    assert _same_weights(out, model, 'clean')
+
+
 def test_refuses_to_overwrite_and_leaves_nothing_half_written(tmp_path, run, capsys):
     out = tmp_path / 'export'
     out.mkdir()

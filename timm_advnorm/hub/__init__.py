@@ -14,7 +14,9 @@ Publishing: ``python hub/publish.py`` (see `timm_advnorm.hub.publish`).
 """
 from .card import CardFacts, render_model_card
 from .checkpoint import MODEL_CONFIG_ARG, Checkpoint, read_checkpoint, split_source, strip_wrapper_prefixes
-from .export import build_export_model, export_data_args, install_to_hf_cache, needs_plugin, staged_folder, write_export
+from .export import (
+    build_export_model, export_data_args, export_model_args, install_to_hf_cache, needs_plugin, staged_folder,
+    write_export)
 from .loading import (
     PLUGIN_CONFIG_KEY, adapt_state_dict, check_num_classes, create_model_from_name_or_checkpoint,
     has_pretrained_weights, load_weights, model_config, pretrained_num_classes, state_dict_num_classes)

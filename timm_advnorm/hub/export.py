@@ -29,7 +29,7 @@ from .checkpoint import Checkpoint
 from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
 
 __all__ = [
-    'build_export_model', 'write_export', 'check_folder_target', 'staged_folder', 'install_to_hf_cache', 'needs_plugin',
+    'build_export_model', 'export_model_args', 'write_export', 'check_folder_target', 'staged_folder', 'install_to_hf_cache', 'needs_plugin',
     'export_data_args', 'DATA_ARG_KEYS',
 ]
 
@@ -59,6 +59,18 @@ def _num_classes(checkpoint: Checkpoint, weights: Mapping[str, Any], arch: str) 
     if found is not None and declared is not None and found != declared:
         raise ValueError(f'{checkpoint.source}: the classifier has {found} classes but its args say {declared}.')
     return found
+
+
+def export_model_args(checkpoint: Checkpoint) -> Dict[str, Any]:
+    """The creation arguments that shape the checkpoint's model (pooling, ``--model-kwargs``, input channels), which
+    its export must record so that `timm.create_model` rebuilds the same network; the inference branch and class
+    count are recorded separately."""
+    kwargs = dict(checkpoint.model_args, **checkpoint.args.get('model_kwargs', None) or {})
+    kwargs.pop(INFERENCE_BRANCH_ARG, None)
+    kwargs.pop('num_classes', None)
+    if checkpoint.args.get('in_chans'):
+        kwargs['in_chans'] = checkpoint.args['in_chans']
+    return kwargs
 
 
 def build_export_model(
@@ -94,10 +106,8 @@ def build_export_model(
     weights = checkpoint.weights(ema)
     pretrained_cfg = checkpoint.pretrained_cfg or get_pretrained_cfg(source_arch).to_dict()
     pretrained_cfg['architecture'] = arch
-    model_kwargs = dict(checkpoint.model_args, **checkpoint.args.get('model_kwargs', None) or {})
-    recorded_branch = model_kwargs.pop(INFERENCE_BRANCH_ARG, None)  # routed below, once the layout is known
-    if checkpoint.args.get('in_chans'):
-        model_kwargs['in_chans'] = checkpoint.args['in_chans']
+    model_kwargs = export_model_args(checkpoint)
+    recorded_branch = checkpoint.model_args.get(INFERENCE_BRANCH_ARG)  # routed below, once the layout is known
     num_classes = _num_classes(checkpoint, weights, source_arch)
     if num_classes is not None:
         model_kwargs['num_classes'] = num_classes
@@ -115,6 +125,7 @@ def write_export(
         folder: Union[str, Path],
         data_args: Optional[Mapping[str, Any]] = None,
         plugin_config: Optional[Mapping[str, Any]] = None,
+        model_args: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Write ``config.json`` + ``model.safetensors`` for `model` into `folder` (which must exist).
 
@@ -124,6 +135,8 @@ def write_export(
         folder: Destination folder.
         data_args: Preprocessing overrides (`export_data_args`), recorded in the config.
         plugin_config: What stock timm cannot express, stored under ``config.json``'s ``timm_advnorm`` key.
+        model_args: Creation arguments `model` was built with (`export_model_args`), recorded under ``model_args``:
+            timm passes them to the architecture when it loads the folder.
 
     Returns:
         The written config.
@@ -131,15 +144,15 @@ def write_export(
     Raises:
         ValueError: A mixture-BN model that is not on one branch (inside a ``split`` or ``mix`` route block).
     """
-    model_args = None
+    recorded_args = dict(model_args or {})
     if has_mixture_bn(model):
         branch = get_inference_branch(model)
         if branch is None:
             raise ValueError('Export a mixture-BN model on one branch: `set_inference_branch(model, "clean" | "adv")`'
                              ' outside any route block.')
-        model_args = {INFERENCE_BRANCH_ARG: branch}
+        recorded_args[INFERENCE_BRANCH_ARG] = branch
     model_config = {PLUGIN_CONFIG_KEY: dict(plugin_config)} if plugin_config else None
-    save_for_hf(model, folder, model_config=model_config, model_args=model_args, safe_serialization=True,
+    save_for_hf(model, folder, model_config=model_config, model_args=recorded_args or None, safe_serialization=True,
                 data_config=dict(data_args) if data_args else None)
     return json.loads((Path(folder) / 'config.json').read_text())
 

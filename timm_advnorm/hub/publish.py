@@ -36,7 +36,8 @@ from ..layers.routing import get_inference_branch
 from .card import CardFacts, render_model_card
 from .checkpoint import Checkpoint, read_checkpoint
 from .export import (
-    build_export_model, check_folder_target, export_data_args, needs_plugin, staged_folder, write_export)
+    build_export_model, check_folder_target, export_data_args, export_model_args, needs_plugin, staged_folder,
+    write_export)
 from .loading import PLUGIN_CONFIG_KEY
 from .results import EvalResults, read_eval_results
 
@@ -236,7 +237,8 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
         check_upload_target(api, args.repo_id, args.revision, args.overwrite)
 
     def fill(folder: Path) -> None:
-        config = write_export(model, folder, export_data_args(checkpoint.args), plugin_config)
+        config = write_export(model, folder, export_data_args(checkpoint.args), plugin_config,
+                              export_model_args(checkpoint))
         facts = _card_facts(args, checkpoint, model, source_arch, config, results)
         (folder / 'README.md').write_text(render_model_card(card_template, facts), encoding='utf-8')
 
