@@ -69,6 +69,8 @@ def _bar(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
 
 
 _KINDS = {'line': _line, 'tradeoff': _tradeoff, 'bar': _bar}
+# Bars fill the plot up to the highest accuracy: their legend goes below the axes rather than over a bar.
+_LEGEND = {'bar': dict(loc='upper center', bbox_to_anchor=(0.5, -0.14), ncol=2)}
 
 
 def plot_study(spec: PlotSpec, groups: Sequence[GroupResult], path: Path, subtitle: str = '') -> Path:
@@ -90,9 +92,9 @@ def plot_study(spec: PlotSpec, groups: Sequence[GroupResult], path: Path, subtit
         ax.set_title('\n'.join(t for t in (spec.title, subtitle) if t), fontsize=10)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[1]:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, **_LEGEND.get(spec.kind, {}))
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, bbox_inches='tight')
     finally:
         plt.close(fig)
     return path
