@@ -107,6 +107,8 @@ def test_training_attacks_are_built_with_the_mode():
     madry = _built('madry', 'per_batch', '--attack-clean-start-prob', '0.2')
     assert (madry.attack.clean_start_mode, madry.attack.clean_start_prob) == ('per_batch', 0.2)
     assert _built('mbn', 'per_sample').attack.clean_start_mode == 'per_sample'
+    fgsm = _built('madry', 'per_batch', '--attack', 'fgsm', '--attack-clean-start-prob', '0.2')
+    assert type(fgsm.attack).__name__ == 'FGSM' and fgsm.attack.clean_start_mode == 'per_batch'
 
 
 def test_fast_advprop_starts_at_random_or_as_its_released_code():

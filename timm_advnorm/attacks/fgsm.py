@@ -27,7 +27,7 @@ class FGSM(PGD):
         eps: Budget on the 0-255 scale.
         step: Step on the 0-255 scale; default ``1.25 * eps`` (Wong et al. 2020).
         norm: ``linf`` or ``l2``.
-        targeted, random_start, clean_start_prob, best_iterate, loss_fn: See `PGD`.
+        targeted, random_start, clean_start_prob, clean_start_mode, best_iterate, loss_fn: See `PGD`.
         bn_stats, autocast_dtype, seed, fold_bn: See `Attack`.
     """
 
@@ -40,6 +40,7 @@ class FGSM(PGD):
             targeted: bool = False,
             random_start: bool = True,
             clean_start_prob: float = 0.0,
+            clean_start_mode: str = 'per_sample',
             best_iterate: bool = True,
             loss_fn: Optional[LossFn] = None,
             bn_stats: str = 'running',
@@ -49,6 +50,7 @@ class FGSM(PGD):
     ):
         super().__init__(
             space, eps=eps, step=FGSM_STEP_FACTOR * eps if step is None else step, steps=1, norm=norm,
-            targeted=targeted, random_start=random_start, clean_start_prob=clean_start_prob, step_rule='fixed',
+            targeted=targeted, random_start=random_start, clean_start_prob=clean_start_prob,
+            clean_start_mode=clean_start_mode, step_rule='fixed',
             best_iterate=best_iterate, loss_fn=loss_fn, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed,
             fold_bn=fold_bn)

@@ -97,8 +97,9 @@ def memory_in_use_bytes(device: torch.device) -> int:
 
 
 def steps_per_epoch(train_images: int, batch_size: int, world_size: int = 1) -> int:
-    """Optimizer steps per epoch of each process: timm's training loader shards the images evenly over the processes
-    (the distributed sampler pads the last shard) and drops each shard's last partial batch."""
+    """Training steps (loader batches) per epoch of each process: timm's training loader shards the images evenly over
+    the processes (the distributed sampler pads the last shard) and drops each shard's last partial batch. Under
+    ``--grad-accum-steps N`` the optimizer updates once every N of them."""
     return math.ceil(train_images / world_size) // batch_size
 
 
@@ -189,7 +190,7 @@ class RunBudget:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Optimizer steps per epoch of each process (`steps_per_epoch`)."""
+        """Training steps (loader batches) per epoch of each process (`steps_per_epoch`)."""
         return steps_per_epoch(self.train_images, self.batch_size, self.world_size)
 
     @property
@@ -210,7 +211,9 @@ class RunBudget:
     @property
     def projected_epoch_seconds(self) -> Optional[float]:
         """Projected wall time of an epoch: the measured step × steps per process (the processes step together;
-        communication between them is not counted). None without a measured step."""
+        communication between them is not counted). The measured step includes an optimizer update, which gradient
+        accumulation makes only every ``--grad-accum-steps`` steps: there the projection is slightly high. None
+        without a measured step."""
         return None if self.step_seconds is None else self.step_seconds * self.steps_per_epoch
 
     @property
