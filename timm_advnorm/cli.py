@@ -18,8 +18,10 @@ from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Seque
 import torch
 import yaml
 
-__all__ = ['AMP_DTYPES', 'USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'check_pretrained_option', 'one_line',
-           'parse_with_config', 'run_cli', 'show_progress']
+from .arg_types import finite_float, positive_float, positive_int
+
+__all__ = ['AMP_DTYPES', 'USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'add_preprocessing_args',
+           'check_pretrained_option', 'one_line', 'parse_with_config', 'run_cli', 'show_progress']
 
 _logger = logging.getLogger(__name__)
 
@@ -102,6 +104,28 @@ def add_hidden_alias(parser: ArgumentParser, container: Any, alias: str, dest: s
     """
     container.add_argument(alias, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
     parser.config_aliases[alias.lstrip('-').replace('-', '_')] = dest
+
+
+def add_preprocessing_args(group: Any, images: str) -> None:
+    """The preprocessing overrides of timm's scripts (``--img-size``, ``--input-size``, ``--crop-pct``,
+    ``--interpolation``, ``--mean``, ``--std``; default: the model's), checked as numbers of their range: a zero
+    std or a negative size is a usage error, not a failure deep in a data-loading worker.
+
+    Args:
+        group: The parser or argument group to add them to.
+        images: What the crop and interpolation apply to, for the help (``validation images``).
+    """
+    group.add_argument('--img-size', type=positive_int, default=None, metavar='N', help='Input image size.')
+    group.add_argument('--input-size', type=positive_int, nargs=3, default=None, metavar=('C', 'H', 'W'),
+                       help='Input dimensions (e.g. 3 224 224; default: the model\'s).')
+    group.add_argument('--crop-pct', type=positive_float, default=None, metavar='PCT',
+                       help=f'Centre-crop fraction of {images} (default: the model\'s).')
+    group.add_argument('--interpolation', default='', type=str, metavar='NAME',
+                       help=f'Resize interpolation of {images} (default: the model\'s).')
+    group.add_argument('--mean', type=finite_float, nargs='+', default=None, metavar='MEAN',
+                       help='Override dataset mean.')
+    group.add_argument('--std', type=positive_float, nargs='+', default=None, metavar='STD',
+                       help='Override dataset std.')
 
 
 def _yaml_problem(error: yaml.YAMLError, text: str) -> str:

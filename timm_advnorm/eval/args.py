@@ -11,7 +11,8 @@ from typing import Optional, Sequence
 import torch
 from timm.utils import ParseKwargs
 
-from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, parse_with_config
+from ..arg_types import non_negative_int, positive_int, probability, seed_int
+from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, parse_with_config
 from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from .protocols import PROTOCOLS, get_protocol, list_protocols
 from .subsets import SUBSETS
@@ -41,13 +42,14 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                             'validation, eval, evaluation stand for one another; \'\' is the root).')
     add_hidden_alias(parser, group, '--split', 'val_split')
     group.add_argument('--class-map', default='', metavar='FILENAME', help='Class map file for folder datasets.')
-    group.add_argument('--num-samples', type=int, default=0, metavar='N',
+    group.add_argument('--num-samples', type=non_negative_int, default=0, metavar='N',
                        help='Size of the seeded evaluation subset (0: the whole split).')
     group.add_argument('--subset', default=None, choices=list(SUBSETS),
                        help='Evaluate a fixed list of images instead of a seeded draw: robustbench = the 5000 ImageNet '
                             'validation images of RobustBench\'s leaderboard, in its order (--num-samples N takes its '
                             'first N, as RobustBench does).')
-    group.add_argument('--seed', type=int, default=42, metavar='S', help='Seed of the subset, targets and attacks.')
+    group.add_argument('--seed', type=seed_int, default=42, metavar='S',
+                       help='Seed of the subset, targets and attacks.')
     for dataset in OOD_DATASETS.values():
         readers = ', '.join(name for name, protocol in PROTOCOLS.items() if dataset.name in protocol.datasets)
         group.add_argument(dataset.option, default=None, metavar='DIR',
@@ -68,29 +70,25 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--use-ema', action='store_true', help='Evaluate the EMA weights of the checkpoint.')
     group.add_argument('--branch', default=None, choices=('clean', 'adv'),
                        help='Evaluate one branch of a mixture-BN checkpoint as the plain timm model.')
-    group.add_argument('--num-classes', type=int, default=None, metavar='N', help='Number of classes.')
-    group.add_argument('--img-size', type=int, default=None, metavar='N', help='Input image size.')
-    group.add_argument('--input-size', type=int, nargs=3, default=None, metavar='N', help='Input C H W.')
-    group.add_argument('--crop-pct', type=float, default=None, metavar='PCT', help='Center crop fraction.')
-    group.add_argument('--mean', type=float, nargs='+', default=None, metavar='MEAN', help='Override the mean.')
-    group.add_argument('--std', type=float, nargs='+', default=None, metavar='STD', help='Override the std.')
-    group.add_argument('--interpolation', default='', metavar='NAME', help='Resize interpolation.')
+    group.add_argument('--num-classes', type=positive_int, default=None, metavar='N', help='Number of classes.')
+    add_preprocessing_args(group, images='evaluated images')
     group.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, help='Extra model arguments.')
 
     group = parser.add_argument_group('Runtime')
-    group.add_argument('-b', '--batch-size', type=int, default=128, metavar='N', help='Batch size per process.')
-    group.add_argument('-j', '--workers', type=int, default=4, metavar='N', help='Data loading workers.')
+    group.add_argument('-b', '--batch-size', type=positive_int, default=128, metavar='N',
+                       help='Batch size per process.')
+    group.add_argument('-j', '--workers', type=non_negative_int, default=4, metavar='N', help='Data loading workers.')
     group.add_argument('--pin-mem', action='store_true', help='Pin CPU memory in the loader.')
     group.add_argument('--device', default=None, help='Device (default: cuda if available, else cpu).')
     group.add_argument('--channels-last', action='store_true', help='Channels-last memory format.')
     group.add_argument('--amp', action='store_true', help='Forwards under autocast (--amp-dtype).')
     group.add_argument('--amp-dtype', default='bfloat16', choices=list(AMP_DTYPES),
                        help='Autocast dtype (float16 input gradients may underflow).')
-    group.add_argument('--verify-amp', type=int, default=0, metavar='N',
+    group.add_argument('--verify-amp', type=non_negative_int, default=0, metavar='N',
                        help='With --amp: re-run the clean pass and first white-box attack in fp32 on N samples '
                             'and report the difference.')
-    group.add_argument('--amp-tolerance', type=float, default=0.02, metavar='FRAC',
-                       help='Largest accuracy difference of --verify-amp that passes.')
+    group.add_argument('--amp-tolerance', type=probability, default=0.02, metavar='FRAC',
+                       help='Largest accuracy difference of --verify-amp that passes, as a fraction in [0, 1].')
     group.add_argument('--no-fold-bn', action='store_true', help='Do not fold BN into convolutions when attacking.')
     group.add_argument('--separate-budgets', action='store_true',
                        help='Run PGD attacks that differ only in iterations each from its own random start, instead '
@@ -139,12 +137,13 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group = parser.add_argument_group('Metrics and sanity checks')
     group.add_argument('--metrics', nargs='*', default=None, metavar='NAME',
                        help='Robustness metrics: margin thickness smoothness (default: the protocol\'s).')
-    group.add_argument('--metric-samples', type=int, default=None, metavar='N',
-                       help='Compute thickness and smoothness on the first N samples only.')
-    group.add_argument('--sanity-samples', type=int, default=64, metavar='N',
+    group.add_argument('--metric-samples', type=positive_int, default=None, metavar='N',
+                       help='Compute thickness and smoothness on the first N samples only (default: every sample).')
+    group.add_argument('--sanity-samples', type=non_negative_int, default=64, metavar='N',
                        help='Samples of the sanity probes (0 disables them).')
-    group.add_argument('--sanity-steps', type=int, default=10, metavar='N', help='PGD iterations of the probes.')
-    group.add_argument('--sanity-queries', type=int, default=400, metavar='N',
+    group.add_argument('--sanity-steps', type=positive_int, default=10, metavar='N',
+                       help='PGD iterations of the probes.')
+    group.add_argument('--sanity-queries', type=positive_int, default=400, metavar='N',
                        help='Square queries of the black-box probe (NoFrost\'s budget).')
     group.add_argument('--strict-sanity', action='store_true', help='Exit with status 1 when a sanity check fails.')
 
@@ -179,14 +178,6 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
         parser.error('several --attack-steps make a sweep of --attacks; a --protocol takes one count')
     if args.verify_amp and not args.amp:
         parser.error('--verify-amp checks an --amp evaluation; add --amp')
-    if args.num_samples < 0 or args.sanity_samples < 0 or args.verify_amp < 0:
-        parser.error('--num-samples, --sanity-samples and --verify-amp must be >= 0')
-    if args.batch_size < 1 or args.sanity_steps < 1 or args.sanity_queries < 1:
-        parser.error('--batch-size, --sanity-steps and --sanity-queries must be >= 1')
-    if args.metric_samples is not None and args.metric_samples < 1:
-        parser.error('--metric-samples must be >= 1 (leave it out for every sample)')
-    if not 0 <= args.amp_tolerance <= 1:
-        parser.error(f'--amp-tolerance is an accuracy difference as a fraction, in [0, 1]; got {args.amp_tolerance}')
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     _check_ood_args(parser, args)
     _check_setup_args(parser, args)
@@ -233,7 +224,7 @@ def _needs_data_dir(dataset: str) -> bool:
 
 def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see, caught before anything is loaded: the device, the normalization
-    lengths (timm would only assert), the crop fraction and a dataset root that is needed but not given."""
+    lengths (timm would only assert) and a dataset root that is needed but not given."""
     try:
         torch.device(args.device)
     except (RuntimeError, TypeError):
@@ -246,7 +237,5 @@ def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             setattr(args, name, values)
         if values is not None and len(values) not in (1, channels):
             parser.error(f'--{name} takes 1 value or one per input channel ({channels}), got {len(values)}')
-    if args.crop_pct is not None and args.crop_pct <= 0:  # timm would silently take its default for 0
-        parser.error(f'--crop-pct must be > 0, got {args.crop_pct}')
     if not (args.data_dir or args.data) and _needs_data_dir(args.dataset) and not _runs_on_ood(args):
         parser.error(f'dataset {args.dataset or "folder"!r} needs --data-dir')

@@ -40,7 +40,7 @@ from ..attacks.pgd import PGDGeometry, check_clean_start
 from ..attacks.space import InputSpace
 from ..layers.mixture_bn import MixtureBatchNorm2d
 from ..layers.routing import has_mixture_bn, route
-from ..train.arg_types import open_fraction, positive_float
+from ..arg_types import open_fraction, positive_float
 from .adversarial import AdversarialClassificationTask, ArgumentGroup, MixFn
 from .registry import register_task
 

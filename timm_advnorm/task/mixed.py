@@ -9,7 +9,7 @@ from typing import Any, Dict
 
 import torch
 
-from ..train.arg_types import probability
+from ..arg_types import probability
 from .adversarial import AdversarialClassificationTask, ArgumentGroup
 from .registry import register_task
 

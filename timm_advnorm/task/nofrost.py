@@ -9,7 +9,7 @@ from typing import Any, Dict
 
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..train.arg_types import non_negative_float
+from ..arg_types import non_negative_float
 from .adversarial import ArgumentGroup
 from .mixed import MixedTask
 from .registry import register_task

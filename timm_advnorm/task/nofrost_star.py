@@ -45,7 +45,7 @@ from ..attacks.base import Attack
 from ..attacks.space import InputSpace
 from ..augment.deepaugment import NETS, DeepAugment
 from ..augment.tda import create_tda_transform
-from ..train.arg_types import positive_float, probability
+from ..arg_types import positive_float, probability
 from .adversarial import ArgumentGroup
 from .nofrost import NofrostTask
 from .registry import register_task

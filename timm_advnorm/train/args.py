@@ -14,14 +14,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 from timm.utils import ParseKwargs
 
-from ..attacks import check_training_attack, training_attacks
-from ..attacks.pgd import CLEAN_START_MODES
-from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, parse_with_config
-from ..recipes import describe_recipe, list_recipes, resolve_config
-from ..task import TASKS, list_tasks
-from .arg_types import (
+from ..arg_types import (
     finite_float, fraction, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
     probability, seed_int)
+from ..attacks import check_training_attack, training_attacks
+from ..attacks.pgd import CLEAN_START_MODES
+from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, parse_with_config
+from ..recipes import describe_recipe, list_recipes, resolve_config
+from ..task import TASKS, list_tasks
 from .distribute_bn import DIST_BN_MODES
 from .lr_scaling import LR_BASE_SCALES
 
@@ -50,17 +50,7 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
                        help='Classes (default: from dataset).')
     group.add_argument('--gp', default=None, type=str, metavar='POOL',
                        help='Global pool type (avg, max, avgmax, ...; default: the model\'s).')
-    group.add_argument('--img-size', type=positive_int, default=None, metavar='N', help='Input image size.')
-    group.add_argument('--input-size', type=positive_int, nargs=3, default=None, metavar=('C', 'H', 'W'),
-                       help='Input dimensions (e.g. 3 224 224; default: the model\'s).')
-    group.add_argument('--crop-pct', type=positive_float, default=None, metavar='PCT',
-                       help='Centre-crop fraction of validation images (default: the model\'s).')
-    group.add_argument('--interpolation', default='', type=str, metavar='NAME',
-                       help='Resize interpolation of validation images (default: the model\'s).')
-    group.add_argument('--mean', type=finite_float, nargs='+', default=None, metavar='MEAN',
-                       help='Override dataset mean.')
-    group.add_argument('--std', type=positive_float, nargs='+', default=None, metavar='STD',
-                       help='Override dataset std.')
+    add_preprocessing_args(group, images='validation images')
     group.add_argument('--drop', type=fraction, default=0.0, metavar='PCT', help='Dropout rate.')
     group.add_argument('--drop-path', type=fraction, default=None, metavar='PCT', help='Drop-path rate.')
     group.add_argument('--drop-block', type=fraction, default=None, metavar='PCT', help='Drop-block rate.')

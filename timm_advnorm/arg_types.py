@@ -1,7 +1,8 @@
 """argparse types of the numeric options: a finite number within a range, said in the error.
 
-The training command's common options and each method's own (`AdversarialClassificationTask.add_args`) use them, so
-that every number is checked the same way, from the command line and from a ``-c`` config alike.
+The commands' numeric options (training, evaluation, the preprocessing options they share) and each method's own
+(`AdversarialClassificationTask.add_args`) use them, so that every number is checked the same way, from the command
+line and from a ``-c`` config alike.
 """
 import argparse
 import math
