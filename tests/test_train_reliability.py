@@ -20,9 +20,10 @@ from timm.utils import CheckpointSaver
 from timm_advnorm.train import script
 from timm_advnorm.train.script import main, new_run_folder, run
 
-# the README's digits recipe, shortened: its warm-up epoch runs at 1e-5, so an --lr of 1e4 diverges in epoch 1
+# the README's digits recipe, shortened, with a one-epoch warm-up: epoch 0 runs at 1e-5 (timm warms up per epoch), so
+# an --lr of 1e4 diverges in epoch 1
 DEMO = ['-c', 'digits_demo_mbn', '--attack-steps', '1', '--val-attack-steps', '1', '--num-samples', '16',
-        '--workers', '0', '--log-interval', '0']
+        '--workers', '0', '--log-interval', '0', '--warmup-epochs', '1']
 
 
 @pytest.fixture(autouse=True)
