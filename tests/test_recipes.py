@@ -14,8 +14,8 @@ from timm_advnorm.attacks import InputSpace
 from timm_advnorm.recipes import list_recipes, recipe_path, resolve_config
 from timm_advnorm.task import TASKS
 from timm_advnorm.train.args import parse_args
+from timm_advnorm.train.build import epoch_schedule
 from timm_advnorm.train.optimization import create_run_optimizer, run_learning_rate
-from timm_advnorm.train.script import epoch_schedule
 
 RECIPES = list_recipes()
 

@@ -161,12 +161,12 @@ def test_same_budget_scales_epochs_milestones_and_running_statistics_epochs():
     """Xie & Yuille's running statistics in the last 10 of 110 epochs stay a share of the run, not all of it."""
     import argparse
 
-    from timm_advnorm.train import script as train_adv
+    from timm_advnorm.train.build import epoch_schedule
     args = argparse.Namespace(epochs=110, decay_milestones=[35, 70, 95], running_stats_epochs=10, same_budget=True)
-    assert train_adv.epoch_schedule(args, 31.0) == (4, [1, 2, 3], 1)
-    assert train_adv.epoch_schedule(args, 2.0) == (55, [18, 35, 48], 5)
-    assert train_adv.epoch_schedule(argparse.Namespace(**{**vars(args), 'running_stats_epochs': 0}), 31.0)[2] == 0
-    assert train_adv.epoch_schedule(argparse.Namespace(**{**vars(args), 'same_budget': False}), 31.0) == (
+    assert epoch_schedule(args, 31.0) == (4, [1, 2, 3], 1)
+    assert epoch_schedule(args, 2.0) == (55, [18, 35, 48], 5)
+    assert epoch_schedule(argparse.Namespace(**{**vars(args), 'running_stats_epochs': 0}), 31.0)[2] == 0
+    assert epoch_schedule(argparse.Namespace(**{**vars(args), 'same_budget': False}), 31.0) == (
         110, [35, 70, 95], 10)
 
 

@@ -17,7 +17,7 @@ from timm.data.transforms import RandomResizedCropAndInterpolation
 from torchvision import transforms
 
 from timm_advnorm.hub import create_model_from_name_or_checkpoint
-from timm_advnorm.train import script
+from timm_advnorm.train import build, script
 from timm_advnorm.train.args import parse_args
 from timm_advnorm.train.optimization import create_run_scheduler
 
@@ -42,7 +42,7 @@ def built(monkeypatch) -> Dict[str, Any]:
     """What the script builds, recorded: the model, its initial weights and the optimizer (``model``,
     ``initial_state``, ``optimizer``) and the training loader (``train_loader``, the first loader made)."""
     record: Dict[str, Any] = {}
-    create_optimizer, create_loader = script.create_run_optimizer, script.create_loader
+    create_optimizer, create_loader = build.create_run_optimizer, build.create_loader
 
     def recording_optimizer(model, args):
         record['model'], record['optimizer'] = model, create_optimizer(model, args)
@@ -54,8 +54,8 @@ def built(monkeypatch) -> Dict[str, Any]:
         record.setdefault('train_loader', loader)
         return loader
 
-    monkeypatch.setattr(script, 'create_run_optimizer', recording_optimizer)
-    monkeypatch.setattr(script, 'create_loader', recording_loader)
+    monkeypatch.setattr(build, 'create_run_optimizer', recording_optimizer)
+    monkeypatch.setattr(build, 'create_loader', recording_loader)
     return record
 
 
@@ -154,7 +154,7 @@ def test_weight_decay_skips_one_dimensional_parameters_unless_asked(tmp_path, di
 def test_schedule_runs_its_epochs_with_cooldown_and_same_budget():
     args, _ = parse_args(['--sched', 'cosine', '--epochs', '12', '--cooldown-epochs', '2', '--same-budget',
                           '--lr', '0.1'])
-    epochs, milestones, _ = script.epoch_schedule(args, passes_per_image=3.0)
+    epochs, milestones, _ = build.epoch_schedule(args, passes_per_image=3.0)
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=args.lr)
     scheduler, total = create_run_scheduler(optimizer, args, epochs, milestones, updates_per_epoch=5)
     assert (epochs, total) == (4, 6)  # 12 epochs / 3 passes, then 2 cool-down epochs

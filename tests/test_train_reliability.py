@@ -17,8 +17,9 @@ import pytest
 import torch
 from timm.utils import CheckpointSaver
 
-from timm_advnorm.train import script
-from timm_advnorm.train.script import main, new_run_folder, run
+from timm_advnorm.train import runner
+from timm_advnorm.train.run_folder import new_run_folder
+from timm_advnorm.train.script import main, run
 
 # the README's digits recipe, shortened, with a one-epoch warm-up: epoch 0 runs at 1e-5 (timm warms up per epoch), so
 # an --lr of 1e4 diverges in epoch 1
@@ -139,8 +140,8 @@ def test_a_write_cut_short_leaves_no_summary_row_and_its_partial_file_goes_on_re
     assert (folder / 'tmp.pth.tar').exists()
 
     seen = []
-    train_one_epoch = script.train_one_epoch
-    monkeypatch.setattr(script, 'train_one_epoch', lambda *a, **k: seen.append(
+    train_one_epoch = runner.train_one_epoch
+    monkeypatch.setattr(runner, 'train_one_epoch', lambda *a, **k: seen.append(
         (folder / 'tmp.pth.tar').exists()) or train_one_epoch(*a, **k))
     assert main(_argv(digits_dir, out, '--epochs', '2', '--resume', str(folder / 'last.pth.tar'))) == 0
     assert seen == [False], 'the partial checkpoint must be gone when the resumed run starts'
@@ -151,7 +152,7 @@ def test_a_run_interrupted_in_its_first_epoch_leaves_no_folder(digits_dir, tmp_p
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(script, 'train_one_epoch', interrupted)
+    monkeypatch.setattr(runner, 'train_one_epoch', interrupted)
     with pytest.raises(KeyboardInterrupt):
         main(_argv(digits_dir, tmp_path / 'runs', '--epochs', '1'))
     assert not any((tmp_path / 'runs').iterdir())

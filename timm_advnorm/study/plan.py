@@ -15,7 +15,7 @@ from ..data import DIGITS_NUM_CLASSES, prepare_digits
 from ..task import get_task_class
 from ..train.args import parse_args
 from ..train.budget import RunBudget, count_budget
-from ..train.script import epoch_schedule
+from ..train.build import epoch_schedule
 
 __all__ = ['IMAGENET_TRAIN_IMAGES', 'plan_cell_budget']
 

@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import yaml
 
-from ..train.script import epoch_schedule
+from ..train.build import epoch_schedule
+from ..train.run_folder import BUDGET_FILE
 from .cells import Cell
 
 __all__ = ['CellError', 'InProcessCommands', 'SubprocessCommands', 'SubmititLauncher', 'cell_state', 'run_cell',
@@ -36,7 +37,6 @@ __all__ = ['CellError', 'InProcessCommands', 'SubprocessCommands', 'SubmititLaun
 _logger = logging.getLogger(__name__)
 
 TIMING_FILE = 'study_timing.json'
-_BUDGET_FILE = 'budget.yaml'  # the counted budget a training run writes before it trains
 _TRAIN_MODULE = 'timm_advnorm.train'
 _VALIDATE_MODULE = 'timm_advnorm.eval'
 
@@ -113,7 +113,7 @@ def _clear_unsaved_run(run_dir: Path) -> None:
     if not run_dir.exists():
         return
     others = [p.name for p in run_dir.iterdir()
-              if not (p.name.startswith('args') and p.suffix == '.yaml') and p.name != _BUDGET_FILE]
+              if not (p.name.startswith('args') and p.suffix == '.yaml') and p.name != BUDGET_FILE]
     if others:
         raise ValueError(f'{run_dir} holds {", ".join(sorted(others))} but no checkpoint: remove it to retrain the '
                          f'cell.')

@@ -267,8 +267,8 @@ class RunBudget:
         ]
         if self.step_flops_per_image is not None:
             ratio = self.step_flops_per_image / (self.passes_per_image * self.flops_per_pass)
-            lines.append(('counted step', f'{_si(self.step_flops_per_image)}FLOP per image in a real step ({ratio:.2f} x '
-                                          f'the cost model)'))
+            lines.append(('counted step', f'{_si(self.step_flops_per_image)}FLOP per image in a real step '
+                                          f'({ratio:.2f} x the cost model)'))
         if self.step_seconds is not None:
             lines += [
                 ('peak memory', f'{_megabytes(self.peak_memory_bytes)} (measured step: {_PEAK_MEANING[self.device]})'),

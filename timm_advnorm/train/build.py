@@ -1,0 +1,350 @@
+"""Building a training run from its arguments: the device, model, method (task), optimizer, resumed state, EMA,
+epoch schedule, data and loaders, learning-rate scheduler and compilation.
+
+`build_training` does it all in an order that finds bad input before the run folder is made, and returns the
+`TrainingRun` that ``--plan`` measures (`plan_training`) or the epoch loop trains (`timm_advnorm.train.runner`), once
+`prepare_training` has counted its budget, wrapped it for distributed training and made its validation attack.
+"""
+import argparse
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import torch
+import yaml
+from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
+from timm.scheduler.scheduler import Scheduler
+from timm.task import load_task_ema_checkpoint, resume_task_checkpoint
+from timm.utils import init_distributed_device, random_seed
+from timm.utils.checkpoint_saver import load_checkpoint_metadata
+from torch.utils.data import DataLoader
+
+from .. import models  # noqa: F401  (registers the plugin's models)
+from ..attacks import Attack, InputSpace, create_attack
+from ..cli import AMP_DTYPES, check_pretrained_option
+from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
+from ..data.preprocessing import record_preprocessing
+from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
+from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
+from ..task import AdversarialClassificationTask, get_task_class
+from .accumulation import GradientAccumulation
+from .budget import RunBudget, count_budget, plan_budget
+from .checks import check_args, check_resume_args, check_steps, resolve_device
+from .data_options import create_mixup, data_config_args, dataset_kwargs, train_loader_kwargs
+from .loop import LossScaler, eval_metric_for, metric_names
+from .model_options import architecture_kwargs, create_model_kwargs, init_classifier_head, set_batchnorm_options
+from .optimization import create_run_optimizer, create_run_scheduler, run_learning_rate
+from .tracking import import_wandb
+
+__all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'plan_training', 'prepare_training', 'epoch_schedule',
+           'ranked_branch']
+
+_logger = logging.getLogger('train_adv')
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """A training run as built from its arguments (`build_training`).
+
+    Attributes:
+        args: Its arguments, with what the build resolved (device, learning rate, eval metric, model config).
+        args_text: Its arguments as the YAML text saved in the run folder, with the resolved values.
+        device: The device it trains on.
+        amp_dtype: The autocast dtype (None without ``--amp``).
+        model: The model, on `device`.
+        task: The method training it (with its EMA under ``--model-ema``), compiled under ``--torchcompile``.
+        optimizer: The optimizer, with the resumed state.
+        scheduler: The learning-rate scheduler, stepped to `start_epoch`.
+        loss_scaler: The float16 loss scaler (None otherwise).
+        mixup_fn: timm's Mixup/CutMix (None without).
+        space: The model's input space, which attacks work in.
+        loader_train: The training loader.
+        loader_val: The validation loader (clean accuracy).
+        loader_robust: The robust validation loader (`loader_val` itself, or its ``--num-samples`` fixed subset).
+        train_images: Images in the training split.
+        step_shape: The input shape of one training step: rows, then the model's input size.
+        start_epoch: The first epoch to train (that after the resumed checkpoint's; 0 for a new run).
+        epochs: The epochs to train (``--same-budget`` applied, the schedule's cool-down and warm-up prefix
+            included).
+        running_stats_epochs: The last epochs trained on running BN statistics.
+    """
+
+    args: argparse.Namespace
+    args_text: str
+    device: torch.device
+    amp_dtype: Optional[torch.dtype]
+    model: torch.nn.Module
+    task: AdversarialClassificationTask
+    optimizer: torch.optim.Optimizer
+    scheduler: Scheduler
+    loss_scaler: Optional[LossScaler]
+    mixup_fn: Optional[Mixup]
+    space: InputSpace
+    loader_train: DataLoader
+    loader_val: DataLoader
+    loader_robust: DataLoader
+    train_images: int
+    step_shape: Tuple[int, ...]
+    start_epoch: int
+    epochs: int
+    running_stats_epochs: int
+
+
+@dataclass(frozen=True)
+class TrainingStart:
+    """What a run that trains adds to its build, past the point ``--plan`` stops at (`prepare_training`).
+
+    Attributes:
+        budget: The run's counted budget.
+        val_attack: The PGD attack of the robust validation.
+        branches: The branches validated each epoch.
+    """
+
+    budget: RunBudget
+    val_attack: Attack
+    branches: Tuple[str, ...]
+
+
+def _val_attack(args, space: InputSpace, amp_dtype: Optional[torch.dtype]) -> Attack:
+    """The PGD attack of the robust validation: ``--val-attack-steps`` steps, in the training attack's norm, with
+    its ε, step size and targeting where no ``--val-attack-*`` option sets another."""
+    targeted = args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted
+    return create_attack(
+        'pgd', space=space, eps=args.attack_eps if args.val_attack_eps is None else args.val_attack_eps,
+        step=args.attack_step if args.val_attack_step is None else args.val_attack_step, steps=args.val_attack_steps,
+        norm=args.attack_norm,
+        targeted=targeted, random_start=True, best_iterate=True, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
+
+
+def _data_roots(dataset_name: str, root, args) -> Tuple[Optional[str], Optional[str], bool]:
+    """Train and validation roots, and whether timm should search them for the split.
+
+    For an image folder the root and both split folders must exist: timm asserts on a missing root, and would fall
+    back to the root for a missing split, validating on the training images. A root that is a file (an archive)
+    goes to timm's reader as it is.
+    """
+    if not is_folder_dataset(dataset_name):
+        return root, root, True
+    if root is None or not Path(root).exists():
+        what = f'{root} does not exist' if root else 'is required'
+        raise ValueError(f'--data-dir {what}: --dataset {args.dataset!r} reads images from a folder (with '
+                         f'{args.train_split}/ and {args.val_split}/ split folders)')
+    if not Path(root).is_dir():
+        return root, root, True
+    return str(split_folder(Path(root), args.train_split)), str(split_folder(Path(root), args.val_split)), False
+
+
+def _dataset_classes(dataset) -> Optional[int]:
+    """The number of classes an image-folder dataset found (None where timm's reader does not say)."""
+    class_to_idx = getattr(getattr(dataset, 'reader', None), 'class_to_idx', None)
+    return len(class_to_idx) if class_to_idx else None
+
+
+def ranked_branch(eval_metric: str) -> str:
+    """The branch whose accuracy `eval_metric` ranks checkpoints by: ``adv`` for ``adv_branch_*`` metrics (also of
+    the EMA), ``clean`` otherwise; the branch a loaded checkpoint runs on."""
+    return 'adv' if eval_metric.removeprefix('ema_').startswith('adv_branch_') else 'clean'
+
+
+def epoch_schedule(args, passes_per_image: float) -> Tuple[int, List[int], int]:
+    """Epochs, decay milestones and running-statistics epochs of the run.
+
+    With ``--same-budget`` all three are divided by the method's passes per image, so that the run costs what
+    ``--epochs`` of vanilla training would and keeps the recipe's proportions (Xie & Yuille's last 10 of 110 epochs).
+    """
+    epochs, milestones, running = args.epochs, list(args.decay_milestones), args.running_stats_epochs
+    if not args.same_budget:
+        return epochs, milestones, running
+
+    def scaled(n: int) -> int:
+        return max(1, int(round(n / passes_per_image)))
+
+    epochs = scaled(epochs)
+    return epochs, [scaled(m) for m in milestones], min(epochs, scaled(running)) if running else 0
+
+
+def _loss_scaler(task, amp_dtype: Optional[torch.dtype], device: torch.device) -> Optional[LossScaler]:
+    """A loss scaler for float16 training; None otherwise (bfloat16 and fp32 need none)."""
+    if amp_dtype != torch.float16:
+        return None
+    if not task.supports_loss_scaling:
+        raise ValueError(f'--amp-dtype float16: --method {task.method} back-propagates inside its step, outside the '
+                         f'loss scaler float16 needs; use --amp-dtype bfloat16')
+    return LossScaler(device.type)
+
+
+def _first_batch(loader, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The training loader's first batch, on `device`."""
+    input, target = next(iter(loader))
+    return input.to(device), target.to(device)
+
+
+def _with_values(args_text: str, **values) -> str:
+    """The arguments' YAML text with `values` set: what the run resolved (learning rate, metric) is what it saves."""
+    return yaml.safe_dump({**yaml.safe_load(args_text), **values}, default_flow_style=False)
+
+
+def _model_config(model, args) -> dict:
+    """`model_config` with the creation arguments that shape the model (``--gp``, ``--model-kwargs``), which a loaded
+    checkpoint is rebuilt with."""
+    config = model_config(model)
+    shaping = architecture_kwargs(args)
+    if shaping:
+        config['model_args'] = {**config.get('model_args', {}), **shaping}
+    return config
+
+
+def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
+    """Build the run `args` (parsed from `args_text`) describe, up to the point ``--plan`` measures.
+
+    Sets up the process (distributed device, seed) and resolves arguments on `args` as it goes (device, learning
+    rate, image size, eval metric, the model config checkpoints record). The order matters: the arguments are
+    checked first; the eval metric is resolved before the model config is recorded; the resumed checkpoint is checked
+    and loaded before the EMA is set up, which starts from its EMA or the resumed weights.
+    """
+    check_args(args)
+    args.device = resolve_device(args.device)
+    device = init_distributed_device(args)
+    random_seed(args.seed, args.rank)
+    learning_rate = run_learning_rate(args)
+    args.lr = learning_rate.lr
+    args_text = _with_values(args_text, lr=args.lr)
+    if args.rank == 0:
+        _logger.info(learning_rate.describe())
+    amp_dtype = AMP_DTYPES[args.amp_dtype] if args.amp else None
+    if args.log_wandb:
+        import_wandb()  # missing, an error now rather than after the set-up
+
+    dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size or 32)
+    train_root, val_root, search = _data_roots(dataset_name, root, args)
+    num_classes = args.num_classes or (DIGITS_NUM_CLASSES if args.dataset == 'digits' else None)
+    if num_classes is None:
+        raise ValueError('--num-classes is required for datasets other than digits.')
+    if args.dataset == 'digits' and args.img_size is None:
+        args.img_size = 32
+
+    if args.pretrained and not args.initial_checkpoint:
+        check_pretrained_option(args.model, num_classes, args.reset_classifier, '--initial-checkpoint')
+    model = create_model_from_name_or_checkpoint(
+        args.model, args.initial_checkpoint or None, pretrained=args.pretrained,
+        reset_classifier=args.reset_classifier, num_classes=num_classes, **create_model_kwargs(args))
+    init_classifier_head(model, args.head_init_scale, args.head_init_bias)
+    data_config = resolve_data_config(data_config_args(args), model=model, verbose=args.rank == 0)
+    record_preprocessing(model, data_config)
+    if has_mixture_bn(model):  # the methods' single-route passes run on the default route: the clean branch
+        set_inference_branch(model, 'clean')
+    space = InputSpace.from_data_config(data_config)
+
+    if args.sync_bn and args.distributed:
+        model = convert_sync_mixture_bn(model)
+    set_batchnorm_options(model, momentum=args.bn_momentum, eps=args.bn_eps)
+    model.to(device)
+    if args.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if args.grad_checkpointing:  # BN statistics guarded: recomputed blocks count no batch twice
+        set_grad_checkpointing(model)
+
+    mixup_fn = create_mixup(args, num_classes)
+    task = get_task_class(args.method).from_args(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn,
+                                                 amp_dtype=amp_dtype, device=device, verbose=args.rank == 0)
+    task.to(device)
+    loss_scaler = _loss_scaler(task, amp_dtype, device)
+    if args.eval_metric is None:  # the method's own; resolved before the resume check and saved with the run
+        args.eval_metric = eval_metric_for(task)
+        args_text = _with_values(args_text, eval_metric=args.eval_metric)
+    # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing, padding and the
+    # branch its checkpoints are ranked by (mixture BN), which a loaded checkpoint then runs on
+    with route(model, ranked_branch(args.eval_metric)):
+        setattr(args, MODEL_CONFIG_ARG, _model_config(model, args))
+
+    optimizer = create_run_optimizer(model, args)
+    start_epoch = 0
+    if args.resume:
+        check_resume_args(args, vars(load_checkpoint_metadata(args.resume).get('args') or argparse.Namespace()))
+        resumed = resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
+                                         loss_scaler=loss_scaler, log_info=args.rank == 0)
+        start_epoch = resumed or 0
+    if args.model_ema:  # after resuming: the EMA starts from the checkpoint's EMA, else from the resumed weights
+        task.setup_ema(decay=args.model_ema_decay, use_warmup=args.model_ema_warmup, device=device)
+        if args.resume:
+            load_task_ema_checkpoint(task, args.resume)
+
+    epochs, milestones, running_stats_epochs = epoch_schedule(args, task.passes_per_image)
+
+    batch_size = int(round(args.batch_size * task.batch_scale))
+    mixed_rows = task.mixed_rows(batch_size)  # also checks that the method can split such a batch
+    if mixup_fn is not None and mixed_rows % 2:
+        raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '
+                         f'(change --batch-size).')
+    data_options = dataset_kwargs(args)
+    train_set = create_dataset(dataset_name, root=train_root, split=args.train_split, search_split=search,
+                               is_training=True, batch_size=batch_size, seed=args.seed, **data_options)
+    val_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
+                             batch_size=batch_size, **data_options)
+    found = _dataset_classes(train_set)
+    if found is not None and found > num_classes:
+        raise ValueError(f'The training data has {found} classes but the model {num_classes} (--num-classes).')
+    common = dict(input_size=data_config['input_size'], mean=data_config['mean'], std=data_config['std'],
+                  num_workers=args.workers, distributed=args.distributed, crop_pct=data_config['crop_pct'],
+                  device=device, use_prefetcher=False, persistent_workers=False, pin_memory=args.pin_mem)
+    # augmentation on the clean images, before any attack
+    loader_train = create_loader(train_set, batch_size=batch_size, is_training=True, **train_loader_kwargs(args),
+                                 **common)
+    updates_per_epoch = GradientAccumulation(len(loader_train), args.grad_accum_steps).updates_per_epoch
+    scheduler, epochs = create_run_scheduler(optimizer, args, epochs, milestones, updates_per_epoch)
+    check_steps(args, len(loader_train), len(train_set), batch_size, start_epoch, epochs)
+    val_batch_size = args.validation_batch_size or args.batch_size
+    loader_val = create_loader(val_set, batch_size=val_batch_size, interpolation=data_config['interpolation'],
+                               **common)
+    loader_robust = loader_val
+    if args.num_samples is not None:
+        robust_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
+                                    **data_options)
+        robust_set.transform = create_transform(**{k: data_config[k] for k in (
+            'input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')})
+        shard = fixed_subset(robust_set, args.num_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
+        loader_robust = DataLoader(shard, batch_size=val_batch_size, num_workers=args.workers,
+                                   pin_memory=args.pin_mem)
+    if start_epoch and args.sched_on_updates:
+        scheduler.step_update(start_epoch * updates_per_epoch)
+    elif start_epoch:
+        scheduler.step(start_epoch)
+
+    if args.torchcompile:
+        task.compile(backend=args.torchcompile, mode=args.torchcompile_mode)
+    return TrainingRun(
+        args=args, args_text=args_text, device=device, amp_dtype=amp_dtype, model=model, task=task,
+        optimizer=optimizer, scheduler=scheduler, loss_scaler=loss_scaler, mixup_fn=mixup_fn, space=space,
+        loader_train=loader_train, loader_val=loader_val, loader_robust=loader_robust, train_images=len(train_set),
+        step_shape=(batch_size, *data_config['input_size']), start_epoch=start_epoch, epochs=epochs,
+        running_stats_epochs=running_stats_epochs)
+
+
+def plan_training(run: TrainingRun) -> RunBudget:
+    """``--plan``: the run's budget with one step measured, on the task before it is wrapped for distributed
+    training (for ``--plan-world-size`` processes, if given)."""
+    args = run.args
+    return plan_budget(run.task, run.optimizer, _first_batch(run.loader_train, run.device),
+                       train_images=run.train_images, epochs=run.epochs,
+                       world_size=args.plan_world_size or args.world_size, model_name=args.model,
+                       amp_dtype=run.amp_dtype, clip_grad=args.clip_grad, clip_mode=args.clip_mode,
+                       channels_last=args.channels_last, loss_scaler=run.loss_scaler)
+
+
+def prepare_training(run: TrainingRun) -> TrainingStart:
+    """Past the plan's point, for a run that trains: count its budget, wrap its task for distributed training, make
+    its validation attack, and check that the eval metric is one the method validates."""
+    args, task = run.args, run.task
+    budget = count_budget(task, run.step_shape, train_images=run.train_images, epochs=run.epochs,
+                          world_size=args.world_size, model_name=args.model, device=run.device)
+    if args.distributed:
+        task.prepare_distributed(device_ids=[run.device.index] if run.device.type == 'cuda' else None)
+
+    val_attack = _val_attack(args, run.space, run.amp_dtype)
+    branches = task.validated_branches
+    known_metrics = metric_names(branches, ema=task.has_ema())
+    if args.eval_metric not in known_metrics:
+        raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)} '
+                         f'(what --method {args.method} validates).')
+    return TrainingStart(budget=budget, val_attack=val_attack, branches=branches)

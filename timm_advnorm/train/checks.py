@@ -1,0 +1,82 @@
+"""Checks of `train_adv.py`'s input that its parser cannot make: between arguments, of the device, of a resumed
+checkpoint, and of a run that would make no optimizer step; each run before the run folder is made."""
+import logging
+import os
+from typing import Optional
+
+import torch
+from timm.utils.distributed import is_distributed_env
+
+from ..cli import one_line
+from ..hub import MODEL_CONFIG_ARG
+from ..hub.checkpoint import check_checkpoint_file
+from ..task import get_task_class
+
+__all__ = ['check_args', 'RESUME_FIXED_ARGS', 'check_resume_args', 'resolve_device', 'check_steps']
+
+_logger = logging.getLogger('train_adv')
+
+
+def check_args(args) -> None:
+    """Checks between arguments (each numeric argument's own range is its parser type's), the method's included."""
+    if args.running_stats_epochs > args.epochs:
+        raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
+    for name in ('scale', 'ratio', 'cutmix_minmax'):
+        low, high = getattr(args, name) or (0, 0)
+        if low > high:
+            raise ValueError(f'--{name.replace("_", "-")} is a range: its lower bound {low} is above its upper {high}.')
+    get_task_class(args.method).check_args(args)
+    if args.resume and not os.path.isfile(args.resume):
+        raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
+    if args.resume:  # timm's loader would blame the serialisation format for a damaged file
+        check_checkpoint_file(args.resume)
+
+
+# Arguments a resumed run must share with its checkpoint: another value trains something else under the same run
+# (or, for --model-ema, writes summary rows under another header).
+RESUME_FIXED_ARGS = ('model', 'method', 'dataset', 'num_classes', 'model_ema')
+
+
+def check_resume_args(args, checkpoint_args: dict) -> None:
+    """Refuse to resume with arguments that change what is trained; name the other changes, which take effect."""
+    current = vars(args)
+    fixed = [k for k in RESUME_FIXED_ARGS if k in checkpoint_args and checkpoint_args[k] != current.get(k)]
+    if fixed:
+        raise ValueError(f'--resume {args.resume} was trained with other ' + ', '.join(
+            f'--{k.replace("_", "-")} ({checkpoint_args[k]!r}, now {current.get(k)!r})' for k in fixed))
+    ignored = {'resume', 'epochs', MODEL_CONFIG_ARG, 'rank', 'world_size', 'local_rank', 'device', 'distributed'}
+    changed = sorted(k for k, v in checkpoint_args.items() if k not in ignored and k in current and current[k] != v)
+    if changed:
+        _logger.warning('Resuming with changed arguments: %s (the optimizer state and learning-rate schedule are the '
+                        "checkpoint's).", ', '.join(changed))
+
+
+def resolve_device(name: Optional[str]) -> str:
+    """The device to train on (default: cuda when available, else cpu), checked before anything is built: timm
+    asserts on a CUDA device it cannot use, and torch fails on a missing one only when the model moves there."""
+    if name is None:
+        return 'cuda' if torch.cuda.is_available() else 'cpu'
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise ValueError(f'--device {name}: not a device ({one_line(e)})') from e
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f'--device {name}: no CUDA device is available here (torch.cuda.is_available() is False); '
+                         f'use --device cpu')
+    # under torchrun timm replaces the index by the process's local rank
+    if device.type == 'cuda' and device.index is not None and not is_distributed_env() \
+            and device.index >= torch.cuda.device_count():
+        raise ValueError(f'--device {name}: there are {torch.cuda.device_count()} CUDA device(s), numbered from 0')
+    return name
+
+
+def check_steps(args, steps_per_epoch: int, train_images: int, batch_size: int, start_epoch: int,
+                epochs: int) -> None:
+    """Refuse a run that would make no optimizer step: it would exit successfully with nothing trained."""
+    if steps_per_epoch == 0:
+        raise ValueError(f'the training split has {train_images} image(s) for {args.world_size} process(es), fewer '
+                         f'than one batch of {batch_size} (training drops the last partial batch): no step would be '
+                         f'made; lower --batch-size or add images')
+    if start_epoch >= epochs:
+        raise ValueError(f'--resume {args.resume} ends at epoch {start_epoch - 1}, the last of {epochs} epochs: '
+                         f'nothing is left to train; raise --epochs')

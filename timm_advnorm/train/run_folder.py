@@ -1,0 +1,94 @@
+"""The folder of a training run: made (or, when resuming, reopened) with the run's arguments in it, its budget file,
+and what is removed or named when the run fails."""
+import contextlib
+import itertools
+import logging
+import os
+from pathlib import Path
+from typing import Tuple
+
+import yaml
+
+from .budget import RunBudget
+
+__all__ = ['BUDGET_FILE', 'new_run_folder', 'open_run_folder', 'discard_unsaved_run', 'kept_checkpoints',
+           'resumed_budget']
+
+_logger = logging.getLogger('train_adv')
+
+# The run's budget (`budget.RunBudget`) in its folder: counted at the start, each finished epoch's time and peak memory
+# added as the run goes.
+BUDGET_FILE = 'budget.yaml'
+
+
+# The partial file timm's `CheckpointSaver` writes each checkpoint to before renaming it.
+_PARTIAL_CHECKPOINT = 'tmp.pth.tar'
+
+
+def new_run_folder(root: str, name: str) -> str:
+    """Make and return a new folder `root`/`name`, or `name`-1, -2, ... when taken (as timm's `get_outdir`).
+
+    Each name is claimed with an exclusive ``mkdir``, so runs started at the same moment never share a folder: timm
+    tests, then creates, and the loser of that race fails after its whole set-up.
+    """
+    os.makedirs(root, exist_ok=True)
+    for count in itertools.count():
+        path = os.path.join(root, name if count == 0 else f'{name}-{count}')
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+
+
+def open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
+    """The run folder and the name of the arguments file written in it: a new folder under ``--output``, or, when
+    resuming, the checkpoint's own, whose ``args.yaml`` is kept (the resumed run's arguments go beside it, named by
+    the epoch it resumes at) and whose partial checkpoint, left by a run killed while saving, is removed."""
+    if args.resume:
+        output_dir = os.path.dirname(os.path.abspath(args.resume))
+        args_file = 'args.yaml' if not os.path.exists(os.path.join(output_dir, 'args.yaml')) else \
+            f'args-resumed-epoch{start_epoch}.yaml'
+        partial = os.path.join(output_dir, _PARTIAL_CHECKPOINT)
+        if os.path.exists(partial):
+            os.remove(partial)
+            _logger.info(f'Removed {partial}, a checkpoint whose writing was interrupted.')
+    else:
+        output_dir = new_run_folder(args.output, args.experiment or f'{args.model.replace("/", "_")}-{args.method}')
+        args_file = 'args.yaml'
+    with open(os.path.join(output_dir, args_file), 'w') as f:
+        f.write(args_text)
+    return output_dir, args_file
+
+
+def discard_unsaved_run(output_dir: str, args_file: str, made_folder: bool) -> None:
+    """Remove what a run that failed before saving any checkpoint wrote: its arguments file and, when the run made
+    the folder, its budget and the folder. A folder of arguments alone only hides the runs that trained.
+
+    Best effort: this runs while another error is on its way to the user.
+    """
+    with contextlib.suppress(OSError):
+        os.remove(os.path.join(output_dir, args_file))
+        if os.path.exists(os.path.join(output_dir, BUDGET_FILE)) and made_folder:
+            os.remove(os.path.join(output_dir, BUDGET_FILE))
+        if made_folder:
+            os.rmdir(output_dir)  # fails, keeping it, if anything else is in it
+            _logger.info(f'Removed {output_dir}: the run failed before its first checkpoint.')
+
+
+def kept_checkpoints(output_dir: str) -> str:
+    """What a diverged run leaves to resume from, for its error line."""
+    last = os.path.join(output_dir, 'last.pth.tar')
+    if not os.path.exists(last):
+        return 'no checkpoint was written'
+    return (f'{last} holds the last finite weights (model_best.pth.tar beside it the best): resume from it, with '
+            f'--no-resume-opt for a new --lr (the optimizer state carries the learning rate)')
+
+
+def resumed_budget(output_dir: str, budget: RunBudget, start_epoch: int) -> RunBudget:
+    """`budget` with the epochs before `start_epoch` that the resumed run's ``budget.yaml`` measured (none without
+    such a file)."""
+    path = os.path.join(output_dir, BUDGET_FILE)
+    if not os.path.exists(path):
+        return budget
+    return budget.with_measured(yaml.safe_load(Path(path).read_text()) or {}, start_epoch)
