@@ -14,8 +14,7 @@ from timm_advnorm.attacks import InputSpace
 from timm_advnorm.recipes import list_recipes, recipe_path, resolve_config
 from timm_advnorm.task import TASKS
 from timm_advnorm.train.args import parse_args
-from timm_advnorm.train.build import epoch_schedule
-from timm_advnorm.train.optimization import create_run_optimizer, run_learning_rate
+from timm_advnorm.train.optimization import create_run_optimizer, epoch_schedule, run_learning_rate
 
 RECIPES = list_recipes()
 
@@ -112,7 +111,8 @@ def test_fast_advprop_budget_and_the_released_epoch_count(epochs, trained):
     model = timm.create_model('test_mbn_resnet', num_classes=10)
     task = TASKS[args.method].from_args(args, model, InputSpace.from_model(model), num_classes=10, verbose=False)
     assert task.passes_per_image == pytest.approx(1.2)
-    assert epoch_schedule(args, task.passes_per_image)[:2] == (trained, [25, 50, 75, 83])
+    schedule = epoch_schedule(args, task.passes_per_image)
+    assert (schedule.epochs, schedule.decay_milestones) == (trained, (25, 50, 75, 83))
 
 
 @pytest.mark.parametrize('recipe', ['fast_advprop_mbn_resnet50', 'advprop_mbn_resnet50'])

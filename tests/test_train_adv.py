@@ -157,17 +157,20 @@ def test_torchcompile_trains_through_every_route(tmp_path, digits_dir):
     assert not any('_orig_mod' in k for k in checkpoint['state_dict'])
 
 
-def test_same_budget_scales_epochs_milestones_and_running_statistics_epochs():
-    """Xie & Yuille's running statistics in the last 10 of 110 epochs stay a share of the run, not all of it."""
+def test_same_budget_scales_epochs_decay_points_and_running_statistics_epochs():
+    """Xie & Yuille's running statistics in the last 10 of 110 epochs stay a share of the run, not all of it; the step
+    schedule's decay period shrinks as the multistep schedule's milestones do."""
     import argparse
 
-    from timm_advnorm.train.build import epoch_schedule
-    args = argparse.Namespace(epochs=110, decay_milestones=[35, 70, 95], running_stats_epochs=10, same_budget=True)
-    assert epoch_schedule(args, 31.0) == (4, [1, 2, 3], 1)
-    assert epoch_schedule(args, 2.0) == (55, [18, 35, 48], 5)
-    assert epoch_schedule(argparse.Namespace(**{**vars(args), 'running_stats_epochs': 0}), 31.0)[2] == 0
-    assert epoch_schedule(argparse.Namespace(**{**vars(args), 'same_budget': False}), 31.0) == (
-        110, [35, 70, 95], 10)
+    from timm_advnorm.train.optimization import EpochSchedule, epoch_schedule
+    args = argparse.Namespace(epochs=110, decay_milestones=[35, 70, 95], decay_epochs=30.0, running_stats_epochs=10,
+                              same_budget=True)
+    assert epoch_schedule(args, 31.0) == EpochSchedule(4, (1, 2, 3), 30.0 / 31.0, 1)
+    assert epoch_schedule(args, 2.0) == EpochSchedule(55, (18, 35, 48), 15.0, 5)
+    no_running = argparse.Namespace(**{**vars(args), 'running_stats_epochs': 0})
+    assert epoch_schedule(no_running, 31.0).running_stats_epochs == 0
+    assert epoch_schedule(argparse.Namespace(**{**vars(args), 'same_budget': False}), 31.0) == EpochSchedule(
+        110, (35, 70, 95), 30.0, 10)
 
 
 def test_evaluation_uses_the_preprocessing_the_checkpoint_was_trained_with(tmp_path, digits_dir):

@@ -19,7 +19,7 @@ from torchvision import transforms
 from timm_advnorm.hub import create_model_from_name_or_checkpoint
 from timm_advnorm.train import build, script
 from timm_advnorm.train.args import parse_args
-from timm_advnorm.train.optimization import create_run_scheduler
+from timm_advnorm.train.optimization import create_run_scheduler, epoch_schedule
 
 FAST = ['--epochs', '1', '--attack-steps', '1', '--attack-step', '4', '--val-attack-steps', '1', '--num-samples', '16',
         '--workers', '0', '--hflip', '0', '--log-interval', '0']
@@ -154,12 +154,26 @@ def test_weight_decay_skips_one_dimensional_parameters_unless_asked(tmp_path, di
 def test_schedule_runs_its_epochs_with_cooldown_and_same_budget():
     args, _ = parse_args(['--sched', 'cosine', '--epochs', '12', '--cooldown-epochs', '2', '--same-budget',
                           '--lr', '0.1'])
-    epochs, milestones, _ = build.epoch_schedule(args, passes_per_image=3.0)
+    schedule = epoch_schedule(args, passes_per_image=3.0)
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=args.lr)
-    scheduler, total = create_run_scheduler(optimizer, args, epochs, milestones, updates_per_epoch=5)
-    assert (epochs, total) == (4, 6)  # 12 epochs / 3 passes, then 2 cool-down epochs
+    scheduler, total = create_run_scheduler(optimizer, args, schedule, updates_per_epoch=5)
+    assert (schedule.epochs, total) == (4, 6)  # 12 epochs / 3 passes, then 2 cool-down epochs
     scheduler.step(4)
     assert optimizer.param_groups[0]['lr'] == pytest.approx(args.min_lr)
+
+
+def test_same_budget_step_schedule_decays_at_the_scaled_period():
+    """``--sched step --decay-epochs 6`` over 12 epochs at 3 passes per image: 4 epochs, a decay every 2."""
+    args, _ = parse_args(['--sched', 'step', '--epochs', '12', '--decay-epochs', '6', '--decay-rate', '0.1',
+                          '--same-budget', '--lr', '0.1', '--warmup-epochs', '0'])
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=args.lr)
+    scheduler, total = create_run_scheduler(optimizer, args, epoch_schedule(args, passes_per_image=3.0),
+                                            updates_per_epoch=5)
+    lrs = []
+    for epoch in range(total):
+        scheduler.step(epoch)
+        lrs.append(optimizer.param_groups[0]['lr'])
+    assert lrs == pytest.approx([0.1, 0.1, 0.01, 0.01])
 
 
 def test_bad_training_flags_are_usage_errors(tmp_path, digits_dir):

@@ -15,7 +15,7 @@ from ..data import DIGITS_NUM_CLASSES, prepare_digits
 from ..task import get_task_class
 from ..train.args import parse_args
 from ..train.budget import RunBudget, count_budget
-from ..train.build import epoch_schedule
+from ..train.optimization import epoch_schedule
 
 __all__ = ['IMAGENET_TRAIN_IMAGES', 'plan_cell_budget']
 
@@ -47,7 +47,7 @@ def plan_cell_budget(train_argv: Sequence[str], world_size: int = 1, train_image
     data_config = resolve_data_config(dict(img_size=img_size, mean=args.mean, std=args.std), model=model)
     task = get_task_class(args.method).from_args(args, model, InputSpace.from_data_config(data_config),
                                                  num_classes=num_classes, device='cpu', verbose=False)
-    epochs, _, _ = epoch_schedule(args, task.passes_per_image)
+    epochs = epoch_schedule(args, task.passes_per_image).epochs
     batch_size = int(round(args.batch_size * task.batch_scale))
     images = train_images if train_images is not None else _train_images(args.dataset, img_size or 224)
     return count_budget(task, (batch_size, *data_config['input_size']), train_images=images, epochs=epochs,

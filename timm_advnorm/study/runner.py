@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import yaml
 
-from ..train.build import epoch_schedule
+from ..train.optimization import epoch_schedule
 from ..train.run_folder import BUDGET_FILE
 from .cells import Cell
 
@@ -93,7 +93,7 @@ def _training_complete(run_dir: Path) -> bool:
     if not rows:
         return False
     args = argparse.Namespace(**yaml.safe_load(args_file.read_text()))
-    epochs, _, _ = epoch_schedule(args, float(rows[-1]['train_passes_per_image']))
+    epochs = epoch_schedule(args, float(rows[-1]['train_passes_per_image'])).epochs
     return len(rows) >= epochs
 
 

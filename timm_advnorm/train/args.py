@@ -262,8 +262,8 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
                        help='BN statistics the attack uses: running (eval mode) or batch (train mode; Fast '
                             'AdvProp always).')
     group.add_argument('--same-budget', action='store_true',
-                       help='Divide epochs, milestones and --running-stats-epochs by the method\'s passes per image '
-                            '(equal-budget runs).')
+                       help='Divide --epochs, --decay-milestones, --decay-epochs and --running-stats-epochs by the '
+                            'method\'s passes per image (equal-budget runs; warm-up and cool-down epochs are kept).')
     group.add_argument('--running-stats-epochs', type=non_negative_int, default=0, metavar='N',
                        help='Train with BN running statistics in the last N epochs (Xie & Yuille §4.3).')
     group.add_argument('--val-attack-steps', type=positive_int, default=10,

@@ -9,7 +9,7 @@ import argparse
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import yaml
@@ -34,11 +34,10 @@ from .checks import check_args, check_resume_args, check_steps, resolve_device
 from .data_options import create_mixup, data_config_args, dataset_kwargs, train_loader_kwargs
 from .loop import LossScaler, eval_metric_for, metric_names
 from .model_options import architecture_kwargs, create_model_kwargs, init_classifier_head, set_batchnorm_options
-from .optimization import create_run_optimizer, create_run_scheduler, run_learning_rate
+from .optimization import create_run_optimizer, create_run_scheduler, epoch_schedule, run_learning_rate
 from .tracking import import_wandb
 
-__all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'plan_training', 'prepare_training', 'epoch_schedule',
-           'ranked_branch']
+__all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'plan_training', 'prepare_training', 'ranked_branch']
 
 _logger = logging.getLogger('train_adv')
 
@@ -147,23 +146,6 @@ def ranked_branch(eval_metric: str) -> str:
     return 'adv' if eval_metric.removeprefix('ema_').startswith('adv_branch_') else 'clean'
 
 
-def epoch_schedule(args, passes_per_image: float) -> Tuple[int, List[int], int]:
-    """Epochs, decay milestones and running-statistics epochs of the run.
-
-    With ``--same-budget`` all three are divided by the method's passes per image, so that the run costs what
-    ``--epochs`` of vanilla training would and keeps the recipe's proportions (Xie & Yuille's last 10 of 110 epochs).
-    """
-    epochs, milestones, running = args.epochs, list(args.decay_milestones), args.running_stats_epochs
-    if not args.same_budget:
-        return epochs, milestones, running
-
-    def scaled(n: int) -> int:
-        return max(1, int(round(n / passes_per_image)))
-
-    epochs = scaled(epochs)
-    return epochs, [scaled(m) for m in milestones], min(epochs, scaled(running)) if running else 0
-
-
 def _loss_scaler(task, amp_dtype: Optional[torch.dtype], device: torch.device) -> Optional[LossScaler]:
     """A loss scaler for float16 training; None otherwise (bfloat16 and fp32 need none)."""
     if amp_dtype != torch.float16:
@@ -270,7 +252,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         if args.resume:
             load_task_ema_checkpoint(task, args.resume)
 
-    epochs, milestones, running_stats_epochs = epoch_schedule(args, task.passes_per_image)
+    schedule = epoch_schedule(args, task.passes_per_image)
 
     batch_size = int(round(args.batch_size * task.batch_scale))
     mixed_rows = task.mixed_rows(batch_size)  # also checks that the method can split such a batch
@@ -292,7 +274,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     loader_train = create_loader(train_set, batch_size=batch_size, is_training=True, **train_loader_kwargs(args),
                                  **common)
     updates_per_epoch = GradientAccumulation(len(loader_train), args.grad_accum_steps).updates_per_epoch
-    scheduler, epochs = create_run_scheduler(optimizer, args, epochs, milestones, updates_per_epoch)
+    scheduler, epochs = create_run_scheduler(optimizer, args, schedule, updates_per_epoch)
     check_steps(args, len(loader_train), len(train_set), batch_size, start_epoch, epochs)
     val_batch_size = args.validation_batch_size or args.batch_size
     loader_val = create_loader(val_set, batch_size=val_batch_size, interpolation=data_config['interpolation'],
@@ -318,7 +300,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         optimizer=optimizer, scheduler=scheduler, loss_scaler=loss_scaler, mixup_fn=mixup_fn, space=space,
         loader_train=loader_train, loader_val=loader_val, loader_robust=loader_robust, train_images=len(train_set),
         step_shape=(batch_size, *data_config['input_size']), start_epoch=start_epoch, epochs=epochs,
-        running_stats_epochs=running_stats_epochs)
+        running_stats_epochs=schedule.running_stats_epochs)
 
 
 def plan_training(run: TrainingRun) -> RunBudget:

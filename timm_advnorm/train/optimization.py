@@ -3,10 +3,11 @@
 timm's ``train.py`` builds both from its arguments (`timm.optim.optimizer_kwargs`, `timm.scheduler.scheduler_kwargs`);
 so does `train_adv.py`, with three differences of its own: the learning rate is resolved first from the global batch
 (`lr_scaling`), ``--wd-all-params`` decays every parameter (timm's factory skips biases and normalization weights),
-and the schedule runs over the run's own epochs and milestones, which ``--same-budget`` scales.
+and the schedule runs over the run's own epochs and decay points, which ``--same-budget`` scales (`epoch_schedule`).
 """
 import argparse
-from typing import Sequence, Tuple
+from dataclasses import dataclass
+from typing import Tuple
 
 import torch
 import torch.nn as nn
@@ -16,7 +17,46 @@ from timm.scheduler.scheduler import Scheduler
 
 from .lr_scaling import LearningRate, global_batch_size, resolve_lr
 
-__all__ = ['run_learning_rate', 'create_run_optimizer', 'create_run_scheduler']
+__all__ = ['EpochSchedule', 'epoch_schedule', 'run_learning_rate', 'create_run_optimizer', 'create_run_scheduler']
+
+
+@dataclass(frozen=True)
+class EpochSchedule:
+    """The run's epoch counts, ``--same-budget`` applied.
+
+    Attributes:
+        epochs: Epochs of the schedule (``--epochs``; its cool-down is added by the scheduler).
+        decay_milestones: Epochs at which the multistep schedule decays (``--decay-milestones``).
+        decay_epochs: Epochs between two decays of the step schedule (``--decay-epochs``).
+        running_stats_epochs: The last epochs trained on BN running statistics (``--running-stats-epochs``).
+    """
+
+    epochs: int
+    decay_milestones: Tuple[int, ...]
+    decay_epochs: float
+    running_stats_epochs: int
+
+
+def epoch_schedule(args: argparse.Namespace, passes_per_image: float) -> EpochSchedule:
+    """The run's epochs, decay points and running-statistics epochs.
+
+    With ``--same-budget`` each is divided by the method's passes per image, so that the run costs what ``--epochs``
+    of vanilla training would and keeps the recipe's proportions (Xie & Yuille's last 10 of 110 epochs): the
+    released Fast AdvProp code scales its epochs and decay schedule the same way. Warm-up and cool-down epochs are
+    kept as given, as there.
+    """
+    schedule = EpochSchedule(epochs=args.epochs, decay_milestones=tuple(args.decay_milestones),
+                             decay_epochs=args.decay_epochs, running_stats_epochs=args.running_stats_epochs)
+    if not args.same_budget:
+        return schedule
+
+    def scaled(n: int) -> int:
+        return max(1, int(round(n / passes_per_image)))
+
+    epochs = scaled(schedule.epochs)
+    running = min(epochs, scaled(schedule.running_stats_epochs)) if schedule.running_stats_epochs else 0
+    return EpochSchedule(epochs=epochs, decay_milestones=tuple(scaled(m) for m in schedule.decay_milestones),
+                         decay_epochs=schedule.decay_epochs / passes_per_image, running_stats_epochs=running)
 
 
 def run_learning_rate(args: argparse.Namespace) -> LearningRate:
@@ -34,16 +74,17 @@ def create_run_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.op
     return create_optimizer_v2(model, filter_bias_and_bn=not args.wd_all_params, **kwargs)
 
 
-def create_run_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace, epochs: int,
-                         milestones: Sequence[int], updates_per_epoch: int) -> Tuple[Scheduler, int]:
-    """timm's learning-rate schedule from the schedule flags, over `epochs` with decays at `milestones` (the run's,
-    after ``--same-budget``); returns it with the epochs to train, ``--cooldown-epochs`` (and a warm-up prefix)
-    included.
+def create_run_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace, schedule: EpochSchedule,
+                         updates_per_epoch: int) -> Tuple[Scheduler, int]:
+    """timm's learning-rate schedule from the schedule flags, over the epochs and decay points of `schedule` (the
+    run's, after ``--same-budget``); returns it with the epochs to train, ``--cooldown-epochs`` (and a warm-up
+    prefix) included.
 
     Args:
         updates_per_epoch: Optimizer updates per epoch (batches / ``--grad-accum-steps``, rounded up), what a
             schedule stepped on updates counts.
     """
     kwargs = scheduler_kwargs(args, decreasing_metric=False)  # the plateau schedule: metrics are accuracies
-    kwargs.update(num_epochs=epochs, decay_milestones=list(milestones))
+    kwargs.update(num_epochs=schedule.epochs, decay_milestones=list(schedule.decay_milestones),
+                  decay_epochs=schedule.decay_epochs)
     return create_scheduler_v2(optimizer, **kwargs, updates_per_epoch=updates_per_epoch)
