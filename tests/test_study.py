@@ -97,6 +97,19 @@ def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_eval
     assert (cell.run_dir / 'last.pth.tar').stat().st_mtime_ns == trained['last.pth.tar'], 'retrained'
 
 
+def test_a_cell_is_trained_only_once_its_cool_down_epochs_are(tmp_path, digits_dir):
+    """The run's budget file counts the epochs it trains, cool-down included (``--epochs`` alone does not)."""
+    spec = load_study(_study(tmp_path, digits_dir, epochs=1))
+    cell = expand_cells(spec, 'digits', tmp_path / 'study')[0]
+    from timm_advnorm.train.script import main as train_main
+    assert train_main([*cell.train_argv, '--cooldown-epochs', '1']) == 0
+    assert yaml.safe_load((cell.run_dir / 'budget.yaml').read_text())['epochs'] == 2
+    assert cell_state(cell) == 'trained'
+    summary = (cell.run_dir / 'summary.csv').read_text().splitlines()
+    (cell.run_dir / 'summary.csv').write_text('\n'.join(summary[:2]) + '\n')  # killed in the cool-down epoch
+    assert cell_state(cell) == 'interrupted'
+
+
 def test_submitit_launcher_runs_the_pending_cells(tmp_path, digits_dir):
     pytest.importorskip('submitit')
     spec = load_study(_study(tmp_path, digits_dir))

@@ -84,16 +84,23 @@ def _check_status(command: str, status: int) -> None:
 
 
 def _training_complete(run_dir: Path) -> bool:
-    """Whether the run in `run_dir` has a summary row for every epoch it trains (rows follow their checkpoints)."""
-    summary, args_file = run_dir / 'summary.csv', run_dir / 'args.yaml'
+    """Whether the run in `run_dir` has a summary row for every epoch it trains (rows follow their checkpoints).
+
+    The epochs it trains are those its budget file counts (the scheduler's, cool-down included); a run folder
+    written before runs kept a budget file falls back on its arguments' epochs (``--same-budget`` applied).
+    """
+    summary, args_file, budget_file = run_dir / 'summary.csv', run_dir / 'args.yaml', run_dir / BUDGET_FILE
     if not summary.is_file() or not args_file.is_file():
         return False
     with summary.open(newline='') as f:
         rows = list(csv.DictReader(f))
     if not rows:
         return False
-    args = argparse.Namespace(**yaml.safe_load(args_file.read_text()))
-    epochs = epoch_schedule(args, float(rows[-1]['train_passes_per_image'])).epochs
+    if budget_file.is_file():
+        epochs = int(yaml.safe_load(budget_file.read_text())['epochs'])
+    else:
+        args = argparse.Namespace(**yaml.safe_load(args_file.read_text()))
+        epochs = epoch_schedule(args, float(rows[-1]['train_passes_per_image'])).epochs
     return len(rows) >= epochs
 
 
