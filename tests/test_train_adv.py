@@ -110,6 +110,7 @@ def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedP
     (['--model', 'no_such_model'], 'Unknown model'),
     (['--attack-steps', '0'], '--attack-steps'),
     (['--eval-metric', 'accuracy'], '--eval-metric'),
+    (['--eval-metric', 'accuracy', '--plan'], '--eval-metric'),  # a plan is refused what the run would be
     (['--resume', 'missing.pth.tar'], 'not found'),
     (['--checkpoint-hist', '0'], '--checkpoint-hist'),
     (['--smoothing', '2'], '--smoothing'),

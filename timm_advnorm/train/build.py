@@ -140,6 +140,14 @@ def _dataset_classes(dataset) -> Optional[int]:
     return len(class_to_idx) if class_to_idx else None
 
 
+def _check_eval_metric(args, task: AdversarialClassificationTask) -> None:
+    """Refuse an ``--eval-metric`` that the method's validation does not report (``--plan`` included)."""
+    known_metrics = metric_names(task.validated_branches, ema=bool(args.model_ema))
+    if args.eval_metric not in known_metrics:
+        raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)} '
+                         f'(what --method {args.method} validates).')
+
+
 def ranked_branch(eval_metric: str) -> str:
     """The branch whose accuracy `eval_metric` ranks checkpoints by: ``adv`` for ``adv_branch_*`` metrics (also of
     the EMA), ``clean`` otherwise; the branch a loaded checkpoint runs on."""
@@ -235,6 +243,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     if args.eval_metric is None:  # the method's own; resolved before the resume check and saved with the run
         args.eval_metric = eval_metric_for(task)
         args_text = _with_values(args_text, eval_metric=args.eval_metric)
+    _check_eval_metric(args, task)
     # checkpoints save the args: evaluation and publishing rebuild the model with its preprocessing, padding and the
     # branch its checkpoints are ranked by (mixture BN), which a loaded checkpoint then runs on
     with route(model, ranked_branch(args.eval_metric)):
@@ -315,18 +324,13 @@ def plan_training(run: TrainingRun) -> RunBudget:
 
 
 def prepare_training(run: TrainingRun) -> TrainingStart:
-    """Past the plan's point, for a run that trains: count its budget, wrap its task for distributed training, make
-    its validation attack, and check that the eval metric is one the method validates."""
+    """Past the plan's point, for a run that trains: count its budget, wrap its task for distributed training and
+    make its validation attack."""
     args, task = run.args, run.task
     budget = count_budget(task, run.step_shape, train_images=run.train_images, epochs=run.epochs,
                           world_size=args.world_size, model_name=args.model, device=run.device)
     if args.distributed:
         task.prepare_distributed(device_ids=[run.device.index] if run.device.type == 'cuda' else None)
 
-    val_attack = _val_attack(args, run.space, run.amp_dtype)
-    branches = task.validated_branches
-    known_metrics = metric_names(branches, ema=task.has_ema())
-    if args.eval_metric not in known_metrics:
-        raise ValueError(f'--eval-metric {args.eval_metric!r} is not one of {", ".join(known_metrics)} '
-                         f'(what --method {args.method} validates).')
-    return TrainingStart(budget=budget, val_attack=val_attack, branches=branches)
+    return TrainingStart(budget=budget, val_attack=_val_attack(args, run.space, run.amp_dtype),
+                         branches=task.validated_branches)
