@@ -184,3 +184,15 @@ def test_bad_training_flags_are_usage_errors(tmp_path, digits_dir):
         _plan(tmp_path, digits_dir, '--aug-repeats', '3')
     with pytest.raises(ValueError, match='--ratio is a range'):
         _plan(tmp_path, digits_dir, '--ratio', '1.2', '0.8')
+
+
+def test_a_run_records_the_iterations_its_attack_runs(tmp_path, digits_dir, caplog):
+    """FGSM is one fixed step whatever ``--attack-steps`` says: the saved arguments (and a card made from them) say
+    what ran, and the log says so."""
+    caplog.set_level(logging.INFO, logger='train_adv')
+    run = _train(tmp_path, digits_dir, '--method', 'madry', '--attack', 'fgsm', '--attack-steps', '7')
+    saved = yaml.safe_load((run / 'args.yaml').read_text())
+    assert (saved['attack_steps'], saved['attack_step_rule']) == (1, 'fixed')
+    assert '--attack fgsm runs with --attack-steps 1, --attack-step-rule fixed' in caplog.text
+    checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=False)
+    assert checkpoint['args'].attack_steps == 1

@@ -239,7 +239,8 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--attack', default='pgd', type=_training_attack, metavar='NAME',
                        help=f'Training attack, from the attack registry: {", ".join(training_attacks())}. Each takes '
                             f'the options below that it has: fgsm is one step of --attack-step (Wong et al.: 1.25 '
-                            f'× --attack-eps) and ignores --attack-steps and --attack-step-rule. (default: pgd)')
+                            f'× --attack-eps) and ignores --attack-steps and --attack-step-rule (the run records 1 '
+                            f'and fixed). (default: pgd)')
     group.add_argument('--attack-eps', type=non_negative_float, default=16.0, help='Attack budget on the 0-255 scale.')
     group.add_argument('--attack-step', type=positive_float, default=1.0, help='Attack step size on the 0-255 scale.')
     group.add_argument('--attack-steps', type=positive_int, default=30, help='Attack iterations (PGD-N).')

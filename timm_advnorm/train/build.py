@@ -140,6 +140,23 @@ def _dataset_classes(dataset) -> Optional[int]:
     return len(class_to_idx) if class_to_idx else None
 
 
+def _record_attack(args, args_text: str, task: AdversarialClassificationTask) -> str:
+    """The arguments (and their saved text) with the iterations and step rule the training attack runs with where it
+    fixes them itself (``--attack fgsm``: one fixed step, whatever ``--attack-steps`` says), so that the run's
+    record, and a card published from it, says what was run."""
+    attack = task.attack
+    ran = dict(attack_steps=getattr(attack, 'steps', None), attack_step_rule=getattr(attack, 'step_rule', None))
+    changed = {name: value for name, value in ran.items() if value is not None and value != getattr(args, name)}
+    if not changed:
+        return args_text
+    if args.rank == 0:
+        _logger.info(f'--attack {args.attack} runs with ' + ', '.join(
+            f'--{name.replace("_", "-")} {value}' for name, value in changed.items()) + '; the run records that.')
+    for name, value in changed.items():
+        setattr(args, name, value)
+    return _with_values(args_text, **changed)
+
+
 def _check_eval_metric(args, task: AdversarialClassificationTask) -> None:
     """Refuse an ``--eval-metric`` that the method's validation does not report (``--plan`` included)."""
     known_metrics = metric_names(task.validated_branches, ema=bool(args.model_ema))
@@ -239,6 +256,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     task = get_task_class(args.method).from_args(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn,
                                                  amp_dtype=amp_dtype, device=device, verbose=args.rank == 0)
     task.to(device)
+    args_text = _record_attack(args, args_text, task)
     loss_scaler = _loss_scaler(task, amp_dtype, device)
     if args.eval_metric is None:  # the method's own; resolved before the resume check and saved with the run
         args.eval_metric = eval_metric_for(task)
