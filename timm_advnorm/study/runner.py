@@ -13,7 +13,6 @@ The commands run in this process (`InProcessCommands`), or each in a child proce
 (`run_cells`), or are each submitted as a job through submitit (`SubmititLauncher`: Slurm, or its local and debug
 executors), never through a scheduler of our own.
 """
-import argparse
 import csv
 import json
 import logging
@@ -27,7 +26,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import yaml
 
-from ..train.optimization import epoch_schedule
 from ..train.run_folder import BUDGET_FILE
 from .cells import Cell
 
@@ -84,24 +82,14 @@ def _check_status(command: str, status: int) -> None:
 
 
 def _training_complete(run_dir: Path) -> bool:
-    """Whether the run in `run_dir` has a summary row for every epoch it trains (rows follow their checkpoints).
-
-    The epochs it trains are those its budget file counts (the scheduler's, cool-down included); a run folder
-    written before runs kept a budget file falls back on its arguments' epochs (``--same-budget`` applied).
-    """
-    summary, args_file, budget_file = run_dir / 'summary.csv', run_dir / 'args.yaml', run_dir / BUDGET_FILE
-    if not summary.is_file() or not args_file.is_file():
+    """Whether the run in `run_dir` has a summary row for every epoch it trains (rows follow their checkpoints): the
+    epochs its budget file counts, which the run writes before it trains (the scheduler's, cool-down included)."""
+    summary, budget_file = run_dir / 'summary.csv', run_dir / BUDGET_FILE
+    if not summary.is_file() or not budget_file.is_file():
         return False
     with summary.open(newline='') as f:
         rows = list(csv.DictReader(f))
-    if not rows:
-        return False
-    if budget_file.is_file():
-        epochs = int(yaml.safe_load(budget_file.read_text())['epochs'])
-    else:
-        args = argparse.Namespace(**yaml.safe_load(args_file.read_text()))
-        epochs = epoch_schedule(args, float(rows[-1]['train_passes_per_image'])).epochs
-    return len(rows) >= epochs
+    return len(rows) >= int(yaml.safe_load(budget_file.read_text())['epochs'])
 
 
 def cell_state(cell: Cell) -> str:
