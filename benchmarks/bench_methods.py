@@ -24,7 +24,7 @@ Example:
 """
 import argparse
 import statistics
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import timm
 import torch
@@ -73,29 +73,19 @@ def _batch(space: InputSpace, n: int, img_size: int, device: torch.device) -> Tu
     return x, y
 
 
-def _passes_as_vanilla(vanilla: AdversarialClassificationTask, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                       rows: List[int]) -> Callable[[], None]:
-    """One training step whose forward+backward passes are vanilla's over the first `rows[i]` rows of the batch: a
-    method's passes at the batch sizes they run at, with nothing of the method around them."""
+def _step_fn(task: AdversarialClassificationTask, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+             pass_rows: Optional[List[int]] = None) -> Callable[[], None]:
+    """One training step of `task` on the batch, optimizer update included; with `pass_rows`, one forward+backward
+    of `task` over the first `pass_rows[i]` rows each before the update (a method's passes at the batch sizes they
+    run at, made as vanilla training steps)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
-
-    def step() -> None:
-        vanilla.train()
-        optimizer.zero_grad(set_to_none=True)
-        for n in rows:
-            vanilla(x[:n], y[:n])['loss'].backward()
-        optimizer.step()
-    return step
-
-
-def _step_fn(task: AdversarialClassificationTask, model: nn.Module, x: torch.Tensor, y: torch.Tensor
-             ) -> Callable[[], None]:
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    rows = pass_rows or [x.shape[0]]
 
     def step() -> None:
         task.train()
         optimizer.zero_grad(set_to_none=True)
-        task(x, y)['loss'].backward()
+        for n in rows:
+            task(x[:n], y[:n])['loss'].backward()
         task.finalize_gradients()
         optimizer.step()
     return step
@@ -144,7 +134,7 @@ def main(argv=None) -> None:
     for family, method, task, model, batch in entries:
         if method in PASS_ROWS:
             rows = PASS_ROWS[method](task, batch[0].shape[0])
-            steps[(family, f'{method} passes')] = _passes_as_vanilla(vanilla[family], model, *batch, rows)
+            steps[(family, f'{method} passes')] = _step_fn(vanilla[family], model, *batch, pass_rows=rows)
     seconds, _ = measure(steps, device, args.warmup, args.rounds)
     per_image = {(family, method): [t / batch[0].shape[0] for t in seconds[(family, method)]]
                  for family, method, _, _, batch in entries}
