@@ -29,8 +29,8 @@ from .checkpoint import Checkpoint
 from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
 
 __all__ = [
-    'build_export_model', 'export_model_args', 'write_export', 'check_folder_target', 'staged_folder', 'install_to_hf_cache', 'needs_plugin',
-    'export_data_args', 'DATA_ARG_KEYS',
+    'build_export_model', 'export_model_args', 'write_export', 'check_folder_target', 'staged_folder',
+    'install_to_hf_cache', 'needs_plugin', 'export_data_args', 'DATA_ARG_KEYS',
 ]
 
 _logger = logging.getLogger(__name__)
