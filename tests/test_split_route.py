@@ -1,4 +1,5 @@
-"""The ``split`` route equals two separate batch norms on its row blocks: outputs, gradients, running statistics."""
+"""The ``split`` route equals two separate batch norms on its row blocks: outputs, gradients, running statistics
+(its fused form, `split_batch_norm`, included)."""
 import copy
 from typing import Optional
 
@@ -8,6 +9,7 @@ import torch.nn as nn
 
 from timm_advnorm.layers import route
 from timm_advnorm.layers.mixture_bn import MixtureBatchNorm2d
+from timm_advnorm.layers.split_batch_norm import BlockNorm, split_batch_norm
 
 BATCH, CHANNELS = 6, 4
 
@@ -103,3 +105,30 @@ def test_split_route_on_bfloat16_input_with_float_parameters():
     """What a bfloat16 autocast convolution hands the layer."""
     _check_against_reference(_layer(), _input(True, torch.bfloat16), 4, True)
 
+
+
+@pytest.mark.parametrize('affine', [True, False])
+def test_split_route_on_bfloat16_input_with_or_without_affine_parameters(affine):
+    """Batch statistics are kept in the parameters' dtype when there are float parameters, else in the input's."""
+    _check_against_reference(_layer(affine=affine), _input(False, torch.bfloat16), 2, True)
+
+
+@pytest.mark.parametrize('channels_last', [False, True])
+def test_split_batch_norm_gradients_pass_gradcheck(channels_last):
+    """The fused split's backward against finite differences: input and both blocks' affine parameters."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 3, 2, 2, dtype=torch.float64, generator=generator)
+    x = x.to(memory_format=torch.channels_last) if channels_last else x
+    params = [torch.randn(3, dtype=torch.float64, generator=generator) for _ in range(4)]
+    inputs = [t.requires_grad_(True) for t in (x, *params)]
+
+    def fused(x, w1, b1, w2, b2):
+        return split_batch_norm(x, 2, BlockNorm(w1, b1, None, None, 0.1), BlockNorm(w2, b2, None, None, 0.1), 1e-5)
+    assert torch.autograd.gradcheck(fused, inputs)
+
+
+@pytest.mark.parametrize('n_first', [0, BATCH])
+def test_split_batch_norm_refuses_an_empty_block(n_first):
+    block = BlockNorm(None, None, None, None, 0.1)
+    with pytest.raises(ValueError, match='rows in both blocks'):
+        split_batch_norm(_input(False), n_first, block, block, 1e-5)

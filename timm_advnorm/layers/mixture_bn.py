@@ -31,6 +31,7 @@ from timm.layers import create_act_layer, get_act_layer
 from timm.models import register_notrace_module
 
 from .recompute import PositionedHistory, is_recomputing, recomputed_position
+from .split_batch_norm import BlockNorm, split_batch_norm
 
 __all__ = ['MixtureBatchNorm2d', 'MixtureBatchNormAct2d', 'ROUTES']
 
@@ -223,6 +224,34 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
         # autograd rebuild the whole output in backward (a full extra copy per layer).
         return torch.ops.aten._unsafe_view(out, [batch, channels, height, width])
 
+    def _split(self, x: torch.Tensor, n_clean: int, count_batch: bool) -> torch.Tensor:
+        """The first `n_clean` rows (at least one, not all) through the clean branch, the rest through the adversarial
+        one."""
+        if not torch.jit.is_scripting():
+            if self._fuses_split(x):
+                return self._fused_split(x, n_clean, count_batch)
+        x_clean, x_adv = torch.split(x, [n_clean, x.shape[0] - n_clean])
+        return torch.cat([self._clean(x_clean, count_batch), self._adv(x_adv, count_batch)])
+
+    @torch.jit.unused
+    def _fuses_split(self, x: torch.Tensor) -> bool:
+        """Whether the split route normalizes both blocks into one output (`split_batch_norm`): in training on the
+        CPU, where it was measured (on CUDA, batch norm runs cuDNN's kernels, which it would bypass), outside
+        `torch.compile` (which fuses the concatenation itself)."""
+        return self.training and x.device.type == 'cpu' and not torch.compiler.is_compiling()
+
+    @torch.jit.unused
+    def _fused_split(self, x: torch.Tensor, n_clean: int, count_batch: bool) -> torch.Tensor:
+        adv_bn = self.adv_bn
+        blocks = []
+        for bn, num_batches_tracked in ((self, self.num_batches_tracked), (adv_bn, adv_bn.num_batches_tracked)):
+            momentum = self._step_momentum(num_batches_tracked, count_batch)
+            keep_stats = self.track_running_stats
+            blocks.append(BlockNorm(
+                bn.weight, bn.bias, self._counted(bn.running_mean, count_batch) if keep_stats else None,
+                self._counted(bn.running_var, count_batch) if keep_stats else None, momentum))
+        return split_batch_norm(x, n_clean, blocks[0], blocks[1], self.eps)
+
     def _normalize(self, x: torch.Tensor, route: str, n_clean: int, gamma: float, count_batch: bool) -> torch.Tensor:
         """`x` normalized on `route`; in training, the batch is counted in the running statistics when `count_batch`."""
         if route == 'clean':
@@ -236,8 +265,7 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
                 return self._adv(x, count_batch)
             if n_clean == x.shape[0]:
                 return self._clean(x, count_batch)
-            x_clean, x_adv = torch.split(x, [n_clean, x.shape[0] - n_clean])
-            return torch.cat([self._clean(x_clean, count_batch), self._adv(x_adv, count_batch)])
+            return self._split(x, n_clean, count_batch)
         if route == 'interleaved':
             return self._interleaved(x, count_batch)
         if route == 'mix':

@@ -71,6 +71,11 @@ class SyncMixtureBatchNorm2d(MixtureBatchNorm2d):
         return group, dist.get_world_size(group)
 
     @torch.jit.unused
+    def _fuses_split(self, x: torch.Tensor) -> bool:
+        """Only when the statistics are this process's own: the fused split knows no other process."""
+        return self._world()[1] == 1 and super()._fuses_split(x)
+
+    @torch.jit.unused
     def _batch_norm(
             self,
             x: torch.Tensor,

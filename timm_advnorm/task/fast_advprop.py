@@ -252,7 +252,7 @@ class FastAdvPropTask(AdversarialClassificationTask):
             return
         for name, params in self._groups.items():
             grads = [p.grad for p in params if p.grad is not None]
-            if grads:
+            if grads and self.group_scales[name] != 1.0:  # the shared group, nearly every parameter, stays as it is
                 torch._foreach_mul_(grads, self.group_scales[name])
 
     def split_sizes(self, batch_size: int) -> Tuple[int, int]:
