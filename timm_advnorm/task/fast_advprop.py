@@ -7,7 +7,8 @@ Its five ingredients, each here:
 2. **PGD-1 with gradient reuse.** The attack's forward/backward over the noisy rows (random start in the ε-box,
    untargeted, BN on batch statistics) is fused with the clean rows' training forward/backward: one backward yields
    the input gradient for the attack *and* parameter gradients for training (Shafahi et al.'s "free" reuse). Only
-   where the gradient comes from differs from PGD: the start and the steps are PGD's own (`PGDGeometry`).
+   where the gradient comes from differs from PGD: the start and the steps are PGD's own (`PGDGeometry`). The
+   backward computes the input gradient of the attacked rows alone (`input_gradient.rows_gradient`).
    Every batch starts at random by default, as in Algorithm 1; the released code starts the whole batch from the
    clean images when ``torch.randn(1) <= prob_start_from_clean`` (default 0.2), in about 58% of the steps (Φ(0.2)):
    clean-start mode ``per_batch_randn`` (``--attack-clean-start-mode per_batch_randn``) does the same.
@@ -29,7 +30,8 @@ training, the script divides epochs by `passes_per_image` = ``p_adv * K + 1``.
 """
 import argparse
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from contextlib import nullcontext
+from typing import Any, ContextManager, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -42,6 +44,7 @@ from ..layers.mixture_bn import MixtureBatchNorm2d
 from ..layers.routing import has_mixture_bn, route
 from ..arg_types import open_fraction, positive_float
 from .adversarial import AdversarialClassificationTask, ArgumentGroup, MixFn
+from .input_gradient import RowsGradient, rows_gradient
 from .registry import register_task
 
 __all__ = ['FastAdvPropTask', 'parameter_groups', 'shuffle_across_ranks']
@@ -300,6 +303,17 @@ class FastAdvPropTask(AdversarialClassificationTask):
         perturbation, not yet clipped to valid pixels."""
         return self._geometry(x).random_start(x, self.clean_start_prob, generator, self.clean_start_mode)
 
+    def _noisy_rows_gradient(self, input: torch.Tensor, rows: slice) -> ContextManager[RowsGradient]:
+        """The attack's gradient to the noisy rows of a training forward's input, its share at the first convolution
+        computed for those rows alone (`rows_gradient`); a compiled model gets autograd's, since the hooks this needs
+        would be baked into its graph."""
+        module = self.trainable_module
+        if isinstance(module, nn.parallel.DistributedDataParallel):
+            module = module.module
+        if hasattr(module, '_orig_mod'):  # torch.compile's wrapper
+            return nullcontext(RowsGradient(input, rows))
+        return rows_gradient(self.attack_module(), input, rows)
+
     def _distributed(self) -> bool:
         return self.shuffle_bn and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
@@ -325,21 +339,24 @@ class FastAdvPropTask(AdversarialClassificationTask):
         noise_share = share['noise'] / self.steps
         loss_noise_total = torch.zeros((), device=input.device)
         for k in range(self.steps):
-            x_noisy.requires_grad_(True)
             with self.no_sync():  # forward included: DDP decides at the forward whether the backward all-reduces
                 if k == 0:
-                    with route(model, 'split', n_clean=n_clean):
-                        output = self.trainable_module(torch.cat([x_clean, x_noisy]))
+                    fused = torch.cat([x_clean, x_noisy]).requires_grad_(True)
+                    with self._noisy_rows_gradient(fused, slice(n_clean, None)) as noisy_gradient:
+                        with route(model, 'split', n_clean=n_clean):
+                            output = self.trainable_module(fused)
                     out_clean, out_noisy = output[:n_clean], output[n_clean:]
                     loss_clean = self.criterion(out_clean, y_clean)
                     weighted_clean = share['clean'] * loss_clean
                 else:
-                    with route(model, 'adv'):
-                        out_noisy = self.trainable_module(x_noisy)
+                    x_noisy.requires_grad_(True)
+                    with self._noisy_rows_gradient(x_noisy, slice(None)) as noisy_gradient:
+                        with route(model, 'adv'):
+                            out_noisy = self.trainable_module(x_noisy)
                 loss_noisy = self.criterion(out_noisy, y_att)
                 reused = noise_share * loss_noisy + (weighted_clean if k == 0 else 0.0)
                 reused.backward()
-            x_noisy = geometry.step(x_noisy.detach(), x_att, x_noisy.grad)
+            x_noisy = geometry.step(x_noisy.detach(), x_att, noisy_gradient())
             loss_noise_total = loss_noise_total + loss_noisy.detach() / self.steps
 
         x_adv, y_adv = x_noisy, y_att
