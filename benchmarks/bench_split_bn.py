@@ -9,7 +9,8 @@ concatenated batch:
 * plain BN (the baseline);
 * our `MixtureBatchNorm2d` on the ``interleaved`` route (equal halves as clean/adversarial pairs: one batch norm
   over twice the channels, what the ``mbn`` training method uses);
-* our `MixtureBatchNorm2d` on the ``split`` route (``cat([clean, adv])``, any split: two half-batch norms);
+* our `MixtureBatchNorm2d` on the ``split`` route (``cat([clean, adv])``, any split: two half-batch norms, written
+  into one output on the CPU);
 * timm's `SplitBatchNorm2d` (``convert_splitbn_model``, 2 equal splits) as an external reference.
 
 Each step is forward + backward + SGD step. Steps are interleaved round by round and the median per variant is

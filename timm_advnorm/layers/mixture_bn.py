@@ -10,7 +10,8 @@ and affine parameters. Which branch a forward uses is an explicit per-module rou
 
 * ``clean`` / ``adv``: the whole batch through one branch;
 * ``split``: one fused forward over ``cat([clean, adv])``; the first ``n_clean`` rows use the clean BN, the rest the
-  adversarial BN (full-batch convolutions, no second pass);
+  adversarial BN (full-batch convolutions, no second pass; in CPU training both blocks are normalized into one output,
+  `split_batch_norm`);
 * ``interleaved``: the same fused forward for equal halves laid out as pairs ``(clean_0, adv_0, clean_1, ...)``
   (`routing.interleave`). In NCHW memory the pairs make one batch of twice the channels, so both branches run as a
   single batch norm with no split or concatenation copies: the fastest way to train mixture BN;
