@@ -75,11 +75,21 @@ def test_rows_gradient_covers_every_path_and_falls_back_where_it_cannot_shortcut
     torch.testing.assert_close(_rows_gradient(stem, x)[0], _autograd_rows_gradient(stem, x), rtol=1e-5, atol=1e-6)
 
 
+def test_rows_gradient_of_a_frozen_first_convolution_is_autograds():
+    """A frozen convolution's output carries no gradient to capture: the input keeps autograd's path."""
+    stem = _Stem(nn.Conv2d(3, 4, 3, padding=1), skip=True)
+    stem.conv.requires_grad_(False)
+    x = _input()
+    torch.testing.assert_close(_rows_gradient(stem, x)[0], _autograd_rows_gradient(stem, x), rtol=1e-5, atol=1e-6)
+
+
 def test_first_plain_conv_reads_the_pretrained_config():
     assert first_plain_conv(_Stem(nn.Conv2d(3, 4, 3))) is not None
     for stem in (_Stem(nn.Conv2d(3, 4, 3, padding='same')), _Stem(StdConv2d(3, 4, 3))):
         assert first_plain_conv(stem) is None
     no_config = nn.Sequential(nn.Conv2d(3, 4, 3))
+    assert first_plain_conv(no_config) is None
+    no_config.pretrained_cfg = None
     assert first_plain_conv(no_config) is None
     missing = _Stem(nn.Conv2d(3, 4, 3))
     missing.pretrained_cfg = {'first_conv': 'stem.conv'}

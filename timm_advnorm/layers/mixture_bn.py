@@ -243,14 +243,13 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
 
     @torch.jit.unused
     def _fused_split(self, x: torch.Tensor, n_clean: int, count_batch: bool) -> torch.Tensor:
-        adv_bn = self.adv_bn
+        """`split_batch_norm` with each branch's tensors; running statistics as `_branch_norm` treats them."""
         blocks = []
-        for bn, num_batches_tracked in ((self, self.num_batches_tracked), (adv_bn, adv_bn.num_batches_tracked)):
-            momentum = self._step_momentum(num_batches_tracked, count_batch)
-            keep_stats = self.track_running_stats
-            blocks.append(BlockNorm(
-                bn.weight, bn.bias, self._counted(bn.running_mean, count_batch) if keep_stats else None,
-                self._counted(bn.running_var, count_batch) if keep_stats else None, momentum))
+        for bn in (self, self.adv_bn):
+            running_mean, running_var = (bn.running_mean, bn.running_var) if self.track_running_stats else (None, None)
+            blocks.append(BlockNorm(bn.weight, bn.bias, self._counted(running_mean, count_batch),
+                                    self._counted(running_var, count_batch),
+                                    self._step_momentum(bn.num_batches_tracked, count_batch)))
         return split_batch_norm(x, n_clean, blocks[0], blocks[1], self.eps)
 
     def _normalize(self, x: torch.Tensor, route: str, n_clean: int, gamma: float, count_batch: bool) -> torch.Tensor:

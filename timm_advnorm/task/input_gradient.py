@@ -25,7 +25,7 @@ __all__ = ['RowsGradient', 'first_plain_conv', 'rows_gradient']
 def first_plain_conv(model: nn.Module) -> Optional[nn.Conv2d]:
     """The model's first convolution (``pretrained_cfg['first_conv']``) when its input gradient is a plain transposed
     convolution: an `nn.Conv2d` with its own forward, zero padding given as numbers. None otherwise."""
-    name = getattr(model, 'pretrained_cfg', {}).get('first_conv')
+    name = (getattr(model, 'pretrained_cfg', None) or {}).get('first_conv')
     if not isinstance(name, str):
         return None
     try:
@@ -80,7 +80,9 @@ def rows_gradient(model: nn.Module, input: torch.Tensor, rows: slice) -> Iterato
     detached: List[torch.Tensor] = []
 
     def detach_input(module: nn.Conv2d, args):
-        if args[0] is input and not is_recomputing():
+        # only where the output still gets a gradient: a frozen convolution's output would carry none to capture
+        trained = torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters(recurse=False))
+        if args[0] is input and trained and not is_recomputing():
             detached.append(input.detach())
             return (detached[-1], *args[1:])
         return None
