@@ -21,6 +21,7 @@ beyond the algorithm's passes at the batch sizes they run at.
 Example:
     python benchmarks/bench_methods.py --model mbn_resnet26 --img-size 64 --batch-size 32 --steps 2
     python benchmarks/bench_methods.py --methods fast_advprop  # one method (and vanilla, its unit)
+    python benchmarks/bench_methods.py --device cuda --amp --channels-last --model mbn_resnet50 --img-size 224
 """
 import argparse
 import statistics
@@ -35,7 +36,7 @@ from timm_advnorm.attacks import InputSpace
 from timm_advnorm.task import AdversarialClassificationTask, get_task_class, list_tasks
 from timm_advnorm.train.args import get_args_parser as get_train_args_parser
 
-from _common import add_timing_args, measure
+from _common import add_device_args, add_timing_args, apply_run_args, measure
 
 NUM_CLASSES = 100
 #: The methods' attack, as training options: targeted PGD-K (``--steps``) at eps 16, step 4, random start.
@@ -61,23 +62,25 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--steps', type=int, default=2, help='K, attack iterations of the adversarial methods')
     parser.add_argument('--methods', nargs='+', choices=list_tasks(), metavar='METHOD',
                         help='methods to measure (default: every registered one); vanilla, the unit, always runs')
-    parser.add_argument('--device', default='cpu')
+    add_device_args(parser, amp_help='bf16 autocast for the training step and its attack, as --amp trains')
+    parser.add_argument('--seed', type=int, default=0)
     add_timing_args(parser, rounds=7)
     return parser
 
 
-def _batch(space: InputSpace, n: int, img_size: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+def _batch(space: InputSpace, n: int, img_size: int, device: torch.device,
+           memory_format: torch.memory_format = torch.contiguous_format) -> Tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     x = space.from_pixels(torch.rand(n, 3, img_size, img_size, generator=generator)).to(device)
     y = torch.randint(0, NUM_CLASSES, (n,), generator=generator).to(device)
-    return x, y
+    return x.contiguous(memory_format=memory_format), y
 
 
 def _step_fn(task: AdversarialClassificationTask, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-             pass_rows: Optional[List[int]] = None) -> Callable[[], None]:
-    """One training step of `task` on the batch, optimizer update included; with `pass_rows`, one forward+backward
-    of `task` over the first `pass_rows[i]` rows each before the update (a method's passes at the batch sizes they
-    run at, made as vanilla training steps)."""
+             pass_rows: Optional[List[int]] = None, amp_dtype: Optional[torch.dtype] = None) -> Callable[[], None]:
+    """One training step of `task` on the batch, optimizer update included, its forward under autocast at `amp_dtype`
+    as the training loop runs it; with `pass_rows`, one forward+backward of `task` over the first `pass_rows[i]` rows
+    each before the update (a method's passes at the batch sizes they run at, made as vanilla training steps)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     rows = pass_rows or [x.shape[0]]
 
@@ -85,7 +88,9 @@ def _step_fn(task: AdversarialClassificationTask, model: nn.Module, x: torch.Ten
         task.train()
         optimizer.zero_grad(set_to_none=True)
         for n in rows:
-            task(x[:n], y[:n])['loss'].backward()
+            with torch.autocast(x.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss = task(x[:n], y[:n])['loss']
+            loss.backward()
         task.finalize_gradients()
         optimizer.step()
     return step
@@ -100,10 +105,11 @@ def _training_args(method: str, steps: int) -> argparse.Namespace:
     return args
 
 
-def _tasks(args, device: torch.device) -> List[tuple]:
+def _tasks(args, device: torch.device, memory_format: torch.memory_format = torch.contiguous_format,
+           amp_dtype: Optional[torch.dtype] = None) -> List[tuple]:
     """(family, method, task, model, loader batch) for every registered method, on the first model family the method
     can train; vanilla runs on every family, as its unit."""
-    models = {family: timm.create_model(name, num_classes=NUM_CLASSES).to(device)
+    models = {family: timm.create_model(name, num_classes=NUM_CLASSES).to(device, memory_format=memory_format)
               for family, name in (('mbn', args.model), ('nf', args.nf_model))}
     methods = [m for m in list_tasks() if not args.methods or m == 'vanilla' or m in args.methods]
     out = []
@@ -113,11 +119,11 @@ def _tasks(args, device: torch.device) -> List[tuple]:
             space = InputSpace.from_model(model)
             try:
                 task = get_task_class(method).from_args(training_args, model, space, num_classes=NUM_CLASSES,
-                                                        verbose=False)
+                                                        amp_dtype=amp_dtype, device=device, verbose=False)
             except ValueError:  # a model the method refuses (NoFrost: one with batch norm)
                 continue
             batch = int(round(args.batch_size * task.batch_scale))
-            out.append((family, method, task, model, _batch(space, batch, args.img_size, device)))
+            out.append((family, method, task, model, _batch(space, batch, args.img_size, device, memory_format)))
             if method != 'vanilla':
                 break
     return out
@@ -125,22 +131,24 @@ def _tasks(args, device: torch.device) -> List[tuple]:
 
 def main(argv=None) -> None:
     args = get_args_parser().parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    entries = _tasks(args, device)
-    steps = {(family, method): _step_fn(task, model, *batch) for family, method, task, model, batch in entries}
+    device, memory_format, amp_dtype = apply_run_args(args)
+    entries = _tasks(args, device, memory_format, amp_dtype)
+    steps = {(family, method): _step_fn(task, model, *batch, amp_dtype=amp_dtype)
+             for family, method, task, model, batch in entries}
     vanilla = {family: task for family, method, task, _, _ in entries if method == 'vanilla'}
     for family, method, task, model, batch in entries:
         if method in PASS_ROWS:
             rows = PASS_ROWS[method](task, batch[0].shape[0])
-            steps[(family, f'{method} passes')] = _step_fn(vanilla[family], model, *batch, pass_rows=rows)
+            steps[(family, f'{method} passes')] = _step_fn(vanilla[family], model, *batch, pass_rows=rows,
+                                                           amp_dtype=amp_dtype)
     seconds, _ = measure(steps, device, args.warmup, args.rounds)
     per_image = {(family, method): [t / batch[0].shape[0] for t in seconds[(family, method)]]
                  for family, method, _, _, batch in entries}
 
+    precision = 'bf16 autocast' if amp_dtype is not None else 'fp32'
+    layout = 'channels_last' if args.channels_last else 'NCHW'
     print(f'\n{args.model} / {args.nf_model}, {args.img_size}px, batch {args.batch_size}, K = {args.steps}, '
-          f'{device.type}, threads {torch.get_num_threads()}, median of {args.rounds} rounds\n')
+          f'{device.type}, {precision}, {layout}, threads {torch.get_num_threads()}, median of {args.rounds} rounds\n')
     print('| method | model | cost model (passes/image) | measured (× vanilla) | measured / model | '
           '× its passes as vanilla steps |')
     print('|---|---|---:|---:|---:|---:|')

@@ -220,3 +220,14 @@ def test_the_benchmark_builds_every_registered_method_as_the_command_does(monkey
         ('nf', 'nofrost_star')]
     fast = next(task for _, method, task, *_ in entries if method == 'fast_advprop')
     assert fast.steps == 1 and fast.eps == 1.0  # its paper's PGD-1
+
+
+def test_the_benchmark_runs_its_steps_under_autocast_in_channels_last(monkeypatch, capsys):
+    """What the GPU figures need (``--amp --channels-last``), smoke-run on the CPU with tiny models."""
+    monkeypatch.syspath_prepend(str(REPO / 'benchmarks'))
+    bench = importlib.import_module('bench_methods')
+    bench.main(['--model', 'test_mbn_resnet', '--nf-model', 'test_nfr_resnet', '--img-size', '16', '--batch-size', '8',
+                '--methods', 'fast_advprop', '--rounds', '1', '--warmup', '0', '--amp', '--channels-last'])
+    out = capsys.readouterr().out
+    assert 'bf16 autocast, channels_last' in out
+    assert '| fast_advprop | test_mbn_resnet | 1.2 |' in out
