@@ -69,9 +69,9 @@ def discard_unsaved_run(output_dir: str, args_file: str, made_folder: bool) -> N
     """
     with contextlib.suppress(OSError):
         os.remove(os.path.join(output_dir, args_file))
-        if os.path.exists(os.path.join(output_dir, BUDGET_FILE)) and made_folder:
-            os.remove(os.path.join(output_dir, BUDGET_FILE))
         if made_folder:
+            if os.path.exists(os.path.join(output_dir, BUDGET_FILE)):
+                os.remove(os.path.join(output_dir, BUDGET_FILE))
             os.rmdir(output_dir)  # fails, keeping it, if anything else is in it
             _logger.info(f'Removed {output_dir}: the run failed before its first checkpoint.')
 

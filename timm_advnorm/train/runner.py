@@ -67,6 +67,10 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
                          f'{" and ".join(branches)} branch{"es" if len(branches) > 1 else ""}, checkpoints ranked by '
                          f'{args.eval_metric}; {args.world_size} process(es); run in {output_dir}')
 
+        def validate_model(module: torch.nn.Module):  # the model and its EMA, validated alike
+            return validate(module, loader_val, device, val_attack, robust_loader=loader_robust, branches=branches,
+                            amp_dtype=amp_dtype, channels_last=args.channels_last, distributed=args.distributed)
+
         guard = NonFiniteGuard(args.skip_nonfinite)
         for epoch in range(start_epoch, epochs):
             if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
@@ -90,15 +94,11 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
             train_metrics['running_stats'] = float(running)
             # before validation, which changes no weight: what is validated is what is saved
             check_finite_state(task, optimizer, epoch, distributed=args.distributed)
-            validation = validate(model, loader_val, device, val_attack, robust_loader=loader_robust,
-                                  branches=branches, amp_dtype=amp_dtype,
-                                  channels_last=args.channels_last, distributed=args.distributed)
+            validation = validate_model(model)
             eval_metrics = validation.metrics
             if task.has_ema():
-                ema = validate(task.get_eval_model(ema=True), loader_val, device, val_attack,
-                               robust_loader=loader_robust, branches=branches, amp_dtype=amp_dtype,
-                               channels_last=args.channels_last, distributed=args.distributed)
-                eval_metrics.update((f'ema_{k}', v) for k, v in ema.metrics.items())
+                eval_metrics.update((f'ema_{k}', v) for k, v in validate_model(task.get_eval_model(ema=True))
+                                    .metrics.items())
             run.scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
             if args.rank == 0:
                 _logger.info('Validation: ' + validation_message(eval_metrics, validation.robust_samples))
