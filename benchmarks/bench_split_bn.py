@@ -11,7 +11,9 @@ concatenated batch:
   over twice the channels, what the ``mbn`` training method uses);
 * our `MixtureBatchNorm2d` on the ``split`` route (``cat([clean, adv])``, any split: two half-batch norms, written
   into one output on the CPU);
-* timm's `SplitBatchNorm2d` (``convert_splitbn_model``, 2 equal splits) as an external reference.
+* timm's `SplitBatchNorm2d` (``convert_splitbn_model``, 2 equal splits) as an external reference;
+* our `MixtureBatchNorm2d` on the ``clean`` route (plain training of a mixture-BN model, as timm's ``train.py`` runs
+  it): one batch norm, the idle adversarial branch joined to the graph at zero gradient.
 
 Each step is forward + backward + SGD step. Steps are interleaved round by round and the median per variant is
 reported, so background load hits every variant alike. Prints a markdown table of ratios against plain BN.
@@ -63,6 +65,7 @@ def build_variants(args: argparse.Namespace, device: torch.device, memory_format
     plain = timm.create_model(args.model, num_classes=1000)
     mixture = convert_to_mixture_bn(copy.deepcopy(plain))
     interleaved = convert_to_mixture_bn(copy.deepcopy(plain))
+    clean = convert_to_mixture_bn(copy.deepcopy(plain))
     split_bn = convert_splitbn_model(copy.deepcopy(plain), num_splits=2)
     n_clean = int(round(args.batch_size * args.clean_share))
     variants = {
@@ -70,6 +73,7 @@ def build_variants(args: argparse.Namespace, device: torch.device, memory_format
         'mixture BN, interleaved route': (interleaved, lambda: route(interleaved, 'interleaved')),
         'mixture BN, split route': (mixture, lambda: route(mixture, 'split', n_clean=n_clean)),
         "timm SplitBatchNorm2d (2 splits)": (split_bn, contextlib.nullcontext),
+        'mixture BN, clean route (idle branch joined)': (clean, lambda: route(clean, 'clean')),
     }
     for model, _ in variants.values():
         model.to(device=device, memory_format=memory_format).train()

@@ -241,10 +241,35 @@ def test_split_backward_reaches_both_branches():
             assert bn.bias.grad.abs().sum() > 0
 
 
-def test_clean_route_leaves_adversarial_branch_without_gradient():
+@pytest.mark.parametrize('branch', ['clean', 'adv'])
+def test_one_branch_route_gives_the_idle_branch_a_zero_gradient(branch):
+    """Every parameter gets a gradient (plain DDP, timm's model checks); the idle branch's is exactly zero and its
+    values do not reach the output, NaN included."""
     model = _mbn_model().train()
+    x = _input()
+    with route(model, branch):
+        expected = model(x)
+    for mbn in mixture_bn_modules(model):
+        idle = mbn if branch == 'adv' else mbn.adv_bn
+        with torch.no_grad():
+            idle.weight.fill_(float('nan'))
+    with route(model, branch):
+        output = model(x)
+        output.logsumexp(1).sum().backward()
+    torch.testing.assert_close(output, expected)
+    for mbn in mixture_bn_modules(model):
+        active, idle = (mbn.adv_bn, mbn) if branch == 'adv' else (mbn, mbn.adv_bn)
+        assert idle.weight.grad is not None and idle.bias.grad is not None
+        assert not idle.weight.grad.any() and not idle.bias.grad.any()
+        assert active.bias.grad.abs().sum() > 0
+
+
+def test_idle_branch_joins_only_training_forwards_that_build_a_graph():
+    model = _mbn_model()
     with route(model, 'clean'):
-        model(_input()).sum().backward()
+        model.eval()(_input()).sum().backward()
+        with torch.no_grad():
+            model.train()(_input())
     assert all(mbn.adv_bn.weight.grad is None for mbn in mixture_bn_modules(model))
 
 

@@ -18,13 +18,14 @@ from torch.nn.modules.batchnorm import _BatchNorm
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.layers import MixtureBatchNorm2d, branch_state_dict, mixture_bn_modules, route
 from timm_advnorm.models import AffineInstanceNorm2d, base_architecture
+from registered_models import ALL_MODELS, MODEL_MODULES, SMALL_MODELS, UNTRAINED_MODELS
 
-OUR_MODULES = ('mbn_resnet', 'deep_resnet', 'norm_resnet', 'nf_deep_resnet')
-OUR_MODELS = sorted(name for module in OUR_MODULES for name in timm.list_models(module=module))
+OUR_MODULES = MODEL_MODULES
+OUR_MODELS = ALL_MODELS
 MBN_MODELS = timm.list_models(module='mbn_resnet')
 SHALLOW_MODELS = [name for name in OUR_MODELS if not name.endswith(('338', '518', '638'))]
 LIGHT_MODELS = [name for name in SHALLOW_MODELS if not name.endswith(('152', '200'))]
-TINY_MODELS = ['test_mbn_resnet', 'test_gn_resnet', 'test_in_resnet', 'test_nfr_resnet']
+TINY_MODELS = SMALL_MODELS
 ROUTES = [('clean', {}), ('adv', {}), ('split', {'n_clean': 2}), ('interleaved', {}), ('mix', {'gamma': 0.3})]
 BATCH = 4
 
@@ -79,7 +80,7 @@ def test_no_name_taken_from_timm():
     assert not set(OUR_MODULES) & {name.rsplit('.', 1)[-1] for name in timm_modules}
 
 
-@pytest.mark.parametrize('name', OUR_MODELS)
+@pytest.mark.parametrize('name', UNTRAINED_MODELS)
 def test_default_cfg_lists_no_weights_and_serializes(name):
     cfg = timm.models.get_pretrained_cfg(name)
     assert cfg.architecture == name

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from timm.layers import create_act_layer, get_act_layer
 from timm.models import register_notrace_module
 
+from .idle_branch import join_idle
 from .recompute import PositionedHistory, is_recomputing, recomputed_position
 from .split_batch_norm import BlockNorm, split_batch_norm
 
@@ -179,14 +180,28 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
             self.eps,
         )
 
-    def _clean(self, x: torch.Tensor, count_batch: bool) -> torch.Tensor:
+    def _clean(self, x: torch.Tensor, count_batch: bool, join_adv: bool = False) -> torch.Tensor:
         momentum = self._step_momentum(self.num_batches_tracked, count_batch)
-        return self._branch_norm(x, self.weight, self.bias, self.running_mean, self.running_var, momentum, count_batch)
+        bias = self._joined_bias(self.bias, self.adv_bn.weight, self.adv_bn.bias) if join_adv else self.bias
+        return self._branch_norm(x, self.weight, bias, self.running_mean, self.running_var, momentum, count_batch)
 
-    def _adv(self, x: torch.Tensor, count_batch: bool) -> torch.Tensor:
+    def _adv(self, x: torch.Tensor, count_batch: bool, join_clean: bool = False) -> torch.Tensor:
         bn = self.adv_bn
         momentum = self._step_momentum(bn.num_batches_tracked, count_batch)
-        return self._branch_norm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, momentum, count_batch)
+        bias = self._joined_bias(bn.bias, self.weight, self.bias) if join_clean else bn.bias
+        return self._branch_norm(x, bn.weight, bias, bn.running_mean, bn.running_var, momentum, count_batch)
+
+    def _joins_idle_branch(self) -> bool:
+        """Whether a forward through one branch puts the other branch's parameters in the graph (at zero gradient):
+        in training forwards that build a graph, so that every parameter gets a gradient (see `idle_branch`)."""
+        if torch.jit.is_scripting():
+            return False
+        return self.training and self.affine and torch.is_grad_enabled()
+
+    @torch.jit.unused
+    def _joined_bias(self, bias: Optional[torch.Tensor], idle_weight: Optional[torch.Tensor],
+                     idle_bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        return join_idle(bias, idle_weight, idle_bias)
 
     def _interleaved(self, x: torch.Tensor, count_batch: bool) -> torch.Tensor:
         """Even rows through the clean branch, odd rows through the adversarial one, as one batch norm."""
@@ -254,17 +269,18 @@ class MixtureBatchNorm2d(nn.BatchNorm2d):
 
     def _normalize(self, x: torch.Tensor, route: str, n_clean: int, gamma: float, count_batch: bool) -> torch.Tensor:
         """`x` normalized on `route`; in training, the batch is counted in the running statistics when `count_batch`."""
+        join = self._joins_idle_branch()
         if route == 'clean':
-            return self._clean(x, count_batch)
+            return self._clean(x, count_batch, join)
         if route == 'adv':
-            return self._adv(x, count_batch)
+            return self._adv(x, count_batch, join)
         if route == 'split':
             if n_clean > x.shape[0]:
                 raise ValueError('split route: n_clean is larger than the batch.')
             if n_clean == 0:  # an empty half must not count a batch in its statistics
-                return self._adv(x, count_batch)
+                return self._adv(x, count_batch, join)
             if n_clean == x.shape[0]:
-                return self._clean(x, count_batch)
+                return self._clean(x, count_batch, join)
             return self._split(x, n_clean, count_batch)
         if route == 'interleaved':
             return self._interleaved(x, count_batch)

@@ -20,13 +20,14 @@ bias are two values per output channel each, so the normalized members have the 
 mixture-BN one adds its adversarial BN, +0.6%) and the NF member is within 0.1% of it.
 """
 from functools import partial
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import ClassifierHead, GroupNorm, ScaledStdConv2d
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices  # what timm's own models use; not re-exported
 
 from ..layers import MixtureBatchNorm2d
 from ..layers.routing import check_inference_branch, set_inference_branch
@@ -36,7 +37,7 @@ from .norm_resnet import AffineInstanceNorm2d
 __all__ = ['NORM_LAYERS', 'NormBlock', 'NormFreeBlock', 'TinyNormResNet']
 
 #: The normalizations of the family by name; ``None`` is the normalizer-free member.
-NORM_LAYERS: Dict[str, Optional[Callable[[int], nn.Module]]] = {
+NORM_LAYERS: Dict[str, Optional[Callable[..., nn.Module]]] = {
     'bn': nn.BatchNorm2d,
     'mbn': MixtureBatchNorm2d,
     'gn': partial(GroupNorm, num_groups=8),
@@ -48,27 +49,31 @@ _WIDTHS = (16, 32, 64, 96)
 _STEM_WIDTH = 16
 # NF-ResNet residual scale α (Brock et al. 2021).
 _NF_ALPHA = 0.2
-# ReLU's output scaled to unit variance for a unit Gaussian input (timm's NF-ResNets use the same constant).
-_RELU_GAMMA = 1.7139588594436646
 
 
 def _scaled_relu(x: torch.Tensor) -> torch.Tensor:
-    """ReLU with a variance-preserving gain, the activation of NF-ResNets."""
-    return F.relu(x) * _RELU_GAMMA
+    """ReLU with a variance-preserving gain, the activation of NF-ResNets.
+
+    The gain is ReLU's output scaled to unit variance for a unit Gaussian input, timm's NF-ResNets' constant; a
+    literal, since TorchScript does not read module-level constants.
+    """
+    return F.relu(x) * 1.7139588594436646
 
 
 class NormBlock(nn.Module):
     """Basic residual block, post-activation: ``act(norm(conv(act(norm(conv(x))))) + shortcut(x))``."""
 
-    def __init__(self, in_chs: int, out_chs: int, stride: int, norm_layer: Callable[[int], nn.Module]):
+    def __init__(self, in_chs: int, out_chs: int, stride: int, norm_layer: Callable[..., nn.Module],
+                 device=None, dtype=None):
         super().__init__()
-        self.conv1 = nn.Conv2d(in_chs, out_chs, 3, stride=stride, padding=1, bias=False)
-        self.norm1 = norm_layer(out_chs)
-        self.conv2 = nn.Conv2d(out_chs, out_chs, 3, padding=1, bias=False)
-        self.norm2 = norm_layer(out_chs)
+        dd = dict(device=device, dtype=dtype)
+        self.conv1 = nn.Conv2d(in_chs, out_chs, 3, stride=stride, padding=1, bias=False, **dd)
+        self.norm1 = norm_layer(out_chs, **dd)
+        self.conv2 = nn.Conv2d(out_chs, out_chs, 3, padding=1, bias=False, **dd)
+        self.norm2 = norm_layer(out_chs, **dd)
         self.act = nn.ReLU(inplace=True)
         self.shortcut = nn.Identity() if stride == 1 and in_chs == out_chs else nn.Sequential(
-            nn.Conv2d(in_chs, out_chs, 1, stride=stride, bias=False), norm_layer(out_chs))
+            nn.Conv2d(in_chs, out_chs, 1, stride=stride, bias=False, **dd), norm_layer(out_chs, **dd))
         nn.init.zeros_(self.norm2.weight)  # starts as the identity plus shortcut, like timm's zero_init_last
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -84,15 +89,16 @@ class NormFreeBlock(nn.Module):
         alpha: Growth of the signal variance per block (``α²``).
     """
 
-    def __init__(self, in_chs: int, out_chs: int, stride: int, beta: float, alpha: float = _NF_ALPHA):
+    def __init__(self, in_chs: int, out_chs: int, stride: int, beta: float, alpha: float = _NF_ALPHA,
+                 device=None, dtype=None):
         super().__init__()
-        conv = partial(ScaledStdConv2d, eps=1e-5)
+        conv = partial(ScaledStdConv2d, eps=1e-5, device=device, dtype=dtype)
         self.beta = beta
         self.alpha = alpha
         self.conv1 = conv(in_chs, out_chs, 3, stride=stride, padding=1)
         self.conv2 = conv(out_chs, out_chs, 3, padding=1)
         self.shortcut = None if stride == 1 and in_chs == out_chs else conv(in_chs, out_chs, 1, stride=stride)
-        self.skip_gain = nn.Parameter(torch.zeros(()))  # SkipInit: the block starts as the identity
+        self.skip_gain = nn.Parameter(torch.zeros((), device=device, dtype=dtype))  # SkipInit: starts as identity
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = _scaled_relu(x) / self.beta
@@ -106,59 +112,134 @@ class TinyNormResNet(nn.Module):
 
     Args:
         norm: ``bn``, ``mbn``, ``gn``, ``in`` or ``nf`` (see `NORM_LAYERS`).
-        num_classes: Classifier outputs.
+        num_classes: Classifier outputs (0: no classifier, the pooled features).
         in_chans: Input channels.
+        global_pool: timm's pooling type of the head (``avg``, ``max``, ``avgmax``, ``''`` for none, ...).
         widths: Channels of the four stages.
         drop_rate: Dropout before the classifier.
+        device: Device of the parameters and buffers.
+        dtype: Floating-point type of the parameters and buffers.
     """
 
-    def __init__(self, norm: str = 'bn', num_classes: int = 1000, in_chans: int = 3,
-                 widths: Sequence[int] = _WIDTHS, drop_rate: float = 0.0, **kwargs: Any):
+    def __init__(self, norm: str = 'bn', num_classes: int = 1000, in_chans: int = 3, global_pool: str = 'avg',
+                 widths: Sequence[int] = _WIDTHS, drop_rate: float = 0.0, device=None, dtype=None):
         super().__init__()
         if norm not in NORM_LAYERS:
             raise ValueError(f'norm must be one of {", ".join(NORM_LAYERS)}, got {norm!r}.')
+        dd = dict(device=device, dtype=dtype)
         self.num_classes = num_classes
+        self.in_chans = in_chans
+        self.drop_rate = drop_rate
         self.num_features = self.head_hidden_size = widths[-1]
         self.grad_checkpointing = False
         norm_layer = NORM_LAYERS[norm]
         self.norm_free = norm_layer is None  # its blocks are pre-activation: the features need a last ReLU
         if norm_layer is None:
-            self.stem = ScaledStdConv2d(in_chans, _STEM_WIDTH, 3, padding=1, eps=1e-5)
+            self.stem = ScaledStdConv2d(in_chans, _STEM_WIDTH, 3, padding=1, eps=1e-5, **dd)
+            stem_module = 'stem'
             blocks, expected_var, in_chs = [], 1.0, _STEM_WIDTH
             for i, width in enumerate(widths):
                 stride = 1 if i == 0 else 2
                 if stride != 1 or in_chs != width:  # a transition block's shortcut re-standardizes the signal
                     expected_var = 1.0
-                blocks.append(NormFreeBlock(in_chs, width, stride, beta=expected_var ** 0.5))
+                blocks.append(NormFreeBlock(in_chs, width, stride, beta=expected_var ** 0.5, **dd))
                 expected_var += _NF_ALPHA ** 2
                 in_chs = width
         else:
             self.stem = nn.Sequential(
-                nn.Conv2d(in_chans, _STEM_WIDTH, 3, padding=1, bias=False), norm_layer(_STEM_WIDTH), nn.ReLU())
+                nn.Conv2d(in_chans, _STEM_WIDTH, 3, padding=1, bias=False, **dd), norm_layer(_STEM_WIDTH, **dd),
+                nn.ReLU())
+            stem_module = 'stem.2'
             blocks, in_chs = [], _STEM_WIDTH
             for i, width in enumerate(widths):
-                blocks.append(NormBlock(in_chs, width, 1 if i == 0 else 2, norm_layer))
+                blocks.append(NormBlock(in_chs, width, 1 if i == 0 else 2, norm_layer, **dd))
                 in_chs = width
         self.stages = nn.Sequential(*blocks)
-        self.head = ClassifierHead(widths[-1], num_classes, pool_type='avg', drop_rate=drop_rate)
+        self.feature_info = [dict(num_chs=_STEM_WIDTH, reduction=1, module=stem_module)] + [
+            dict(num_chs=width, reduction=2 ** i, module=f'stages.{i}') for i, width in enumerate(widths)]
+        self.head = ClassifierHead(widths[-1], num_classes, pool_type=global_pool, drop_rate=drop_rate, **dd)
         for module in self.modules():
             if isinstance(module, MixtureBatchNorm2d):
                 module.copy_clean_to_adv()  # both branches start alike, the zero-initialised scales included
 
     @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+        return dict(stem=r'^stem', blocks=r'^stages\.(\d+)')
+
+    @torch.jit.ignore
     def get_classifier(self) -> nn.Module:
         return self.head.fc
 
-    def reset_classifier(self, num_classes: int, global_pool: str = 'avg') -> None:
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        """A new classifier for `num_classes` (0: none), on the model's device and dtype; the current pooling unless
+        `global_pool` is given."""
         self.num_classes = num_classes
         self.head.reset(num_classes, pool_type=global_pool)
 
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each stage in the backward pass instead of keeping its activations."""
         self.grad_checkpointing = enable
 
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """The features of the stem and of the stages `indices` selects (timm's convention: an int takes the last n,
+        None all), and the final features unless `intermediates_only`.
+
+        Args:
+            x: Input images.
+            indices: Which of the five feature levels (stem, four stages) to return.
+            norm: Unused: the family has no final norm layer (timm's signature).
+            stop_early: Stop after the last requested level (the final features are then that level's).
+            output_fmt: Only ``NCHW``.
+            intermediates_only: Return the list of intermediates alone.
+        """
+        assert output_fmt == 'NCHW', 'Output shape must be NCHW.'
+        take_indices, max_index = feature_take_indices(len(self.stages) + 1, indices)
+        intermediates = []
+        x = self.stem(x)
+        if 0 in take_indices:
+            intermediates.append(x)
+        stages = self.stages[:max_index] if stop_early else self.stages
+        for index, stage in enumerate(stages, start=1):
+            x = stage(x)
+            if index in take_indices:
+                intermediates.append(x)
+        if intermediates_only:
+            return intermediates
+        return (_scaled_relu(x) if self.norm_free else x), intermediates
+
+    def prune_intermediate_layers(
+            self,
+            indices: Union[int, List[int]] = 1,
+            prune_norm: bool = False,
+            prune_head: bool = True,
+    ) -> List[int]:
+        """Drop the stages after the last level `indices` selects, and the classifier when asked or when the final
+        features change; returns the kept indices."""
+        take_indices, max_index = feature_take_indices(len(self.stages) + 1, indices)
+        prune_end = max_index < len(self.stages)
+        if prune_end:
+            self.stages = self.stages[:max_index]
+            self.num_features = self.head_hidden_size = self.feature_info[max_index]['num_chs']
+        if prune_head or prune_end:
+            self.num_classes = 0
+            self.head.reset(0, pool_type='', in_features=self.num_features)
+        return take_indices
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stages(self.stem(x))
+        x = self.stem(x)
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            x = checkpoint_seq(self.stages, x)
+        else:
+            x = self.stages(x)
         return _scaled_relu(x) if self.norm_free else x
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
