@@ -234,6 +234,10 @@ def check_low_precision_step(device: torch.device, method: str, amp_dtype: torch
     assert abs(ratio - 1) < 0.1, f'{method}: gradient norm {ratio:.4f} times the fp32 step\'s'
 
 
+#: Methods whose checkpointed step is checked: plain BN, the interleaved and split routes, normalizer-free.
+CHECKPOINTED_METHODS = ('vanilla', 'madry', 'mbn', 'fast_advprop', 'nofrost')
+
+
 def check_checkpointed_step(device: torch.device, method: str, amp_dtype: Optional[torch.dtype] = None,
                             channels_last: bool = False) -> None:
     """A step of `method` with gradient checkpointing equals the unchecked step: every gradient and every buffer
@@ -321,12 +325,12 @@ def attack_peak_bytes(device: torch.device, steps: int) -> int:
     On CUDA, ``torch.cuda.max_memory_allocated``; on the CPU, the tensor storage alive at once (`LiveTensorBytes`,
     exact where resident memory is not). A first, unmeasured call makes the one-time allocations.
     """
-    from test_attack_memory import LiveTensorBytes
     model = _model('test_mbn_resnet', device, False).eval()
     x, y = _batch(16, device)
     attack = create_attack('pgd', space=SPACE, eps=8.0, step=1.0, steps=steps, seed=0)
     attack(model, x, y)
     if device.type != 'cuda':
+        from test_attack_memory import LiveTensorBytes
         with LiveTensorBytes() as live:
             attack(model, x, y)
         return live.peak

@@ -23,7 +23,7 @@ def test_a_float16_channels_last_step_with_the_loss_scaler_is_close_to_the_fp32_
     checks.check_low_precision_step(CUDA, method, torch.float16, channels_last=True)
 
 
-@pytest.mark.parametrize('method', ['vanilla', 'madry', 'mbn', 'fast_advprop', 'nofrost'])
+@pytest.mark.parametrize('method', checks.CHECKPOINTED_METHODS)
 def test_a_checkpointed_step_equals_the_unchecked_one(method):
     checks.check_checkpointed_step(CUDA, method)
 

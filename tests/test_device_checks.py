@@ -39,7 +39,7 @@ def test_a_float16_step_the_scaler_does_not_unscale_is_far_from_the_fp32_step(mo
         checks.check_low_precision_step(CPU, 'fast_advprop', torch.float16, channels_last=False)
 
 
-@pytest.mark.parametrize('method', ['madry', 'mbn', 'fast_advprop'])
+@pytest.mark.parametrize('method', checks.CHECKPOINTED_METHODS)
 def test_a_checkpointed_step_equals_the_unchecked_one(method):
     checks.check_checkpointed_step(CPU, method)
 
