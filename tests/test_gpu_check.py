@@ -140,3 +140,23 @@ def test_the_wheels_are_prepared_for_the_gpu_machine(gpu_check, tmp_path, monkey
     assert download[download.index('--python-version') + 1] == '3.12'
     assert download[-2:] == ['timm>=1.0.31', 'torchattacks==3.5.1']
     assert build[3:] == ['wheel', '--no-deps', '-w', str(tmp_path / 'wheels'), str(REPO)]
+
+
+def test_every_gpu_size_command_parses(gpu_check, tmp_path, monkeypatch):
+    """The GPU stages' command lines, which only a GPU runs, are held to their scripts' parsers here."""
+    from timm_advnorm.eval.args import parse_args as parse_validate_args
+    from timm_advnorm.train.args import parse_args as parse_train_args
+    monkeypatch.syspath_prepend(str(REPO / 'benchmarks'))
+    args = gpu_check.get_args_parser().parse_args(['--wheels', str(tmp_path), str(tmp_path / 'out')])
+    stages = {stage.name: stage for stage in gpu_check.build_stages(args, gpu_check.GPU_SIZES, tmp_path / 'site')}
+    assert list(stages) == ['install', *STAGES]
+    for name in STAGES[2:7]:
+        script, *argv = stages[name].command[1:]
+        parsed = importlib.import_module(Path(script).stem).get_args_parser().parse_args(argv)
+        assert (parsed.device, parsed.amp, parsed.channels_last, parsed.img_size) == ('cuda', True, True, 224)
+    for name in ('train', 'train --torchcompile'):
+        parsed, _ = parse_train_args(list(stages[name].command[2:]))
+        assert (parsed.device, parsed.amp, parsed.channels_last, parsed.model) == ('cuda', True, True, 'mbn_resnet50')
+    assert parse_train_args(list(stages['train --torchcompile'].command[2:]))[0].torchcompile == 'inductor'
+    parsed = parse_validate_args(list(stages['validate'].command[2:]))
+    assert (parsed.protocol, parsed.reduced, parsed.device) == ('xie2020', True, 'cuda')
