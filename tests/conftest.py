@@ -1,4 +1,5 @@
-"""Shared fixtures: the rendered digits dataset, offline defaults, one-thread set-up, tiny training loops."""
+"""Shared fixtures: the rendered digits dataset, offline defaults, one-thread set-up, tiny training loops; the
+``cuda`` marker's skip where no CUDA device is present."""
 import os
 from pathlib import Path
 
@@ -6,6 +7,33 @@ import pytest
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.pop('HF_TOKEN', None)  # uploads are faked in the tests; a real token must never be used
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip every test marked ``cuda`` where torch sees no CUDA device, so that a CPU run reports them as skipped."""
+    cuda_tests = [item for item in items if item.get_closest_marker('cuda') is not None]
+    if not cuda_tests:
+        return
+    import torch
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason='needs a CUDA device: torch.cuda.is_available() is false')
+    for item in cuda_tests:
+        item.add_marker(skip)
+
+
+@pytest.fixture(scope='module')
+def no_tf32():
+    """Run a module with full fp32 matrix products and convolutions on CUDA, restoring torch's settings after it.
+
+    TF32 (on by default for cuDNN convolutions) rounds their inputs to 10 bits: a speed setting of the user's, under
+    which no fp32 result matches its float64 reference to fp32 rounding.
+    """
+    import torch
+    settings = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = settings
 
 
 @pytest.fixture(scope='session')
