@@ -161,3 +161,45 @@ def test_inference_branch_of_a_plain_model_is_refused(tmp_path, export):
     _publish(f'local-dir:{export}', '--branch', 'adv', '--local-dir', folder)
     with pytest.raises(ValueError, match='mixture-BN'):
         build_export_model(read_checkpoint(f'local-dir:{folder}'), inference_branch='adv')
+
+
+def _branch_notices(caplog) -> list:
+    return [r for r in caplog.records if r.name == 'timm_advnorm.layers.branch_notice']
+
+
+def test_timm_checkpoint_path_says_which_branch_it_runs_on(checkpoint, source, x, caplog):
+    """timm's own loader reads the state dict alone: the model runs on its default clean branch and says so; the
+    plugin's loader and an explicit branch load silently, and every loader agrees on the branch it names."""
+    with caplog.at_level('WARNING'):
+        plain = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES, checkpoint_path=str(checkpoint))
+    notices = _branch_notices(caplog)
+    assert len(notices) == 1 and 'runs on its clean branch' in notices[0].getMessage()
+    assert 'inference_branch="adv"' in notices[0].getMessage()
+    torch.testing.assert_close(_outputs(plain, x), _outputs(source, x, 'clean'))
+
+    caplog.clear()
+    with caplog.at_level('WARNING'):
+        chosen = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES, inference_branch='adv',
+                                   checkpoint_path=str(checkpoint))
+        loaded = create_model_from_name_or_checkpoint(checkpoint=checkpoint)
+    assert _branch_notices(caplog) == []
+    _assert_on_adv(chosen, source, x)
+    recorded = get_inference_branch(loaded)
+    torch.testing.assert_close(_outputs(loaded, x), _outputs(source, x, recorded))
+
+
+def test_no_branch_notice_for_untrained_branches_or_a_chosen_branch(tmp_path, caplog):
+    fresh = timm.create_model('tiny_mbn_resnet', num_classes=3)
+    path = tmp_path / 'fresh.pth'
+    torch.save({'state_dict': fresh.state_dict()}, path)
+    with caplog.at_level('WARNING'):
+        timm.create_model('tiny_mbn_resnet', num_classes=3, checkpoint_path=str(path))  # both branches equal
+        trained = timm.create_model('tiny_mbn_resnet', num_classes=3)
+        with torch.no_grad():
+            next(m for m in mixture_bn_modules(trained)).adv_bn.bias.add_(1.0)
+        chosen = set_inference_branch(timm.create_model('tiny_mbn_resnet', num_classes=3), 'clean')
+        chosen.load_state_dict(trained.state_dict())
+    assert _branch_notices(caplog) == []
+    with caplog.at_level('WARNING'):
+        timm.create_model('tiny_mbn_resnet', num_classes=3).load_state_dict(trained.state_dict())
+    assert len(_branch_notices(caplog)) == 1

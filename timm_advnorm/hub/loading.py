@@ -369,7 +369,7 @@ def create_model_from_name_or_checkpoint(
     if pretrained:
         _logger.info(f'Weights come from {checkpoint}; pretrained weights of {arch} are not loaded.')
     model = timm.create_model(arch, pretrained=False, pretrained_cfg=pretrained_cfg, **kwargs)
-    load_weights(model, loaded, ema=ema, strict=strict, branch=branch)
     if recorded_branch and INFERENCE_BRANCH_ARG not in kwargs and has_mixture_bn(model):
-        set_inference_branch(model, recorded_branch)
+        set_inference_branch(model, recorded_branch)  # before loading: the branch is chosen, nothing to notice
+    load_weights(model, loaded, ema=ema, strict=strict, branch=branch)
     return _apply_plugin_config(model, loaded.config)

@@ -22,6 +22,7 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from .branch_notice import forget_default_branch
 from .mixture_bn import ROUTES, MixtureBatchNorm2d
 
 __all__ = ['RouteState', 'mixture_bn_modules', 'has_mixture_bn', 'get_route', 'set_route', 'restore_route', 'route',
@@ -133,6 +134,7 @@ def set_inference_branch(model: nn.Module, branch: str) -> nn.Module:
     if not has_mixture_bn(model):
         raise ValueError('An inference branch needs a model with MixtureBatchNorm2d layers; this model has none.')
     set_route(model, branch)
+    forget_default_branch(model)
     return model
 
 

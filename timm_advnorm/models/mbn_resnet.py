@@ -15,13 +15,14 @@ any ``route`` block. A published whole model records it in ``config.json``'s ``m
 ``timm.create_model('hf-hub:org/name', pretrained=True)`` returns it routed to the branch its publisher chose.
 """
 from functools import partial
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model, split_model_name_tag
 from timm.models.resnet import BasicBlock, Bottleneck, ResNet
 
 from ..layers import MixtureBatchNorm2d
+from ..layers.branch_notice import notice_default_branch
 from ..layers.routing import check_inference_branch, set_inference_branch
 from ._cfg import XIE_YUILLE_2020, resnet_cfg
 from ._tiny import TINY_CFG, TINY_RESNET_ARGS
@@ -79,12 +80,14 @@ class MixtureBNResNet(ResNet):
                 module.copy_clean_to_adv()
 
 
-def _create_mbn_resnet(
-        variant: str, pretrained: bool = False, inference_branch: str = 'clean', **kwargs: Any) -> MixtureBNResNet:
-    """Build `variant`, routed to `inference_branch` (``clean`` or ``adv``) outside any ``route`` block."""
-    check_inference_branch(inference_branch)  # before any weights are downloaded
+def _create_mbn_resnet(variant: str, pretrained: bool = False, inference_branch: Optional[str] = None,
+                       **kwargs: Any) -> MixtureBNResNet:
+    """Build `variant`, routed to `inference_branch` (``clean`` or ``adv``; default ``clean``, and the model says
+    so when it loads weights with a trained adversarial branch) outside any ``route`` block."""
+    check_inference_branch(inference_branch or 'clean')  # before any weights are downloaded
     model = build_model_with_cfg(MixtureBNResNet, variant, pretrained, norm_layer=MixtureBatchNorm2d, **kwargs)
-    return set_inference_branch(model, inference_branch)
+    set_inference_branch(model, inference_branch or 'clean')
+    return model if inference_branch else notice_default_branch(model)
 
 
 _cfg = partial(resnet_cfg, XIE_YUILLE_2020)

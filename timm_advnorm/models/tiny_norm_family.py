@@ -30,6 +30,7 @@ from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_c
 from timm.models._features import feature_take_indices  # what timm's own models use; not re-exported
 
 from ..layers import MixtureBatchNorm2d
+from ..layers.branch_notice import notice_default_branch
 from ..layers.routing import check_inference_branch, set_inference_branch
 from ._cfg import XIE_YUILLE_2020, resnet_cfg
 from .norm_resnet import AffineInstanceNorm2d
@@ -258,7 +259,10 @@ def _create_tiny(variant: str, norm: str, pretrained: bool = False, inference_br
         raise ValueError(f'{variant} has no mixture BN: inference_branch does not apply.')
     model = build_model_with_cfg(
         TinyNormResNet, variant, pretrained, norm=norm, feature_cfg=dict(flatten_sequential=True), **kwargs)
-    return set_inference_branch(model, inference_branch or 'clean') if norm == 'mbn' else model
+    if norm != 'mbn':
+        return model
+    set_inference_branch(model, inference_branch or 'clean')
+    return model if inference_branch else notice_default_branch(model)
 
 
 # 32x32 input (the digits); no released weights: untagged cfgs only, no hub ids.
