@@ -26,8 +26,8 @@ import torch.nn as nn
 from timm.models import get_pretrained_cfg, model_entrypoint, save_for_hf
 
 from ..layers import has_mixture_bn
-from ..write_guard import check_replaceable, reported_write, write_manifest
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
+from ..write_guard import check_replaceable, reported_write, write_manifest
 from .checkpoint import Checkpoint
 from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
 
