@@ -217,13 +217,14 @@ def test_a_model_trained_from_an_export_keeps_its_preprocessing_and_padding(tmp_
 
 def test_overwriting_a_symlinked_export_replaces_the_folder_it_points_to(tmp_path):
     from timm_advnorm.hub import staged_folder
+    from timm_advnorm.write_guard import EXPORT_MANIFEST
     real, link = tmp_path / 'real', tmp_path / 'link'
-    real.mkdir()
-    (real / 'old.txt').write_text('old')
+    with staged_folder(real) as stage:
+        (stage / 'old.txt').write_text('old')
     link.symlink_to(real, target_is_directory=True)
     with staged_folder(link, overwrite=True) as stage:
         (stage / 'new.txt').write_text('new')
-    assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == ['new.txt']
+    assert link.is_symlink() and sorted(p.name for p in link.iterdir()) == [EXPORT_MANIFEST, 'new.txt']
     assert sorted(p.name for p in tmp_path.iterdir()) == ['link', 'real']
 
 

@@ -1,5 +1,6 @@
 """Publishing: the folder it writes (weights, config, card), atomic writes, refusals, uploads, results parsing."""
 import argparse
+import fnmatch
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from timm_advnorm.hub import parse_eval_results, read_eval_results
 from timm_advnorm.hub import publish as publish_module
 from timm_advnorm.hub.publish import run as run_publish
 from timm_advnorm.layers import MixtureBatchNorm2d, has_mixture_bn, route
+from timm_advnorm.write_guard import EXPORT_MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_CLASSES = 5
@@ -86,7 +88,7 @@ def test_local_export_holds_weights_config_and_card(tmp_path, run):
     out = tmp_path / 'export'
     assert _publish(run.checkpoint, '--inference-branch', 'adv', '--results', run.results, '--local-dir', out,
                     '--repo-id', 'org/test-mbn', '--dry-run') == 0
-    assert sorted(p.name for p in out.iterdir()) == ['README.md', 'config.json', 'model.safetensors']
+    assert sorted(p.name for p in out.iterdir()) == [EXPORT_MANIFEST, 'README.md', 'config.json', 'model.safetensors']
     config = json.loads((out / 'config.json').read_text())
     assert config['architecture'] == 'test_mbn_resnet' and config['pretrained_cfg']['mean'] == [0.5] * 3
     readme = (out / 'README.md').read_text()
@@ -141,17 +143,22 @@ def test_refuses_to_overwrite_and_leaves_nothing_half_written(tmp_path, run, cap
     (out / 'keep.txt').write_text('mine')
     assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', out) == 2
     assert 'pass --overwrite' in capsys.readouterr().err
+    assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', out, '--overwrite') == 2
+    assert 'was not exported by timm-advnorm' in capsys.readouterr().err  # a folder of the user's is never replaced
     assert [p.name for p in out.iterdir()] == ['keep.txt']
 
+    (out / 'keep.txt').unlink()
+    assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', out) == 0
+    exported = {p.name: p.read_bytes() for p in out.iterdir()}
     bad_template = tmp_path / 'bad.md'
     bad_template.write_text('$front_matter $no_such_section')
     assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', out, '--overwrite',
                     '--card-template', bad_template) == 2
-    assert [p.name for p in out.iterdir()] == ['keep.txt']
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == exported
     assert sorted(p.name for p in tmp_path.iterdir()) == ['bad.md', 'export']  # no staging folder left behind
 
     assert _publish(run.checkpoint, '--inference-branch', 'clean', '--local-dir', out, '--overwrite') == 0
-    assert sorted(p.name for p in out.iterdir()) == ['README.md', 'config.json', 'model.safetensors']
+    assert sorted(p.name for p in out.iterdir()) == [EXPORT_MANIFEST, 'README.md', 'config.json', 'model.safetensors']
 
 
 @pytest.mark.parametrize('extra, message', [
@@ -207,8 +214,10 @@ class FakeHfApi:
     def create_branch(self, repo_id, branch, exist_ok=False):
         self.calls.append(('create_branch', branch))
 
-    def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None, delete_patterns=None):
-        files = sorted(p.name for p in Path(folder_path).iterdir())
+    def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None, delete_patterns=None,
+                      ignore_patterns=None):
+        files = sorted(p.name for p in Path(folder_path).iterdir()
+                       if not (ignore_patterns and fnmatch.fnmatch(p.name, ignore_patterns)))
         self.calls.append(('upload_folder', repo_id, files, delete_patterns))
         return argparse.Namespace(commit_url=f'https://huggingface.co/{repo_id}/commit/0')
 
@@ -260,7 +269,7 @@ def test_an_upload_that_cannot_happen_writes_no_folder(tmp_path, run, hub, monke
     assert list(tmp_path.iterdir()) == [] and not [c for c in hub.calls if c[0] == 'upload_folder']
     hub.existing = []
     assert _publish(*argv) == 0
-    assert sorted(p.name for p in out.iterdir()) == ['README.md', 'config.json', 'model.safetensors']
+    assert sorted(p.name for p in out.iterdir()) == [EXPORT_MANIFEST, 'README.md', 'config.json', 'model.safetensors']
     assert [c[2] for c in hub.calls if c[0] == 'upload_folder'] == [['README.md', 'config.json', 'model.safetensors']]
 
 

@@ -28,6 +28,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 from tqdm import tqdm
 
 from ..cli import ArgumentParser, run_cli
+from ..write_guard import check_write_target, reported_write
 from .deepaugment import NETS, DeepAugment
 
 __all__ = ['NATIVE_INPUT_SIZE', 'GenerationSummary', 'generate_deepaugment_folder', 'get_args_parser', 'main', 'run']
@@ -74,18 +75,20 @@ def _remove_partials(dst: Path) -> None:
 
 
 def _save_atomic(image: Image.Image, path: Path) -> None:
-    """Write `image` to `path` in the format of its suffix, through a temporary file renamed into place."""
+    """Write `image` to `path` in the format of its suffix, through a temporary file renamed into place; an OS error
+    (a full disk) is a `WriteError` naming `path`."""
     image_format = Image.registered_extensions().get(path.suffix.lower())
     if image_format is None:
         raise ValueError(f'PIL cannot write {path.suffix} images ({path})')
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f'{_PARTIAL_PREFIX}{os.getpid()}-{path.name}')
-    try:
-        image.save(temporary, format=image_format)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    with reported_write(path, 'the images written before are kept: a rerun resumes'):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            image.save(temporary, format=image_format)
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
 
 
 def _load_image(path: Path, size: int) -> torch.Tensor:
@@ -98,11 +101,12 @@ def _load_image(path: Path, size: int) -> torch.Tensor:
     return TF.to_tensor(TF.resize(rgb, size))
 
 
-def _check_folders(src: Path, dst: Path) -> None:
+def _check_folders(src: Path, dst: Path, weights: Union[str, Path, None]) -> None:
+    """The source is a folder, and the destination a folder apart from what the run reads: inside the source its
+    images would be read as sources, around it the copy would mix with them."""
     if not src.is_dir():
         raise FileNotFoundError(f'Source folder not found: {src}')
-    if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
-        raise ValueError(f'The destination {dst} lies inside the source {src}: its images would be read as sources')
+    check_write_target(dst, 'DST', {'the source images': src, 'the network weights': weights})
     if dst.exists() and not dst.is_dir():
         raise ValueError(f'The destination {dst} is a file, not a folder')
 
@@ -127,7 +131,8 @@ def generate_deepaugment_folder(
 
     Args:
         src_folder: Folder of images (any depth, e.g. ImageNet's ``train/<class>/<image>.JPEG``).
-        dst_folder: Folder to write; created if needed. Must not lie inside `src_folder`.
+        dst_folder: Folder to write; created if needed. Must not equal, contain or lie inside `src_folder`, nor hold
+            `weights`.
         net: ``'cae'`` or ``'edsr'``.
         weights: The network's original pretrained weights (see `DeepAugment`).
         seed: Seed of the distortions.
@@ -142,10 +147,11 @@ def generate_deepaugment_folder(
     Raises:
         FileNotFoundError: No source folder or weights file.
         ValueError: Bad network, weights or folders, or no image in `src_folder`.
-        OSError: A source image cannot be read (naming it) or a file cannot be written.
+        OSError: A source image cannot be read (naming it).
+        WriteError: A file cannot be written (a full disk): one line naming it; the images written before are kept.
     """
     src, dst = Path(src_folder).expanduser(), Path(dst_folder).expanduser()
-    _check_folders(src, dst)
+    _check_folders(src, dst, weights)
     augment = DeepAugment(net, weights, seed=seed, device=device, allow_random_weights=allow_random_weights)
     size = input_size if input_size is not None else NATIVE_INPUT_SIZE[net]
     if size < 1:

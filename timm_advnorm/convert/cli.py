@@ -16,6 +16,8 @@ import sys
 from typing import List, Optional
 
 from ..cli import ArgumentParser, run_cli
+from ..hub.export import check_folder_target
+from ..write_guard import check_write_target
 from .fast_advprop import convert_fast_advprop
 from .nofrost import convert_nofrost
 from .tensorpack import convert_tensorpack_resnet
@@ -36,7 +38,7 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
         sub.add_argument('src', metavar='SRC', help=src_help)
         sub.add_argument('dst', metavar='DST', help='export folder to write')
         sub.add_argument('--model', help='target architecture (default: detected from the weights)')
-        sub.add_argument('--overwrite', action='store_true', help='replace a non-empty DST')
+        sub.add_argument('--overwrite', action='store_true', help='replace DST, an earlier export')
         return sub
 
     fast = add('fast-advprop', 'Fast AdvProp (Mei et al., ICLR 2022) mixture-BN ResNet checkpoint.',
@@ -53,6 +55,8 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     """Parse `argv` and convert; returns the exit status. Bad input raises (see `run`)."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
     args = get_args_parser(prog).parse_args(argv)
+    check_write_target(args.dst, 'DST', {'the checkpoint being converted': args.src})
+    check_folder_target(args.dst, args.overwrite)  # before the checkpoint is read: a refusal costs no load
     if args.format == 'fast-advprop':
         convert_fast_advprop(args.src, args.dst, args.model, branch=args.branch, overwrite=args.overwrite)
     elif args.format == 'nofrost':

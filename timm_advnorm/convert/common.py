@@ -81,9 +81,9 @@ def save_converted(
     """Write `model` as an export folder (``config.json`` + ``model.safetensors``) atomically.
 
     The origin is recorded in ``config.json`` under ``timm_advnorm.converted_from``; `hub/publish.py` puts it in
-    the model card.
+    the model card. With `overwrite`, `dst` is replaced only if it is an earlier export (`hub.export.staged_folder`).
     """
-    with staged_folder(dst, overwrite=overwrite) as stage:
+    with staged_folder(dst, overwrite=overwrite, made_by=f'timm-advnorm-convert {origin["format"]}') as stage:
         write_export(model, stage, plugin_config=dict(plugin_config or {}, converted_from=dict(origin)))
     if plugin_config:  # e.g. TF "SAME" padding, which stock timm does not apply
         how = f'timm_advnorm.hub.create_model_from_name_or_checkpoint("local-dir:{dst}")'

@@ -13,8 +13,11 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .args import LOGGER
+from ..hub import split_source
+from ..write_guard import check_write_target
+from .args import LOGGER, ood_folder
 from .distributed import DistributedInfo
+from .ood import OOD_DATASETS
 from .plots import PLOT_NAMES, write_plots
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .schema import AttackResult, EvalResults
@@ -43,6 +46,18 @@ def _check_matplotlib() -> None:
                          ) from None
 
 
+def _inputs(args: argparse.Namespace) -> Dict[str, Optional[str]]:
+    """What the evaluation reads, by description, for `write_guard.check_write_target`: no output may equal or lie
+    inside one of them (a results file replacing the checkpoint, plots becoming images of the data)."""
+    model_kind, model_location = split_source(args.model or '')
+    reads = {'the checkpoint being evaluated': args.checkpoint,
+             'the model folder being evaluated': model_location if model_kind == 'local-dir' else None,
+             'the evaluation data': args.data_dir or args.data, 'the class map': args.class_map,
+             'the config file': args.config}
+    reads.update((f'the {dataset.title} data', ood_folder(args, dataset)) for dataset in OOD_DATASETS.values())
+    return reads
+
+
 def check_outputs(args: argparse.Namespace, dist_info: DistributedInfo) -> None:
     """Probe every output now, so that an output that cannot be written (or a missing matplotlib) ends the run
     before the evaluation and not after it, losing its results. Creates nothing: a run refused later, for its model
@@ -50,17 +65,22 @@ def check_outputs(args: argparse.Namespace, dist_info: DistributedInfo) -> None:
 
     Raises:
         FileExistsError: An output exists and ``--overwrite`` is not given.
-        ValueError: An output cannot be written, or ``--plot-dir`` is given without matplotlib.
+        ValueError: An output cannot be written, it is or lies inside something the evaluation reads, or
+            ``--plot-dir`` is given without matplotlib.
     """
+    reads = _inputs(args)
     if args.resume_state:
+        check_write_target(args.resume_state, '--resume-state', reads, kind='file')
         check_state_path(state_path(args.resume_state, dist_info))
     if not dist_info.is_primary:
         return
-    outputs = [path for path in results_paths(args.results_file) if path is not None]
+    reads['the state file'] = args.resume_state
+    outputs = [('--results-file', path) for path in results_paths(args.results_file) if path is not None]
     if args.plot_dir:
         _check_matplotlib()
-        outputs += [Path(args.plot_dir) / name for name in PLOT_NAMES]
-    for path in outputs:
+        outputs += [('--plot-dir', Path(args.plot_dir) / name) for name in PLOT_NAMES]
+    for option, path in outputs:
+        check_write_target(path, option, reads, kind='file' if option == '--results-file' else 'folder')
         check_writable(path, args.overwrite)
 
 

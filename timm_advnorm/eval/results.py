@@ -25,6 +25,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ..write_guard import reported_write
 from .schema import EvalResults
 
 __all__ = ['OutputFiles', 'kept_name', 'check_writable', 'check_folder_writable', 'atomic_write', 'write_json',
@@ -124,15 +125,17 @@ def atomic_write(path: PathLike, write: Writer) -> None:
     """Call ``write(tmp_path)`` on a temporary file next to `path`, then rename it over `path` in one step.
 
     Replaces an existing `path` (see `OutputFiles` for files that must not replace another's). The file gets the
-    permissions ``open()`` would give it (0666 less the umask).
+    permissions ``open()`` would give it (0666 less the umask). An OS error (a full disk) is a `WriteError` naming
+    `path`, which is left as it was.
     """
     path = Path(path)
-    tmp = _written_temp(path, write)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with reported_write(path, 'the previous file is intact' if path.exists() else ''):
+        tmp = _written_temp(path, write)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def _link_new(tmp: Path, path: Path) -> None:
@@ -183,13 +186,18 @@ class OutputFiles:
 
     def publish(self, path: PathLike, write: Writer) -> Path:
         """Write a file with ``write(tmp_path)`` and publish it at `path`, or under its kept name once a clash
-        happened (this file's or an earlier one's); returns where it went."""
+        happened (this file's or an earlier one's); returns where it went.
+
+        Raises:
+            WriteError: An OS error (a full disk), naming `path`; no existing file was replaced.
+        """
         path = Path(path)
-        tmp = _written_temp(path, write)
-        try:
-            return self._publish_temp(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with reported_write(path, 'no existing file was replaced'):
+            tmp = _written_temp(path, write)
+            try:
+                return self._publish_temp(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def _publish_temp(self, tmp: Path, path: Path) -> Path:
         """Publish the written `tmp` as `path` (see `publish`)."""

@@ -3,7 +3,8 @@
 PGD-2000 over 50 000 ImageNet images takes days; a preempted job must resume where it stopped, not restart. Each
 finished (variant, stage, batch) record is appended as one line with a single ``write`` on a file opened with
 ``O_APPEND`` and then ``fsync``-ed, so a crash leaves at most one partial last line. Loading drops that line (and cuts
-it off the file), so the work it described simply runs again.
+it off the file), so the work it described simply runs again. A file whose header line was never completely written
+(left empty or cut short by a full disk or a kill while the evaluation started) holds no work and is replaced.
 
 The first line holds a fingerprint of the evaluation (`evaluation_fingerprint`: model and the digest of its weights,
 data and subset, protocol, batch size, ...): a state file is only ever resumed by the evaluation that wrote it.
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 import torch
 
+from ..write_guard import reported_write
 from .records import Record
-from .results import check_folder_writable
+from .results import atomic_write, check_folder_writable
 
 if TYPE_CHECKING:
     from .build import DataRun
@@ -33,6 +35,10 @@ __all__ = ['EvalState', 'check_state_path', 'state_path', 'open_state', 'weights
 _logger = logging.getLogger(__name__)
 
 _FORMAT = 'timm_advnorm.eval.state/1'
+# How every state file begins: the first key of its header line (`EvalState._header`).
+_HEADER_START = json.dumps({'format': _FORMAT}, separators=(',', ':'))[:-1].encode()
+# What a failed write leaves for the user.
+_KEPT = 'the state file keeps every finished record: rerun to resume'
 
 
 def check_state_path(path: Union[str, Path]) -> None:
@@ -126,14 +132,23 @@ class EvalState:
         self.path = Path(path)
         self.fingerprint = _canonical(dict(fingerprint))
         self._records: Dict[Tuple[str, str, int], Record] = {}
-        if self.path.exists() and self.path.stat().st_size > 0:
-            self._load()
+        data = self.path.read_bytes() if self.path.exists() else None
+        if data is None:
+            with reported_write(self.path, _KEPT):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._append_line(self._header(), create=True)
+        elif _interrupted_header(data):
+            _logger.warning('%s: replacing a state file whose first line was never completely written (%d bytes); it '
+                            'held no evaluated work.', self.path, len(data))
+            atomic_write(self.path, lambda tmp: tmp.write_bytes(_line(self._header())))
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._append_line({'format': _FORMAT, 'fingerprint': self.fingerprint}, create=True)
+            self._load(data)
 
-    def _load(self) -> None:
-        data = self.path.read_bytes()
+    def _header(self) -> Dict[str, Any]:
+        """The first line of the state file: its format and the evaluation's fingerprint."""
+        return {'format': _FORMAT, 'fingerprint': self.fingerprint}
+
+    def _load(self, data: bytes) -> None:
         good_end = 0
         lines = data.split(b'\n')
         complete, tail = lines[:-1], lines[-1]  # `tail` is non-empty only if the last write was cut short
@@ -183,14 +198,18 @@ class EvalState:
                              'use another --resume-state path or delete it.')
 
     def _append_line(self, entry: Mapping[str, Any], create: bool = False) -> None:
-        line = (json.dumps(entry, separators=(',', ':')) + '\n').encode()
+        """Append `entry` as one line, durably; an OS error (a full disk) is a `WriteError` naming the file, which
+        keeps the lines before (a cut-short line is dropped when the file is loaded)."""
         flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(self.path, flags, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with reported_write(self.path, _KEPT):
+            fd = os.open(self.path, flags, 0o644)
+            try:
+                unwritten = memoryview(_line(entry))
+                while unwritten:  # a write cut short by a full disk returns fewer bytes before the next one fails
+                    unwritten = unwritten[os.write(fd, unwritten):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def get(self, variant: str, stage: str, start: int) -> Optional[Record]:
         """The stored record of (variant, stage, batch start), or None when that work has not finished."""
@@ -207,6 +226,17 @@ class EvalState:
 
     def __len__(self) -> int:
         return len(self._records)
+
+
+def _line(entry: Mapping[str, Any]) -> bytes:
+    """`entry` as one line of the state file."""
+    return (json.dumps(entry, separators=(',', ':')) + '\n').encode()
+
+
+def _interrupted_header(data: bytes) -> bool:
+    """Whether `data`, a state file's content, is a header line whose writing was cut short (empty included): no
+    complete line, and the beginning every state file has. Any other content is refused, never replaced."""
+    return b'\n' not in data and (_HEADER_START.startswith(data) or data.startswith(_HEADER_START))
 
 
 def open_state(path: str, fingerprint: Mapping[str, Any]) -> EvalState:

@@ -6,7 +6,9 @@ either whole (loads after ``import timm_advnorm``) or as one branch in its plain
 timm loads with no plugin. A whole mixture-BN export records its inference branch as ``config.json``'s
 ``model_args.inference_branch``: timm passes it to the entrypoint, so the loaded model runs on that branch. Folders
 are written atomically: staged next to the target, then renamed into place, a rename that refuses a folder another
-run filled meanwhile unless told to replace it.
+run filled meanwhile unless told to replace it. Each export folder holds a manifest of its files
+(`write_guard.EXPORT_MANIFEST`): told to replace a folder, an export replaces only an earlier export, never a folder
+of the user's.
 """
 import errno
 import hashlib
@@ -25,6 +27,7 @@ from timm.models import get_pretrained_cfg, model_entrypoint, save_for_hf
 
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
+from ..write_guard import check_replaceable, reported_write, write_manifest
 from .checkpoint import Checkpoint
 from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
 
@@ -176,13 +179,16 @@ def _put_in_place(staging: Path, target: Path, overwrite: bool) -> None:
 
     Without `overwrite` the rename itself refuses a `target` that another run filled since the check (a folder
     replaces only a missing or empty one), so the check and the move are one step. With it, a filled `target` is
-    first moved aside, then removed.
+    checked again to be an earlier export (files may have been added to it while the export was made), then moved
+    aside, then removed.
 
     Raises:
-        FileExistsError: `target` was filled meanwhile and `overwrite` is not set.
+        FileExistsError: `target` was filled meanwhile and `overwrite` is not set, or it is not an export.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     if overwrite and target.exists():
+        if any(target.iterdir()):
+            check_replaceable(target)
         retired = staging.with_name(staging.name.replace('.staging-', '.retired-'))
         os.replace(target, retired)
         os.replace(staging, target)
@@ -202,33 +208,45 @@ def check_folder_target(target: Union[str, Path], overwrite: bool = False) -> Pa
     target stands for the folder it points to).
 
     Raises:
-        FileExistsError: `target` is a file, or a non-empty folder and `overwrite` is not set.
+        FileExistsError: `target` is a file, or a non-empty folder and `overwrite` is not set, or a non-empty folder
+            that is not an earlier export (`write_guard.check_replaceable`).
     """
     target = Path(target).expanduser().resolve()
     if target.exists() and not target.is_dir():
         raise FileExistsError(f'{target} exists and is not a folder.')
-    if target.is_dir() and any(target.iterdir()) and not overwrite:
-        raise FileExistsError(f'{target} is not empty: pass --overwrite to replace it.')
+    if target.is_dir() and any(target.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f'{target} is not empty: pass --overwrite to replace it.')
+        check_replaceable(target)
     return target
 
 
 @contextmanager
-def staged_folder(target: Union[str, Path], overwrite: bool = False) -> Iterator[Path]:
+def staged_folder(target: Union[str, Path], overwrite: bool = False, made_by: str = 'timm-advnorm') -> Iterator[Path]:
     """Yield an empty staging folder that replaces `target` when the block succeeds, and vanishes if it fails.
 
     The staging folder is made next to `target`, or in its nearest existing ancestor when its folder is missing, so
     that a failing block leaves no folder behind; the missing folders are created when the result is put in place.
+    The folder put in place holds a manifest naming `made_by` and its files, which lets a later ``--overwrite``
+    replace it.
 
     Raises:
         FileExistsError: `target` is a file, or a non-empty folder and `overwrite` is not set (checked by
-            `check_folder_target` before the block runs, and again atomically when the result is put in place).
+            `check_folder_target` before the block runs, and again atomically when the result is put in place), or
+            a non-empty folder that is not an earlier export.
+        WriteError: An OS error while writing (a full disk): one line naming `target`; an earlier export there is
+            left intact.
     """
     target = check_folder_target(target, overwrite)
-    staging = Path(tempfile.mkdtemp(prefix=f'.{target.name}.staging-', dir=_existing_ancestor(target.parent)))
+    kept = 'the previous export is intact' if target.is_dir() and any(target.iterdir()) else 'nothing was written'
+    with reported_write(target, kept):
+        staging = Path(tempfile.mkdtemp(prefix=f'.{target.name}.staging-', dir=_existing_ancestor(target.parent)))
     try:
-        yield staging
-        _make_readable(staging)
-        _put_in_place(staging, target, overwrite)
+        with reported_write(target, kept):
+            yield staging
+            write_manifest(staging, made_by)
+            _make_readable(staging)
+            _put_in_place(staging, target, overwrite)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

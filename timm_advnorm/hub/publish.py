@@ -10,7 +10,8 @@ checkout)::
 The checkpoint may be a ``train_adv.py`` checkpoint, a bare state dict (``.pth``/``.safetensors``, with
 ``--model``), an export folder (e.g. from ``timm_advnorm.convert``) or an ``hf-hub:``/``local-dir:`` name.
 Uploads read the token from ``HF_TOKEN``. A non-empty target (folder or Hub repository) is replaced only with
-``--overwrite``; folders are written atomically, so a failure leaves nothing half-written. Everything that can be
+``--overwrite``, a folder only if it is an earlier export and holds none of the command's inputs; folders are written
+atomically, so a failure leaves nothing half-written. Everything that can be
 checked is checked before anything is written (the arguments, the upload token, the ``--local-dir`` target, the
 results, the checkpoint and the model, the Hub repository), so a refused command, once its cause is fixed, can be
 run again as it was.
@@ -33,8 +34,9 @@ from timm.models import split_model_name_tag
 from ..cli import ArgumentParser, add_hidden_alias, run_cli
 from ..layers import has_mixture_bn
 from ..layers.routing import get_inference_branch
+from ..write_guard import EXPORT_MANIFEST, check_write_target
 from .card import CardFacts, render_model_card
-from .checkpoint import Checkpoint, read_checkpoint
+from .checkpoint import Checkpoint, read_checkpoint, split_source
 from .export import (
     build_export_model, check_folder_target, export_data_args, export_model_args, needs_plugin, staged_folder,
     write_export)
@@ -73,7 +75,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser.add_argument('--repo-id', help='Hub repository org/name to upload to (token from HF_TOKEN)')
     parser.add_argument('--local-dir', help='write the exact folder that is (or would be) uploaded here')
     parser.add_argument('--dry-run', action='store_true', help='write --local-dir only, upload nothing')
-    parser.add_argument('--overwrite', action='store_true', help='replace a non-empty folder or Hub repository')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace an earlier export in --local-dir, or a non-empty Hub repository')
     parser.add_argument('--private', action='store_true', help='create the Hub repository as private')
     parser.add_argument('--revision', help='Hub branch to upload to (default: main)')
     parser.add_argument('--commit-message', default='Add timm-advnorm model', help='Hub commit message')
@@ -98,6 +101,16 @@ def _check_args(args: argparse.Namespace) -> None:
         validate_repo_id(args.repo_id)
         if '/' not in args.repo_id:
             raise ValueError(f'--repo-id must be org/name, got {args.repo_id!r}.')
+
+
+def _check_local_dir(args: argparse.Namespace) -> None:
+    """``--local-dir`` may be written: it holds none of the command's inputs (`write_guard.check_write_target`; an
+    ``--overwrite`` would delete them) and it is empty, or an earlier export to replace with ``--overwrite``."""
+    kind, location = split_source(args.checkpoint)
+    check_write_target(args.local_dir, '--local-dir', {
+        'the checkpoint being published': location if kind != 'hf-hub' else None,
+        'the results file': args.results, 'the card template': args.card_template})
+    check_folder_target(args.local_dir, args.overwrite)
 
 
 def _check_inference_branch(args: argparse.Namespace, model: nn.Module) -> None:
@@ -204,7 +217,7 @@ def upload_export(
         api.create_branch(repo_id, branch=revision, exist_ok=True)
     commit = api.upload_folder(
         repo_id=repo_id, folder_path=str(folder), revision=revision, commit_message=commit_message,
-        delete_patterns='*' if overwrite else None)
+        delete_patterns='*' if overwrite else None, ignore_patterns=EXPORT_MANIFEST)
     return str(getattr(commit, 'commit_url', commit))
 
 
@@ -222,7 +235,7 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     upload = bool(args.repo_id) and not args.dry_run
     api = _hub_api() if upload else None
     if args.local_dir:
-        check_folder_target(args.local_dir, args.overwrite)
+        _check_local_dir(args)
     results = read_eval_results(args.results) if args.results else None
     if results is not None:
         _check_results(args, results)
@@ -243,7 +256,7 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
         (folder / 'README.md').write_text(render_model_card(card_template, facts), encoding='utf-8')
 
     if args.local_dir:
-        with staged_folder(args.local_dir, overwrite=args.overwrite) as stage:
+        with staged_folder(args.local_dir, overwrite=args.overwrite, made_by=PROG) as stage:
             fill(stage)
         _logger.info(f'Wrote {args.local_dir}.')
         if not upload:

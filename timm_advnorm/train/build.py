@@ -28,6 +28,7 @@ from ..data.preprocessing import record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
 from ..task import AdversarialClassificationTask, get_task_class
+from ..write_guard import check_write_target
 from .accumulation import GradientAccumulation
 from .budget import RunBudget, count_budget, plan_budget
 from .checks import check_args, check_resume_args, check_steps, resolve_device
@@ -35,6 +36,7 @@ from .data_options import create_mixup, data_config_args, dataset_kwargs, train_
 from .loop import LossScaler, eval_metric_for, metric_names
 from .model_options import architecture_kwargs, create_model_kwargs, init_classifier_head, set_batchnorm_options
 from .optimization import create_run_optimizer, create_run_scheduler, epoch_schedule, run_learning_rate
+from .run_folder import planned_run_folder
 from .tracking import import_wandb
 
 __all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'plan_training', 'prepare_training', 'ranked_branch']
@@ -225,6 +227,10 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
 
     dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size or 32)
     train_root, val_root, search = _data_roots(dataset_name, root, args)
+    check_write_target(planned_run_folder(args), '--output', {
+        'the data folder': args.data_dir, 'the training data': root, 'the training split': train_root,
+        'the validation split': val_root, 'the class map': args.class_map,
+        'the initial checkpoint': args.initial_checkpoint})
     num_classes = args.num_classes or (DIGITS_NUM_CLASSES if args.dataset == 'digits' else None)
     if num_classes is None:
         raise ValueError('--num-classes is required for datasets other than digits.')

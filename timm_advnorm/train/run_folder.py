@@ -11,8 +11,8 @@ import yaml
 
 from .budget import RunBudget
 
-__all__ = ['BUDGET_FILE', 'new_run_folder', 'open_run_folder', 'discard_unsaved_run', 'kept_checkpoints',
-           'resumed_budget']
+__all__ = ['BUDGET_FILE', 'new_run_folder', 'planned_run_folder', 'open_run_folder', 'discard_unsaved_run',
+           'kept_checkpoints', 'resumed_budget']
 
 _logger = logging.getLogger('train_adv')
 
@@ -41,6 +41,19 @@ def new_run_folder(root: str, name: str) -> str:
             continue
 
 
+def _run_name(args) -> str:
+    """The name of a new run's folder under ``--output``: ``--experiment``, else ``<model>-<method>``."""
+    return args.experiment or f'{args.model.replace("/", "_")}-{args.method}'
+
+
+def planned_run_folder(args) -> str:
+    """The folder the run will write, as known before it is made: the resumed checkpoint's, else
+    ``--output``/NAME (where a run already took NAME, the run takes NAME-1, ... beside it)."""
+    if args.resume:
+        return os.path.dirname(os.path.abspath(args.resume))
+    return os.path.join(args.output, _run_name(args))
+
+
 def open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
     """The run folder and the name of the arguments file written in it: a new folder under ``--output``, or, when
     resuming, the checkpoint's own, whose ``args.yaml`` is kept (the resumed run's arguments go beside it, named by
@@ -54,7 +67,7 @@ def open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
             os.remove(partial)
             _logger.info(f'Removed {partial}, a checkpoint whose writing was interrupted.')
     else:
-        output_dir = new_run_folder(args.output, args.experiment or f'{args.model.replace("/", "_")}-{args.method}')
+        output_dir = new_run_folder(args.output, _run_name(args))
         args_file = 'args.yaml'
     with open(os.path.join(output_dir, args_file), 'w') as f:
         f.write(args_text)

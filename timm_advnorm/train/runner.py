@@ -6,13 +6,14 @@ import os
 import time
 
 import torch
-from timm.utils import CheckpointSaver, update_summary
+from timm.utils import update_summary
 from timm.utils.summary import trim_summary
 
 from ..cli import show_progress
 from ..task import running_stats_active, use_running_statistics
 from .budget import peak_memory_bytes, reset_peak_memory, write_budget
 from .build import TrainingRun, TrainingStart
+from .checkpoint_saver import SafeCheckpointSaver
 from .distribute_bn import distribute_bn
 from .loop import DivergenceError, NonFiniteGuard, check_finite_state, train_one_epoch, validate, validation_message
 from .run_folder import BUDGET_FILE, discard_unsaved_run, kept_checkpoints, open_run_folder, resumed_budget
@@ -50,9 +51,9 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
     saving = False  # whether this run has begun to write a checkpoint
     try:
         if args.rank == 0:
-            saver = CheckpointSaver(model=model, optimizer=optimizer, args=args, task=task, checkpoint_dir=output_dir,
-                                    recovery_dir=output_dir, decreasing=False, max_history=args.checkpoint_hist,
-                                    amp_scaler=loss_scaler)
+            saver = SafeCheckpointSaver(model=model, optimizer=optimizer, args=args, task=task,
+                                        checkpoint_dir=output_dir, recovery_dir=output_dir, decreasing=False,
+                                        max_history=args.checkpoint_hist, amp_scaler=loss_scaler)
             budget = resumed_budget(output_dir, budget, start_epoch) if args.resume else budget
             write_budget(os.path.join(output_dir, BUDGET_FILE), budget)
             _logger.info(budget.format())

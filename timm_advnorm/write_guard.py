@@ -1,0 +1,141 @@
+"""The rules every command that writes follows: where it may write, what ``--overwrite`` may replace, and how a
+failed write is reported.
+
+* A write target (an export folder, a results file, a state file, a run folder, a generated image folder) never
+  equals, contains or lies inside anything the command reads: the checkpoint, the results, the data, the state file
+  (`check_write_target`). Without this rule, replacing an export folder that holds its own source deletes the
+  source, and files written into a data folder become samples of it.
+* ``--overwrite`` replaces only a folder the package itself exported earlier: one that holds the manifest
+  `EXPORT_MANIFEST` (written by `write_manifest`) and no file the manifest does not list (`check_replaceable`). A
+  folder of the user's is never deleted, whatever flag is given.
+* An OS error while writing (a full disk, a read-only file system, a missing permission) is one line naming the file
+  and the reason, and what was kept (`WriteError`, `reported_write`), not a library's traceback about a truncated
+  archive.
+"""
+import errno
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Mapping, Optional, Union
+
+__all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_replaceable', 'check_write_target', 'reported_write',
+           'write_manifest']
+
+PathLike = Union[str, Path]
+
+#: The file an export folder holds to say the package wrote it, and which files it wrote.
+EXPORT_MANIFEST = '.timm-advnorm-export.json'
+_MANIFEST_FORMAT = 'timm_advnorm.export/1'
+
+
+def _real(path: PathLike) -> Path:
+    """`path` absolute, with every symbolic link resolved (also for a path that does not exist yet)."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def check_write_target(
+        target: PathLike,
+        option: str,
+        reads: Mapping[str, Optional[PathLike]],
+        kind: str = 'folder',
+) -> None:
+    """Refuse a write target that equals, contains or lies inside something the command reads.
+
+    Paths are compared with symbolic links resolved; a read path that does not exist yet counts too (a state file
+    the command will create). Reads given as None or empty (an unset option, a Hub name) are skipped.
+
+    Args:
+        target: What the command writes (a folder it replaces or writes into, or a file).
+        option: The option that names `target`, for the message (``--local-dir``).
+        reads: What the command reads, by description (``'the checkpoint being published'``) to path.
+        kind: What `target` is (``'folder'``, ``'file'``), for the message's advice.
+
+    Raises:
+        ValueError: One line naming the option, the target, what it would touch, and what to do.
+    """
+    written = _real(target)
+    for what, source in reads.items():
+        if not source:
+            continue
+        read = _real(source)
+        if written == read:
+            relation = 'it is'
+        elif written in read.parents:
+            relation = 'it contains'
+        elif read in written.parents:
+            relation = 'it lies inside'
+        else:
+            continue
+        raise ValueError(f'{option} {target}: {relation} {what} ({source}); choose another {kind}')
+
+
+def write_manifest(folder: PathLike, made_by: str) -> None:
+    """Record in `folder` that `made_by` wrote it, with the files it holds now (`EXPORT_MANIFEST`)."""
+    folder = Path(folder)
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob('*') if p.is_file())
+    manifest = dict(format=_MANIFEST_FORMAT, made_by=made_by, files=files)
+    (folder / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + '\n')
+
+
+def check_replaceable(folder: PathLike) -> None:
+    """Check that ``--overwrite`` may replace the non-empty `folder`: the package exported it (it holds the manifest)
+    and nothing was added to it since (every file is one the manifest lists).
+
+    Raises:
+        FileExistsError: The folder holds no manifest, an unreadable one, or files the manifest does not list.
+    """
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / EXPORT_MANIFEST).read_text())
+        listed = set(manifest['files']) if manifest.get('format') == _MANIFEST_FORMAT else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        listed = None
+    if listed is None:
+        raise FileExistsError(f'{folder} was not exported by timm-advnorm (it holds no {EXPORT_MANIFEST}): '
+                              '--overwrite replaces only an earlier export; remove it yourself or choose another '
+                              'folder')
+    added = sorted(p.relative_to(folder).as_posix() for p in folder.rglob('*')
+                   if p.is_file() and p.name != EXPORT_MANIFEST and p.relative_to(folder).as_posix() not in listed)
+    if added:
+        shown = ', '.join(added[:3]) + (f' (+{len(added) - 3} more)' if len(added) > 3 else '')
+        raise FileExistsError(f'{folder} holds files its export did not write ({shown}): --overwrite would delete '
+                              'them; move them or choose another folder')
+
+
+class WriteError(OSError):
+    """An OS error while writing `path`, as one line: ``cannot write PATH: REASON (WHAT WAS KEPT)``.
+
+    An `OSError` (keeping the original's ``errno``), so every command reports it as bad input: one line on stderr
+    and exit status 2.
+
+    Args:
+        path: The file or folder being written (the one the user knows, not a temporary name).
+        error: The OS error.
+        kept: What the failure left intact, e.g. ``'the previous checkpoint is intact'``.
+    """
+
+    def __init__(self, path: PathLike, error: OSError, kept: str = ''):
+        super().__init__(error.errno, error.strerror or str(error))
+        self.path = path
+        self.message = f'cannot write {path}: {error.strerror or error}' + (f' ({kept})' if kept else '')
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@contextmanager
+def reported_write(path: PathLike, kept: str = '') -> Iterator[None]:
+    """Report an OS error raised in the block as a `WriteError` naming `path` and what was `kept`.
+
+    Errors that already say what happened pass unchanged: a `WriteError` from an inner write, and an
+    "already exists" refusal (the no-clobber rules raise those on purpose).
+    """
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as e:
+        if e.errno is None or e.errno == errno.EEXIST:
+            raise
+        raise WriteError(path, e, kept) from e
