@@ -177,7 +177,8 @@ def _budget_text(attacks: Sequence[AttackResult]) -> str:
 
 
 def suite_text(attacks: Sequence[AttackResult]) -> str:
-    """Attacks by the names of what ran, with their budgets (``pgd-t-13 (13 iterations, L∞ ε=16/255)``)."""
+    """Attacks by the names of what ran, with their budgets
+    (``pgd-t-13 (targeted, 13 iterations, step max(1/255, ε/N), L∞ ε=16/255)``)."""
     noun = 'corruptions' if all(a.attack == 'corruption' for a in attacks) else 'attacks'
     names = ', '.join(a.label for a in attacks) if len(attacks) <= MAX_NAMED_ATTACKS else f'{len(attacks)} {noun}'
     budget = _budget_text(attacks)
@@ -211,12 +212,13 @@ def _band(ax, x: Sequence[float], accuracies: Sequence[float], samples: Sequence
     ax.fill_between(x, low, high, color=color, alpha=0.15, linewidth=0)
 
 
-def _resolution_text(samples: Sequence[Optional[int]]) -> str:
-    """``shaded: 95 % Wilson intervals; one image = 0.5 points``, from the smallest sample count."""
+def _resolution_text(drawn_as: str, samples: Sequence[Optional[int]]) -> str:
+    """``shaded: 95 % Wilson intervals; one image = 0.5 points`` (`drawn_as` ``shaded``), from the smallest sample
+    count; ``no intervals: sample count not recorded`` without one."""
     counts = [n for n in samples if n]
     if not counts:
-        return 'sample count not recorded: no intervals'
-    return f'{INTERVAL_TEXT}; one image = {100.0 / min(counts):.2g} points'
+        return 'no intervals: sample count not recorded'
+    return f'{drawn_as}: {INTERVAL_TEXT}; one image = {100.0 / min(counts):.2g} points'
 
 
 def _variants_text(variants: Sequence[VariantResult]) -> str:
@@ -278,7 +280,7 @@ def figure_accuracy_vs_iterations(results: EvalResults):
     _title(fig, f"{results.model}: accuracy{' and attack-success rate' if success else ''} vs iterations of {kinds}",
            suite_text(_distinct(plotted)),
            f'{_protocol_text(results)}, {_data_text(results, variants)}, {_variants_text(variants)}',
-           f'shaded: {_resolution_text([a.samples for a in plotted])}')
+           _resolution_text('shaded', [a.samples for a in plotted]))
     return fig
 
 
@@ -305,7 +307,7 @@ def figure_accuracy_vs_eps(results: EvalResults):
            f'untargeted PGD-{probe.steps} from the clean image, step {SANITY_STEP_FACTOR:g}ε/N, '
            f"{_data_text(results, probes)} (the subset's first)",
            f'{_protocol_text(results)}, {_variants_text(variants)}',
-           f'shaded: {_resolution_text([p.samples for p in probes])}')
+           _resolution_text('shaded', [p.samples for p in probes]))
     return fig
 
 
@@ -328,14 +330,14 @@ def _interpolates(variant: VariantResult) -> bool:
     return variant.kind in ('mix', 'logits') and 0.0 < variant.gamma < 1.0
 
 
-def _errorbar(ax, variants: Sequence[VariantResult], **style):
-    """Robust vs clean accuracy of `variants` with their 95 % intervals on both axes; returns the drawn container."""
+def _errorbar(ax, variants: Sequence[VariantResult], **style) -> None:
+    """Draw robust vs clean accuracy of `variants` with their 95 % intervals on both axes."""
     clean = [_interval(v.clean, v.samples) for v in variants]
     robust = [_interval(v.robust, v.samples) for v in variants]
     x, y = [v.clean for v in variants], [v.robust for v in variants]
     xerr = [[c - low for c, (low, _) in zip(x, clean)], [high - c for c, (_, high) in zip(x, clean)]]
     yerr = [[r - low for r, (low, _) in zip(y, robust)], [high - r for r, (_, high) in zip(y, robust)]]
-    return ax.errorbar(x, y, xerr=xerr, yerr=yerr, capsize=2, elinewidth=0.8, **style)
+    ax.errorbar(x, y, xerr=xerr, yerr=yerr, capsize=2, elinewidth=0.8, **style)
 
 
 def figure_tradeoff(results: EvalResults):
@@ -371,7 +373,7 @@ def figure_tradeoff(results: EvalResults):
     _title(fig, f'{results.model}: clean vs robust accuracy over γ (0: clean branch, 1: adversarial branch)',
            f'robust: {robust_text(results, variants[0])}',
            f'{_protocol_text(results)}, {_data_text(results, variants)}, {_variants_text(variants)}',
-           f'bars: {_resolution_text([v.samples for v in variants])}')
+           _resolution_text('bars', [v.samples for v in variants]))
     return fig
 
 
