@@ -300,6 +300,15 @@ def test_the_step_is_named_as_recorded():
     assert step('apgd-ce') is None and step('square', steps=None) is None  # adaptive step; queries
 
 
+def test_a_suite_whose_steps_differ_names_each_attacks_step():
+    from timm_advnorm.eval.plots import suite_text
+    from timm_advnorm.eval.schema import AttackResult
+    attacks = [AttackResult.from_dict(a) for a in _summary(get_protocol('galloway'))['attacks']]
+    text = suite_text(attacks)
+    assert text.startswith('gaussian-noise, bim-linf, bim-l2 (untargeted, 20 iterations, ')
+    assert 'step 0.382/255 (bim-linf), not recorded (bim-l2)' in text  # 7.65/20; BIM-L2 records no step
+
+
 def _tradeoff_variants(*extra):
     ends = [dict(name='clean', kind='clean', gamma=0.0, clean=97.8, robust=75.2),
             dict(name='adv', kind='adv', gamma=1.0, clean=97.2, robust=83.3)]

@@ -147,6 +147,19 @@ def _targeted_text(attacks: Sequence[AttackResult]) -> Optional[str]:
     return 'targeted and untargeted' if len(flags) > 1 else ('targeted' if flags == {True} else 'untargeted')
 
 
+def _step_sizes_text(attacks: Sequence[AttackResult]) -> Optional[str]:
+    """The steps of `attacks` (`step_text`): ``1/255`` when they share it, else each with the attacks that take it
+    (``0.383/255 (bim-linf), not recorded (bim-l2)``); None when none has a step."""
+    by_step: Dict[str, List[str]] = defaultdict(list)
+    for attack in attacks:
+        text = step_text(attack)
+        if text:
+            by_step[text].append(attack.label)
+    if len(by_step) <= 1:
+        return next(iter(by_step), None)
+    return ', '.join(f"{text} ({', '.join(labels)})" for text, labels in by_step.items())
+
+
 def _budget_text(attacks: Sequence[AttackResult]) -> str:
     """The budgets of `attacks`: targeted or not, iterations, step, queries, ε per norm, noise σ
     (``targeted, 13 iterations, step max(1/255, ε/N), L∞ ε=16/255``)."""
@@ -158,9 +171,9 @@ def _budget_text(attacks: Sequence[AttackResult]) -> str:
     queries = [a.queries for a in attacks if a.queries is not None]
     if steps:
         parts.append(_count(steps, 'iterations'))
-    step_sizes = list(dict.fromkeys(text for text in map(step_text, attacks) if text))
+    step_sizes = _step_sizes_text(attacks)
     if step_sizes:
-        parts.append(f"step {', '.join(step_sizes)}")
+        parts.append(f'step {step_sizes}')
     if queries:
         parts.append(_count(queries, 'queries'))
     for norm in dict.fromkeys(a.norm for a in attacks if a.norm):
