@@ -8,8 +8,8 @@ standard deviation).
 * ``bar``: metrics per value of ``x``, one bar group per value, grouped by ``series`` (Fast AdvProp Table 1,
   Galloway's tables).
 
-A numeric x axis is ticked at the grid's values and spans them (one value sits in the middle, with no ticks
-between grid points that nothing was run at). The title says what the robust number is (the attacks with their
+A numeric x axis is ticked only at the grid's values (evaluated or not yet) and spans just them (a lone value
+sits in the middle). The title says what the robust number is (the attacks with their
 budgets and steps) and on how many images each cell was evaluated: a gap of one image is 100/N points.
 """
 import textwrap
@@ -34,6 +34,7 @@ def _series(groups: Sequence[GroupResult], axis: Any) -> Dict[Any, List[GroupRes
 
 
 def _numeric(value: Any) -> bool:
+    """Whether a grid value is a number (not a name, not a flag)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -47,10 +48,11 @@ def _grid_axis(ax, values: Sequence[float]) -> None:
 
 
 def _line(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
-    grid = [g.labels[spec.x] for g in groups if spec.x in g.labels]
+    placed = [g for g in groups if spec.x in g.labels]
+    grid = [g.labels[spec.x] for g in placed]
     if grid and all(_numeric(v) for v in grid):
         _grid_axis(ax, grid)
-    for name, members in _series([g for g in groups if spec.x in g.labels], spec.series).items():
+    for name, members in _series(placed, spec.series).items():
         members = sorted(members, key=lambda g: g.labels[spec.x])
         for metric in spec.y:
             stats = [g.stat(metric) for g in members]
