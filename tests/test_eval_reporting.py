@@ -8,6 +8,7 @@ import torch
 
 from timm_advnorm.attacks.noise import noise_settings
 from timm_advnorm.eval.plan import build_plan
+from timm_advnorm.eval.intervals import wilson_interval
 from timm_advnorm.eval.plots import figure_accuracy_vs_eps, figure_accuracy_vs_iterations, figure_tradeoff
 from timm_advnorm.eval.protocols import AttackSpec, Protocol, get_protocol, override_protocol, reduce_protocol
 from timm_advnorm.eval.records import ResultTable, make_record
@@ -215,6 +216,7 @@ def test_the_iteration_plot_puts_accuracy_and_success_rate_on_axes_of_their_own(
     title = fig._suptitle.get_text().replace('\n', ' ')
     assert 'pgd-t-13' in title and '2-13 iterations' in title and 'ε=16/255' in title
     assert '(reduced)' in title and '64 samples' in title and 'variant adv' in title and 'pgd-t-2000' not in title
+    assert 'targeted, 2-13 iterations, step max(1/255, ε/N)' in title  # xie2020's recorded step and rule
 
 
 def test_the_eps_plot_is_the_sanity_probe_from_eps_zero_in_k_over_255():
@@ -231,17 +233,104 @@ def test_the_eps_plot_is_the_sanity_probe_from_eps_zero_in_k_over_255():
     assert ticks[0] == '0' and all(t.endswith('/255') for t in ticks[1:]) and '128/255' in ticks
     title = fig._suptitle.get_text().replace('\n', ' ')
     assert 'sanity probe' in title and '16 samples' in title and 'PGD-10' in title and 'variant adv' in title
+    assert 'step 2.5ε/N' in title and '95 % Wilson' in title
     assert ax.get_xlabel() and ax.get_ylabel()
+    low, high = ax.get_ylim()
+    assert low <= wilson_interval(100.0, 16)[0]  # the band of the ε = 0 point (16 of 16 correct) is in view
 
 
 def test_the_tradeoff_plot_names_the_robust_attack_with_its_budget():
     pytest.importorskip('matplotlib')
     protocol = reduce_protocol(get_protocol('xie2020'), root=3)
     summary = _summary(protocol)
-    variants = [dict(summary, name=name, kind=name, gamma=gamma) for name, gamma in (('clean', 0.0), ('adv', 1.0))]
+    variants = [dict(summary, name=name, kind=kind, gamma=gamma)
+                for name, kind, gamma in (('clean', 'clean', 0.0), ('mix@0.5', 'mix', 0.5), ('adv', 'adv', 1.0))]
     title = figure_tradeoff(_results(protocol, variants))._suptitle.get_text().replace('\n', ' ')
-    assert 'pgd-t-13 (13 iterations' in title and '(reduced)' in title and '64 samples' in title
-    assert 'variants clean, adv' in title
+    assert 'pgd-t-13 (targeted, 13 iterations, step max(1/255, ε/N)' in title
+    assert '(reduced)' in title and '64 samples' in title and 'variants clean, mix@0.5, adv' in title
+
+
+# --- plots show the data's resolution ------------------------------------------------------------------------------
+
+def test_the_wilson_interval_has_its_textbook_values_and_narrows_with_the_sample_count():
+    assert wilson_interval(50.0, 10) == pytest.approx((23.66, 76.34), abs=0.01)  # Wilson (1927), p = 0.5, n = 10
+    low, high = wilson_interval(0.0, 20)
+    assert low == 0.0 and high > 10.0  # no robust accuracy measured on 20 images is not a sure 0 %
+    widths = [high - low for low, high in (wilson_interval(84.0, n) for n in (50, 200, 800))]
+    assert widths == sorted(widths, reverse=True) and widths[1] == pytest.approx(widths[0] / 2, rel=0.1)
+    with pytest.raises(ValueError, match='at least one sample'):
+        wilson_interval(50.0, 0)
+
+
+def _pgd(label, steps, accuracy, samples=200, **kwargs):
+    return dict(label=label, attack='pgd', threat='white-box', norm='linf', eps=8.0, steps=steps, targeted=False,
+                kwargs=dict(steps=steps, **kwargs), samples=samples, attacked=samples, accuracy=accuracy)
+
+
+def test_a_one_image_difference_is_drawn_inside_its_interval_not_as_a_crossing():
+    """The issue's probe: PGD-10 and PGD-20 on 200 images, one image (0.5 points) apart, zoomed to 82-85.5 %."""
+    pytest.importorskip('matplotlib')
+    variants = [dict(name=name, samples=200, attacks=[_pgd('pgd-10', 10, first), _pgd('pgd-20', 20, second)])
+                for name, first, second in (('clean', 83.5, 84.0), ('adv', 84.0, 83.5))]
+    results = EvalResults.from_dict(dict(model='m', dataset='digits', split='validation',
+                                         protocol=dict(name='custom', headline='last'), variants=variants))
+    fig = figure_accuracy_vs_iterations(results)
+    (ax,) = fig.axes
+    low, high = ax.get_ylim()
+    interval_low, interval_high = wilson_interval(83.5, 200)
+    assert low <= interval_low and high >= wilson_interval(84.0, 200)[1]  # every band in view
+    assert high - low >= interval_high - interval_low >= 20 * 0.5  # the span of 20 images at least
+    title = fig._suptitle.get_text().replace('\n', ' ')
+    assert 'digits (validation), 200 samples' in title and 'one image = 0.5 points' in title
+    assert 'untargeted' in title and 'step not recorded' in title  # --attacks pgd records no step: said so
+
+
+def test_the_step_is_named_as_recorded():
+    from timm_advnorm.eval.plots import step_text
+    from timm_advnorm.eval.schema import AttackResult
+
+    def step(attack='pgd', steps=20, **kwargs):
+        return step_text(AttackResult.from_dict(dict(label='a', attack=attack, steps=steps, kwargs=kwargs,
+                                                     accuracy=0.0)))
+    assert step(step=2.0, step_rule='fixed') == '2/255'
+    assert step(step=1.0, step_rule='max') == 'max(1/255, ε/N)'
+    assert step('bim-linf', step=0.3825) == '0.383/255'  # BIM has no step rule
+    assert step(step=4.0) == '4/255 (rule not recorded)'  # PGD's default rule may have taken max(4, ε/N)
+    assert step() == 'not recorded'
+    assert step('apgd-ce') is None and step('square', steps=None) is None  # adaptive step; queries
+
+
+def test_a_suite_whose_steps_differ_names_each_attacks_step():
+    from timm_advnorm.eval.plots import suite_text
+    from timm_advnorm.eval.schema import AttackResult
+    attacks = [AttackResult.from_dict(a) for a in _summary(get_protocol('galloway'))['attacks']]
+    text = suite_text(attacks)
+    assert text.startswith('gaussian-noise, bim-linf, bim-l2 (untargeted, 20 iterations, ')
+    assert 'step 0.382/255 (bim-linf), not recorded (bim-l2)' in text  # 7.65/20; BIM-L2 records no step
+
+
+def _tradeoff_variants(*extra):
+    ends = [dict(name='clean', kind='clean', gamma=0.0, clean=97.8, robust=75.2),
+            dict(name='adv', kind='adv', gamma=1.0, clean=97.2, robust=83.3)]
+    variants = [dict(v, samples=359) for v in ends + list(extra)]
+    protocol = dict(get_protocol('xie2020').to_dict(), headline='worst-case')
+    return EvalResults.from_dict(dict(model='m', protocol=protocol, variants=variants))
+
+
+def test_the_gamma_plot_needs_a_gamma_between_the_branches_and_labels_each_once():
+    pytest.importorskip('matplotlib')
+    assert figure_tradeoff(_tradeoff_variants()) is None  # two branches are two points, not a trade-off
+    mix = dict(name='mix@0.5', kind='mix', gamma=0.5, clean=97.8, robust=80.8)
+    logits = dict(name='logits@0.5', kind='logits', gamma=0.5, clean=97.8, robust=80.5)
+    fig = figure_tradeoff(_tradeoff_variants(mix, logits))
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.texts]
+    assert sorted(labels) == ['γ=0 (clean BN)', 'γ=0.5', 'γ=0.5', 'γ=1 (adv BN)']  # each branch once, not per curve
+    low, high = ax.get_xlim()
+    assert low <= wilson_interval(97.2, 359)[0] and high >= wilson_interval(97.8, 359)[1]
+    low, high = ax.get_ylim()
+    assert low <= wilson_interval(75.2, 359)[0] and high >= wilson_interval(83.3, 359)[1]
+    assert 'one image = 0.28 points' in fig._suptitle.get_text()
 
 
 def test_attack_title_adds_the_budget_a_label_does_not_carry():

@@ -6,7 +6,7 @@ import torch
 import timm_advnorm  # noqa: F401  (registers test_mbn_resnet)
 from timm_advnorm.attacks import InputSpace, create_attack, fold_batchnorm
 from timm_advnorm.eval.bn_stats import collect_bn_stats, default_bn_layer, summarize_bn_stats
-from timm_advnorm.eval.plots import figure_bn_stats, figure_tradeoff, write_plots
+from timm_advnorm.eval.plots import MAX_LAYER_TICKS, figure_bn_stats, figure_tradeoff, write_plots
 from timm_advnorm.eval.schema import EvalResults
 from timm_advnorm.eval.variants import Variant, model_variants
 from timm_advnorm.layers import get_route, route
@@ -124,3 +124,16 @@ def test_bn_statistics_plot_labels_every_axis_with_one_quantity_per_panel(mbn_mo
     for ax, values in zip((ratio, share), expected):
         assert [list(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) == len(summary)] == [values]
     assert 'ln(' in ratio.get_ylabel() and '(%)' in share.get_ylabel()
+    for ax in (ratio, share):  # depth by module name, not by index
+        assert [t.get_text() for t in ax.get_xticklabels()] == list(stats)
+
+
+def test_bn_statistics_plot_names_every_kth_layer_of_a_deep_model():
+    layers = [f'stages.{i // 10}.blocks.{i % 10}.bn' for i in range(100)]
+    stats = {name: dict(clean_mean=[0.0] * 4, clean_var=[1.0] * 4, adv_mean=[0.1] * 4, adv_var=[2.0] * 4)
+             for name in layers}
+    summary = [dict(layer=name, var_log_ratio=0.7, frac_adv_var_larger=1.0) for name in layers]
+    fig = figure_bn_stats(stats, summary, 'm')
+    ticks = [t.get_text() for t in fig.axes[2].get_xticklabels()]
+    assert 0 < len(ticks) <= MAX_LAYER_TICKS and ticks[0] == layers[0] and set(ticks) <= set(layers)
+    assert '1 in 3 named' in fig.axes[2].get_xlabel()

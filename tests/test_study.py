@@ -10,8 +10,11 @@ import yaml
 
 from timm_advnorm.eval.args import parse_args as parse_validate_args
 from timm_advnorm.study import cell_state, expand_cells, list_studies, load_study
+from timm_advnorm.study.plot import figure_study
 from timm_advnorm.study.runner import InProcessCommands, SubmititLauncher, run_cell
 from timm_advnorm.study.script import main
+from timm_advnorm.study.spec import PlotSpec
+from timm_advnorm.study.table import CellResult, GroupResult, read_cell
 from timm_advnorm.train.args import parse_args as parse_train_args
 
 # Two cells, clean (vanilla) and adversarial (madry) training: 1 epoch (PGD-1) at 16 px, PGD-2 on 48 digits.
@@ -70,6 +73,26 @@ def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_
     assert float(finding['gap']) == pytest.approx(gap)
     assert finding['held'].startswith('yes' if gap > 0 else 'no')
     assert (study_dir / 'study.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    assert read_cell(cells[0]).robust.startswith('pgd (untargeted, 2 iterations, step 4/255')  # what the plot names
+
+
+def _group(ratio, *accuracies):
+    results = tuple(CellResult(cell=None, metrics=dict(robust=a, clean=a + 20), samples=359, robust='pgd-20 (...)',
+                               vanilla_epochs=None, train_seconds=None) for a in accuracies)
+    return GroupResult(labels=dict(clean_ratio=ratio), results=results, cells=2)
+
+
+@pytest.mark.parametrize('ratios', [(0.0,), (0.0, 0.25, 0.5, 1.0)], ids=['one', 'four'])
+def test_the_study_plots_x_axis_is_the_grid(ratios):
+    pytest.importorskip('matplotlib')
+    groups = [_group(r, *((30.0, 32.0) if r != 0.25 else ())) for r in ratios]  # 0.25 not evaluated yet
+    spec = PlotSpec(kind='line', x='clean_ratio', y=('robust', 'clean'), title='t')
+    (ax,) = figure_study(spec, groups, 'digits scale').axes
+    assert list(ax.get_xticks()) == list(ratios)  # every grid value and nothing between them
+    low, high = ax.get_xlim()
+    assert low < min(ratios) and high > max(ratios)
+    assert high - low <= 1.1 * (max(ratios) - min(ratios)) or (len(ratios) == 1 and high - low <= 0.2)
+    assert 'robust: pgd-20 (...); 359 images per cell' in ax.get_title() and 'digits scale' in ax.get_title()
 
 
 def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_evaluates(tmp_path, digits_dir):

@@ -10,7 +10,7 @@ and report (`assemble`, `report`). Each piece is usable on its own:
 * `plan` and `stages`: the work per batch (clean pass, attacks, sanity probes, metrics, AMP reference);
 * `evaluator`, `state`, `distributed`, `data`: the loop, its resumable state file, torchrun sharding, the seeded
   subset;
-* `summary`, `sanity`, `metrics`, `bn_stats`: the reported numbers and checks;
+* `summary`, `sanity`, `metrics`, `bn_stats`, `intervals`: the reported numbers, their precision and checks;
 * `schema`: the typed results (`EvalResults`), their JSON layout and reader (`read_results`);
 * `results`, `plots`: atomic JSON/CSV and PNG output.
 """

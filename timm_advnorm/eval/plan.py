@@ -28,7 +28,7 @@ from .stages import (
 
 __all__ = ['SanityPlan', 'SanityBudget', 'EvalPlan', 'build_plan', 'reduce_sanity', 'ood_stage', 'SANITY_EPS_FACTORS',
            'SANITY_LARGE_EPS', 'REDUCED_SANITY_SAMPLES', 'REDUCED_SANITY_STEPS', 'REDUCED_SANITY_QUERIES',
-           'REDUCED_SANITY_EPS_FACTORS']
+           'REDUCED_SANITY_EPS_FACTORS', 'SANITY_STEP_FACTOR']
 
 #: Multiples of the protocol's ε in the sanity sweep.
 SANITY_EPS_FACTORS = (0.5, 1.0, 2.0, 4.0)
@@ -45,6 +45,8 @@ REDUCED_SANITY_EPS_FACTORS = (1.0, 4.0)
 SANITY_LARGE_EPS = 128.0
 #: Default ε of the sweep when the protocol has no L∞ white-box attack.
 SANITY_DEFAULT_EPS = 8.0
+#: The probes' PGD step is this many times ε / N (Madry et al.'s 2.5 ε / N: N steps can cross the ball).
+SANITY_STEP_FACTOR = 2.5
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,8 @@ def _probe_eps(protocol: Protocol) -> float:
 
 
 def _probe_pgd(label: str, eps: float, steps: int) -> AttackSpec:
-    """Untargeted PGD from the clean input with Madry et al.'s step 2.5 ε / N."""
-    return AttackSpec(label, 'pgd', eps, dict(steps=steps, step=2.5 * eps / steps, step_rule='fixed',
+    """Untargeted PGD from the clean input with Madry et al.'s step 2.5 ε / N (`SANITY_STEP_FACTOR`)."""
+    return AttackSpec(label, 'pgd', eps, dict(steps=steps, step=SANITY_STEP_FACTOR * eps / steps, step_rule='fixed',
                                               random_start=False))
 
 

@@ -3,17 +3,23 @@
 * accuracy and targeted attack-success rate vs attack iterations, on two panels (Xie & Yuille Fig. 2/3: does
   robustness plateau or keep falling?);
 * accuracy vs ε of the sanity probe, from ε = 0 (the clean accuracy of the same samples) on a symlog axis;
-* the clean-vs-robust trade-off over γ of a mixture-BN model (NoFrost Fig. 2);
-* clean vs adversarial BN statistics (Xie & Yuille Fig. 5) and their gap across depth, one quantity per panel.
+* the clean-vs-robust trade-off over γ of a mixture-BN model (NoFrost Fig. 2), drawn only when some variant
+  interpolates between the branches (0 < γ < 1): two branches alone are two points, not a trade-off;
+* clean vs adversarial BN statistics (Xie & Yuille Fig. 5) and their gap across depth by layer name, one quantity
+  per panel.
 
-Every figure says what was run: its title names the model, the attacks with their budgets (iterations or queries,
-ε as k/255, the names being those of the budgets that ran), the variants, the number of samples, and whether the
-protocol (or the probe) was reduced. The `figure_*` functions build a matplotlib `Figure` with the object API on
-an Agg canvas (no pyplot global state, no display needed), or return None when there is nothing to plot, so that
-its axes can be read back; `write_plots` writes them atomically (through `OutputFiles`, which never replaces another
-run's plot unless told to).
+Every figure says what was run: its title names the model, the attacks with their budgets (targeted or not,
+iterations or queries, the step as recorded, ε as k/255, the names being those of the budgets that ran), the
+variants, the dataset and number of samples, and whether the protocol (or the probe) was reduced. Every accuracy
+carries its 95 % Wilson interval (`intervals.wilson_interval`), as a band or error bars, and the axes include
+those intervals: a difference of one image, 0.5 points on 200 images, looks as small as it is.
+
+The `figure_*` functions build a matplotlib `Figure` with the object API on an Agg canvas (no pyplot global state,
+no display needed), or return None when there is nothing to plot, so that its axes can be read back; `write_plots`
+writes them atomically (through `OutputFiles`, which never replaces another run's plot unless told to).
 """
 import logging
+import math
 import textwrap
 from collections import defaultdict
 from pathlib import Path
@@ -21,12 +27,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..attacks.registry import attack_arguments
 from .bn_stats import default_bn_layer
+from .intervals import wilson_interval
+from .plan import SANITY_STEP_FACTOR
 from .results import OutputFiles
 from .schema import AttackResult, EvalResults, SanityProbe, VariantResult
 
 __all__ = ['figure_accuracy_vs_iterations', 'figure_accuracy_vs_eps', 'figure_tradeoff', 'figure_bn_stats',
-           'write_plots', 'eps_text', 'PLOT_NAMES']
+           'write_plots', 'eps_text', 'robust_text', 'step_text', 'suite_text', 'PLOT_NAMES']
 
 _logger = logging.getLogger(__name__)
 
@@ -38,6 +47,10 @@ MAX_NAMED_ATTACKS = 6
 NORM_NAMES = {'linf': 'L∞', 'l2': 'L2'}
 #: Title characters per inch of figure width (matplotlib's 'medium' font), where title lines are wrapped.
 TITLE_CHARS_PER_INCH = 14
+#: At most this many layer names label the depth axis of the BN plot (every k-th layer beyond).
+MAX_LAYER_TICKS = 40
+#: How the figures name their intervals.
+INTERVAL_TEXT = '95 % Wilson intervals'
 
 
 def _figure(nrows: int = 1, ncols: int = 1, width: float = 5.5, height: float = 4.0):
@@ -98,13 +111,69 @@ def _count(values: Sequence[int], unit: str) -> str:
     return f'{low} {unit}' if low == high else f'{low}-{high} {unit}'
 
 
+def _arguments(attack: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The arguments attack `attack` takes (`attack_arguments`); None for a name this install does not know."""
+    try:
+        return attack_arguments(attack or '')
+    except ValueError:
+        return None
+
+
+def step_text(attack: AttackResult) -> Optional[str]:
+    """The step of an iterative attack as its results record it: ``2/255``, ``max(1/255, ε/N)`` (Xie & Yuille's
+    rule), ``not recorded`` when its arguments hold none, ``4/255 (rule not recorded)`` when the attack has a step
+    rule that they do not name; None for an attack without a step of its own (one-step, query-based, noise, APGD's
+    adaptive step)."""
+    arguments = _arguments(attack.attack)
+    if attack.steps is None or (arguments is not None and 'step' not in arguments):
+        return None
+    step = attack.kwargs.get('step')
+    if not isinstance(step, (int, float)) or isinstance(step, bool):
+        return 'not recorded'
+    fixed = f'{step:.3g}/255'
+    rule = attack.kwargs.get('step_rule')
+    if rule == 'max':
+        return f'max({fixed}, ε/N)'
+    if rule is None and (arguments is None or 'step_rule' in arguments):
+        return f'{fixed} (rule not recorded)'
+    return fixed
+
+
+def _targeted_text(attacks: Sequence[AttackResult]) -> Optional[str]:
+    """``targeted``, ``untargeted`` or ``targeted and untargeted`` (None when no attack records it: noise)."""
+    flags = {a.targeted for a in attacks if a.targeted is not None}
+    if not flags:
+        return None
+    return 'targeted and untargeted' if len(flags) > 1 else ('targeted' if flags == {True} else 'untargeted')
+
+
+def _step_sizes_text(attacks: Sequence[AttackResult]) -> Optional[str]:
+    """The steps of `attacks` (`step_text`): ``1/255`` when they share it, else each with the attacks that take it
+    (``0.383/255 (bim-linf), not recorded (bim-l2)``); None when none has a step."""
+    by_step: Dict[str, List[str]] = defaultdict(list)
+    for attack in attacks:
+        text = step_text(attack)
+        if text:
+            by_step[text].append(attack.label)
+    if len(by_step) <= 1:
+        return next(iter(by_step), None)
+    return ', '.join(f"{text} ({', '.join(labels)})" for text, labels in by_step.items())
+
+
 def _budget_text(attacks: Sequence[AttackResult]) -> str:
-    """The budgets of `attacks`: iterations, queries, ε per norm, noise σ (``13 iterations, L∞ ε=16/255``)."""
+    """The budgets of `attacks`: targeted or not, iterations, step, queries, ε per norm, noise σ
+    (``targeted, 13 iterations, step max(1/255, ε/N), L∞ ε=16/255``)."""
     parts = []
+    targeted = _targeted_text(attacks)
+    if targeted:
+        parts.append(targeted)
     steps = [a.steps for a in attacks if a.steps is not None]
     queries = [a.queries for a in attacks if a.queries is not None]
     if steps:
         parts.append(_count(steps, 'iterations'))
+    step_sizes = _step_sizes_text(attacks)
+    if step_sizes:
+        parts.append(f'step {step_sizes}')
     if queries:
         parts.append(_count(queries, 'queries'))
     for norm in dict.fromkeys(a.norm for a in attacks if a.norm):
@@ -120,8 +189,9 @@ def _budget_text(attacks: Sequence[AttackResult]) -> str:
     return ', '.join(parts)
 
 
-def _suite_text(attacks: Sequence[AttackResult]) -> str:
-    """Attacks by the names of what ran, with their budgets (``pgd-t-13 (13 iterations, L∞ ε=16/255)``)."""
+def suite_text(attacks: Sequence[AttackResult]) -> str:
+    """Attacks by the names of what ran, with their budgets
+    (``pgd-t-13 (targeted, 13 iterations, step max(1/255, ε/N), L∞ ε=16/255)``)."""
     noun = 'corruptions' if all(a.attack == 'corruption' for a in attacks) else 'attacks'
     names = ', '.join(a.label for a in attacks) if len(attacks) <= MAX_NAMED_ATTACKS else f'{len(attacks)} {noun}'
     budget = _budget_text(attacks)
@@ -133,10 +203,35 @@ def _protocol_text(results: EvalResults) -> str:
     return f"{results.protocol.name} protocol{' (reduced)' if results.protocol.reduced else ''}"
 
 
-def _samples_text(items: Sequence[Union[VariantResult, SanityProbe]]) -> str:
-    """``64 samples`` (the count of every variant or probe; they share the subset)."""
-    counts = sorted({item.samples for item in items})
-    return f"{'/'.join(str(n) for n in counts)} samples"
+def _data_text(results: EvalResults, items: Sequence[Union[VariantResult, SanityProbe]]) -> str:
+    """``digits (validation), 64 samples``: the data and the sample count of every variant or probe (they share the
+    subset), or ``sample count not recorded``."""
+    counts = sorted({item.samples for item in items if item.samples})
+    samples = f"{'/'.join(str(n) for n in counts)} samples" if counts else 'sample count not recorded'
+    if not results.dataset:
+        return samples
+    split = f' ({results.split})' if results.split else ''
+    return f'{results.dataset}{split}, {samples}'
+
+
+def _interval(accuracy: float, samples: Optional[int]) -> Tuple[float, float]:
+    """The 95 % interval of `accuracy` on `samples` images (the value itself when the count is not recorded)."""
+    return wilson_interval(accuracy, samples) if samples else (accuracy, accuracy)
+
+
+def _band(ax, x: Sequence[float], accuracies: Sequence[float], samples: Sequence[Optional[int]], color) -> None:
+    """Shade the 95 % interval of each accuracy along a line; autoscaling then keeps the whole band in view."""
+    low, high = zip(*(_interval(a, n) for a, n in zip(accuracies, samples)))
+    ax.fill_between(x, low, high, color=color, alpha=0.15, linewidth=0)
+
+
+def _resolution_text(drawn_as: str, samples: Sequence[Optional[int]]) -> str:
+    """``shaded: 95 % Wilson intervals; one image = 0.5 points`` (`drawn_as` ``shaded``), from the smallest sample
+    count; ``no intervals: sample count not recorded`` without one."""
+    counts = [n for n in samples if n]
+    if not counts:
+        return 'no intervals: sample count not recorded'
+    return f'{drawn_as}: {INTERVAL_TEXT}; one image = {100.0 / min(counts):.2g} points'
 
 
 def _variants_text(variants: Sequence[VariantResult]) -> str:
@@ -165,7 +260,7 @@ def _iteration_curves(results: EvalResults) -> Dict[Tuple, List[Tuple[str, List[
 
 def figure_accuracy_vs_iterations(results: EvalResults):
     """Accuracy (left) and, for targeted attacks, attack-success rate (right) against iterations, for attacks that
-    differ only in them; None when there are none."""
+    differ only in them, each with its 95 % band; None when there are none."""
     curves = _iteration_curves(results)
     if not curves:
         return None
@@ -182,8 +277,11 @@ def figure_accuracy_vs_iterations(results: EvalResults):
             steps += x
             plotted += attacks
             line, = axes[0].plot(x, [a.accuracy for a in attacks], marker='o', label=label)
+            _band(axes[0], x, [a.accuracy for a in attacks], [a.samples for a in attacks], line.get_color())
             if success and all(a.success_rate is not None for a in attacks):
-                axes[1].plot(x, [a.success_rate for a in attacks], marker='x', color=line.get_color(), label=label)
+                rates = [a.success_rate for a in attacks]
+                axes[1].plot(x, rates, marker='x', color=line.get_color(), label=label)
+                _band(axes[1], x, rates, [a.attacked or a.samples for a in attacks], line.get_color())
     variants = [v for v in results.variants if any(v.name == n for lines in curves.values() for n, _ in lines)]
     for ax, what in zip(axes, ('accuracy (%)', 'targeted attack-success rate (%)')):
         _log_axis(ax, steps)
@@ -193,73 +291,111 @@ def figure_accuracy_vs_iterations(results: EvalResults):
         ax.legend(fontsize='small')
     kinds = ', '.join(dict.fromkeys(f"{'targeted ' if targeted else ''}{name}" for name, _, _, targeted in curves))
     _title(fig, f"{results.model}: accuracy{' and attack-success rate' if success else ''} vs iterations of {kinds}",
-           _suite_text(_distinct(plotted)),
-           f'{_protocol_text(results)}, {_samples_text(variants)}, {_variants_text(variants)}')
+           suite_text(_distinct(plotted)),
+           f'{_protocol_text(results)}, {_data_text(results, variants)}, {_variants_text(variants)}',
+           _resolution_text('shaded', [a.samples for a in plotted]))
     return fig
 
 
 def figure_accuracy_vs_eps(results: EvalResults):
-    """Accuracy against the L∞ budget of the sanity probe's PGD, from ε = 0; None when the probes did not run."""
+    """Accuracy against the L∞ budget of the sanity probe's PGD, from ε = 0, each with its 95 % band; None when the
+    probes did not run."""
     variants = [v for v in results.variants if len(v.eps_sweep) >= 2 and v.sanity_probe]
     if not variants:
         return None
     fig, (ax,) = _figure(width=7.0, height=4.5)
     for variant in variants:
         sweep = variant.eps_sweep
-        ax.plot([p.eps for p in sweep], [p.accuracy for p in sweep], marker='o', label=variant.name)
+        x, accuracies = [p.eps for p in sweep], [p.accuracy for p in sweep]
+        line, = ax.plot(x, accuracies, marker='o', label=variant.name)
+        _band(ax, x, accuracies, [variant.sanity_probe.samples] * len(sweep), line.get_color())
     _eps_axis(ax, [p.eps for v in variants for p in v.eps_sweep])
     ax.set_xlabel('L∞ ε (symlog scale)')
     ax.set_ylabel('accuracy (%)')
     ax.grid(alpha=0.3)
     ax.legend(fontsize='small')
-    probe = variants[0].sanity_probe
+    probes = [v.sanity_probe for v in variants]
+    probe = probes[0]
     _title(fig, f"{results.model}: accuracy vs ε, sanity probe{' (reduced)' if probe.reduced else ''}",
-           f"untargeted PGD-{probe.steps} from the clean image, "
-           f"{_samples_text([v.sanity_probe for v in variants])} (the subset's first)",
-           f'{_protocol_text(results)}, {_variants_text(variants)}')
+           f'untargeted PGD-{probe.steps} from the clean image, step {SANITY_STEP_FACTOR:g}ε/N, '
+           f"{_data_text(results, probes)} (the subset's first)",
+           f'{_protocol_text(results)}, {_variants_text(variants)}',
+           _resolution_text('shaded', [p.samples for p in probes]))
     return fig
 
 
-def _headline_text(results: EvalResults, variant: VariantResult) -> str:
-    """What the robust accuracy of `variant` is: the protocol's headline, named by the attacks that ran."""
+def robust_text(results: EvalResults, variant: VariantResult) -> str:
+    """What the robust accuracy of `variant` is: the protocol's headline, named by the attacks that ran with their
+    budgets (``pgd-20 (untargeted, 20 iterations, step 2/255, L∞ ε=16/255)``); ``no attack`` when none ran."""
     attacks, headline = variant.attacks, results.protocol.headline or 'last'
+    if not attacks or headline == 'clean':
+        return 'no attack'
     if headline == 'worst-case':
-        return f'per-sample worst case over {_suite_text(attacks)}'
+        return f'per-sample worst case over {suite_text(attacks)}'
     if headline == 'mean':
-        return f'mean accuracy over {_suite_text(attacks)}'
-    chosen = attacks[-1] if headline == 'last' else next(a for a in attacks if a.protocol_label == headline)
-    return _suite_text([chosen])
+        return f'mean accuracy over {suite_text(attacks)}'
+    chosen = attacks[-1] if headline == 'last' else next((a for a in attacks if a.protocol_label == headline), None)
+    return suite_text([chosen]) if chosen else suite_text(attacks)
+
+
+def _interpolates(variant: VariantResult) -> bool:
+    """Whether `variant` mixes the two branches: feature or logit interpolation at 0 < γ < 1."""
+    return variant.kind in ('mix', 'logits') and 0.0 < variant.gamma < 1.0
+
+
+def _errorbar(ax, variants: Sequence[VariantResult], **style) -> None:
+    """Draw robust vs clean accuracy of `variants` with their 95 % intervals on both axes."""
+    clean = [_interval(v.clean, v.samples) for v in variants]
+    robust = [_interval(v.robust, v.samples) for v in variants]
+    x, y = [v.clean for v in variants], [v.robust for v in variants]
+    xerr = [[c - low for c, (low, _) in zip(x, clean)], [high - c for c, (_, high) in zip(x, clean)]]
+    yerr = [[r - low for r, (low, _) in zip(y, robust)], [high - r for r, (_, high) in zip(y, robust)]]
+    ax.errorbar(x, y, xerr=xerr, yerr=yerr, capsize=2, elinewidth=0.8, **style)
 
 
 def figure_tradeoff(results: EvalResults):
-    """Robust vs clean accuracy of a mixture-BN model as γ goes from the clean (0) to the adversarial branch (1);
-    None with fewer than two variants or without robust accuracy (a protocol whose headline is the clean accuracy)."""
-    variants = [v for v in results.variants if v.gamma is not None and v.robust is not None]
-    if len(variants) < 2 or results.protocol.headline == 'clean':
+    """Robust vs clean accuracy of a mixture-BN model as γ goes from the clean (0) to the adversarial branch (1), with
+    95 % intervals on both axes; None without a variant between the branches (0 < γ < 1) or without robust accuracy
+    (a protocol whose headline is the clean accuracy)."""
+    variants = [v for v in results.variants if v.gamma is not None and v.robust is not None and v.clean is not None]
+    if results.protocol.headline == 'clean' or not any(_interpolates(v) for v in variants):
         return None
     ends = [v for v in variants if v.kind in ('clean', 'adv')]
     fig, (ax,) = _figure(width=6.5, height=4.5)
-    for kind, label in (('mix', 'feature interpolation (mix route)'), ('logits', 'logit interpolation')):
-        points = sorted(ends + [v for v in variants if v.kind == kind], key=lambda v: v.gamma)
-        if len(points) < 2 or not any(v.kind == kind for v in points):
+    curves = (('mix', 'feature interpolation (mix route)'), ('logits', 'logit interpolation'))
+    for index, (kind, label) in enumerate(curves):
+        interior = [v for v in variants if v.kind == kind and _interpolates(v)]
+        if not interior:
             continue
-        ax.plot([v.clean for v in points], [v.robust for v in points], marker='o', label=label)
-        for v in points:
-            ax.annotate(f'γ={v.gamma:g}', (v.clean, v.robust), textcoords='offset points', xytext=(4, 4),
-                        fontsize='small')
-    if not any(v.kind in ('mix', 'logits') for v in variants):
-        ax.plot([v.clean for v in ends], [v.robust for v in ends], marker='o', label='branches')
-        for v in ends:
-            ax.annotate(v.name, (v.clean, v.robust), textcoords='offset points', xytext=(4, 4))
+        points = sorted(ends + interior, key=lambda v: v.gamma)
+        line, = ax.plot([v.clean for v in points], [v.robust for v in points], label=label)
+        _errorbar(ax, interior, fmt='o', color=line.get_color())
+        for v in interior:  # one curve's labels above its points, the other's below
+            ax.annotate(f'γ={v.gamma:g}', (v.clean, v.robust), textcoords='offset points',
+                        xytext=(5, 5 if index == 0 else -12), fontsize='small', color=line.get_color())
+    if ends:
+        _errorbar(ax, ends, fmt='s', color='black', label='branches (γ = 0, 1)')
+        for v in ends:  # the adversarial branch's label above, the clean one's below: apart where they meet
+            ax.annotate(f'γ={v.gamma:g} ({v.kind} BN)', (v.clean, v.robust), textcoords='offset points',
+                        xytext=(5, 5 if v.kind == 'adv' else -12), fontsize='small')
     ax.margins(0.1)  # room for the annotations
     ax.set_xlabel('clean accuracy (%)')
     ax.set_ylabel('robust accuracy (%)')
     ax.grid(alpha=0.3)
     ax.legend(fontsize='small')
     _title(fig, f'{results.model}: clean vs robust accuracy over γ (0: clean branch, 1: adversarial branch)',
-           f'robust: {_headline_text(results, variants[0])}',
-           f'{_protocol_text(results)}, {_samples_text(variants)}, {_variants_text(variants)}')
+           f'robust: {robust_text(results, variants[0])}',
+           f'{_protocol_text(results)}, {_data_text(results, variants)}, {_variants_text(variants)}',
+           _resolution_text('bars', [v.samples for v in variants]))
     return fig
+
+
+def _layer_axis(ax, layers: Sequence[str]) -> None:
+    """Label the depth axis with the layers' module names (every k-th beyond `MAX_LAYER_TICKS` layers)."""
+    every = max(1, math.ceil(len(layers) / MAX_LAYER_TICKS))
+    positions = list(range(0, len(layers), every))
+    ax.set_xticks(positions, [layers[i] for i in positions], rotation=90, fontsize='x-small')
+    ax.set_xlabel('mixture-BN layer (depth order' + (f', 1 in {every} named)' if every > 1 else ')'))
 
 
 def figure_bn_stats(
@@ -271,8 +407,8 @@ def figure_bn_stats(
         seed: int = 0,
 ):
     """Xie & Yuille Fig. 5 for one layer (running mean and variance of random channels, clean vs adversarial BN),
-    and across depth the mean log variance ratio and the share of channels whose adversarial variance is larger,
-    one quantity per panel; None for a model without mixture BN."""
+    and across depth, by layer name, the mean log variance ratio and the share of channels whose adversarial variance
+    is larger, one quantity per panel; None for a model without mixture BN."""
     if not stats:
         return None
     layer = layer or default_bn_layer(stats)
@@ -290,6 +426,7 @@ def figure_bn_stats(
         ax.set_xlabel(f'channel of {layer} ({len(picked)} of {num}, random)')
         ax.set_ylabel(what)
         ax.legend(fontsize='small')
+    layers = [str(row.get('layer', index)) for index, row in enumerate(summary)]
     depth = np.arange(len(summary))
     axes[2].plot(depth, [row['var_log_ratio'] for row in summary], marker='.')
     axes[2].axhline(0.0, color='grey', linewidth=0.5)
@@ -299,7 +436,7 @@ def figure_bn_stats(
     axes[3].set_ylim(-5, 105)
     axes[3].set_ylabel('channels with var adv > var clean (%)')
     for ax in axes[2:]:
-        ax.set_xlabel('mixture-BN layer (depth order)')
+        _layer_axis(ax, layers)
         ax.grid(alpha=0.3)
     _title(fig, f'{model}: running statistics of the clean and adversarial BN branches',
            f'top: {layer}; bottom: every mixture-BN layer ({len(summary)})')

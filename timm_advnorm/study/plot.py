@@ -7,14 +7,22 @@ standard deviation).
   ``x`` value (NoFrost Fig. 2: the clean/robust trade-off over λ).
 * ``bar``: metrics per value of ``x``, one bar group per value, grouped by ``series`` (Fast AdvProp Table 1,
   Galloway's tables).
+
+A numeric x axis is ticked only at the grid's values (evaluated or not yet) and spans just them (a lone value
+sits in the middle). The title says what the robust number is (the attacks with their
+budgets and steps) and on how many images each cell was evaluated: a gap of one image is 100/N points.
 """
+import textwrap
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .spec import PlotSpec
 from .table import GroupResult, metric_title
 
-__all__ = ['plot_study']
+__all__ = ['figure_study', 'plot_study']
+
+#: Title characters per line (the title's font at the figure's width).
+_TITLE_WIDTH = 95
 
 
 def _series(groups: Sequence[GroupResult], axis: Any) -> Dict[Any, List[GroupResult]]:
@@ -25,8 +33,26 @@ def _series(groups: Sequence[GroupResult], axis: Any) -> Dict[Any, List[GroupRes
     return series
 
 
+def _numeric(value: Any) -> bool:
+    """Whether a grid value is a number (not a name, not a flag)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _grid_axis(ax, values: Sequence[float]) -> None:
+    """Tick the x axis at the grid's `values` and fit its range to them (a lone value in the middle)."""
+    ticks = sorted(set(values))
+    span = ticks[-1] - ticks[0]
+    pad = 0.05 * span if span else 0.1 * (abs(ticks[0]) or 1.0)
+    ax.set_xticks(ticks, [f'{v:g}' for v in ticks])
+    ax.set_xlim(ticks[0] - pad, ticks[-1] + pad)
+
+
 def _line(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
-    for name, members in _series([g for g in groups if spec.x in g.labels], spec.series).items():
+    placed = [g for g in groups if spec.x in g.labels]
+    grid = [g.labels[spec.x] for g in placed]
+    if grid and all(_numeric(v) for v in grid):
+        _grid_axis(ax, grid)
+    for name, members in _series(placed, spec.series).items():
         members = sorted(members, key=lambda g: g.labels[spec.x])
         for metric in spec.y:
             stats = [g.stat(metric) for g in members]
@@ -73,28 +99,46 @@ _KINDS = {'line': _line, 'tradeoff': _tradeoff, 'bar': _bar}
 _LEGEND = {'bar': dict(loc='upper center', bbox_to_anchor=(0.5, -0.14), ncol=2)}
 
 
-def plot_study(spec: PlotSpec, groups: Sequence[GroupResult], path: Path, subtitle: str = '') -> Path:
-    """Draw `spec` from `groups` into the PNG `path`; returns it.
+def _evaluation_text(groups: Sequence[GroupResult]) -> Optional[str]:
+    """``robust: pgd-20 (...); 359 images per cell``, from the evaluated cells (None before any)."""
+    results = [r for g in groups for r in g.results]
+    if not results:
+        return None
+    robust = list(dict.fromkeys(r.robust for r in results))
+    low, high = min(r.samples for r in results), max(r.samples for r in results)
+    samples = f'{low} images per cell' if low == high else f'{low}-{high} images per cell'
+    return f"robust: {robust[0] if len(robust) == 1 else 'attacks differ between cells'}; {samples}"
+
+
+def figure_study(spec: PlotSpec, groups: Sequence[GroupResult], subtitle: str = ''):
+    """The figure of `spec` from `groups` (those `spec.select` picks), on an Agg canvas.
 
     Raises:
         ValueError: matplotlib is not installed.
     """
     try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError as e:
         raise ValueError('the study plot needs matplotlib: pip install "timm-advnorm[plots]"') from e
     groups = [g for g in groups if all(g.labels.get(axis) == value for axis, value in spec.select.items())]
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    try:
-        _KINDS[spec.kind](ax, spec, groups)
-        ax.set_title('\n'.join(t for t in (spec.title, subtitle) if t), fontsize=10)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[1]:
-            ax.legend(fontsize=8, **_LEGEND.get(spec.kind, {}))
-        fig.tight_layout()
-        fig.savefig(path, dpi=120, bbox_inches='tight')
-    finally:
-        plt.close(fig)
+    fig = Figure(figsize=(6.4, 4.4), layout='tight')
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    _KINDS[spec.kind](ax, spec, groups)
+    lines = [t for t in (spec.title, _evaluation_text(groups), subtitle) if t]
+    ax.set_title('\n'.join(textwrap.fill(t, _TITLE_WIDTH, break_on_hyphens=False) for t in lines), fontsize=9)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=8, **_LEGEND.get(spec.kind, {}))
+    return fig
+
+
+def plot_study(spec: PlotSpec, groups: Sequence[GroupResult], path: Path, subtitle: str = '') -> Path:
+    """Draw `spec` from `groups` into the PNG `path` (`figure_study`); returns it.
+
+    Raises:
+        ValueError: matplotlib is not installed.
+    """
+    figure_study(spec, groups, subtitle).savefig(path, dpi=120, bbox_inches='tight')
     return path

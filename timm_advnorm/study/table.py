@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..eval.plots import robust_text
+from ..eval.schema import EvalResults
 from .cells import Cell, select_cells
 from .runner import TIMING_FILE
 from .spec import Finding, StudySpec
@@ -30,6 +32,7 @@ class CellResult:
     Attributes:
         metrics: ``clean``, ``robust`` and ``attack:<label>`` accuracies (%) of the reported variant.
         samples: Images evaluated.
+        robust: What its robust accuracy is: the attacks that ran with their budgets (`eval.plots.robust_text`).
         vanilla_epochs: The training budget in vanilla epochs: passes per image × epochs.
         train_seconds: Wall time of its training (finished attempts).
     """
@@ -37,6 +40,7 @@ class CellResult:
     cell: Cell
     metrics: Mapping[str, float]
     samples: int
+    robust: str
     vanilla_epochs: Optional[float]
     train_seconds: Optional[float]
 
@@ -90,7 +94,9 @@ def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]
                 metrics[f'attack:{attack[key]}'] = attack['accuracy']
     timing_file = cell.run_dir / TIMING_FILE
     timing = json.loads(timing_file.read_text()) if timing_file.is_file() else {}
-    return CellResult(cell=cell, metrics=metrics, samples=int(chosen['samples']),
+    evaluated = EvalResults.from_dict(results)
+    robust = robust_text(evaluated, next(v for v in evaluated.variants if v.name == chosen['name']))
+    return CellResult(cell=cell, metrics=metrics, samples=int(chosen['samples']), robust=robust,
                       vanilla_epochs=_summary_budget(cell.run_dir), train_seconds=timing.get('train_seconds'))
 
 
