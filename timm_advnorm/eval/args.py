@@ -172,8 +172,10 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
         parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')
     if isinstance(args.attack_steps, int):  # a single count from a YAML config
         args.attack_steps = [args.attack_steps]
-    if args.attack_steps and (len(set(args.attack_steps)) != len(args.attack_steps) or min(args.attack_steps) < 0):
-        parser.error(f'--attack-steps takes distinct counts >= 0, got {args.attack_steps}')
+    if args.attack_steps and (len(set(args.attack_steps)) != len(args.attack_steps) or min(args.attack_steps) < 1):
+        # 0 iterations attack nothing: the clean accuracy would be reported as robust accuracy
+        parser.error(f'--attack-steps takes distinct counts >= 1 (0 iterations attack nothing), '
+                     f'got {args.attack_steps}')
     if args.attack_steps and len(args.attack_steps) > 1 and not args.attacks:
         parser.error('several --attack-steps make a sweep of --attacks; a --protocol takes one count')
     if args.verify_amp and not args.amp:
