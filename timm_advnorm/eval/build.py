@@ -20,7 +20,7 @@ from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
 from ..cli import check_pretrained_option, one_line, show_progress
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
-from ..data.preprocessing import explicit_preprocessing
+from ..data.preprocessing import check_input_channels, explicit_preprocessing
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from .args import AMP_DTYPES, LOGGER, ood_folder
 from .bn_stats import collect_bn_stats
@@ -284,6 +284,7 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     model, model_name = create_eval_model(args)
     weights = weights_digest(model) if args.resume_state else ''
     data_config = resolve_data_config(vars(args), model=model, use_test_size=True)
+    check_input_channels(model, data_config)
     preprocessing = _preprocessing_provenance(args)
     _logger.info('Preprocessing %s, from %s%s.', _shown(data_config), preprocessing['source'],
                  f" with {', '.join(preprocessing['overridden'])} from the command line"
