@@ -16,6 +16,7 @@ import torch
 
 from test_bad_inputs import COMMANDS, Case, Context, _snapshot
 from timm_advnorm.attacks import InputSpace, create_attack
+from timm_advnorm.augment.deepaugment import build_net, load_deepaugment_weights
 from timm_advnorm.convert.common import load_exactly
 from timm_advnorm.eval.script import run as run_validate
 from timm_advnorm.hub import create_model_from_name_or_checkpoint, write_export
@@ -164,6 +165,14 @@ def test_a_conversion_refuses_nonfinite_weights():
     model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES)
     with pytest.raises(ValueError, match=r'release.pth: 2 tensors hold NaN or inf'):
         load_exactly(model, _nan_model().state_dict(), 'release.pth')
+
+
+def test_deepaugment_refuses_nonfinite_network_weights(tmp_path):
+    state = build_net('cae').state_dict()
+    state['e_conv_1.1.weight'][0] = math.inf
+    torch.save(state, tmp_path / 'model_final.state')
+    with pytest.raises(ValueError, match=r'model_final.state: 1 tensor holds NaN or inf values \(first: e_conv_1.1'):
+        load_deepaugment_weights('cae', tmp_path / 'model_final.state')
 
 
 @pytest.mark.parametrize('name, budget, message', [
