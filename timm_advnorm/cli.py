@@ -283,7 +283,7 @@ def parse_with_config(
 
 
 def _device_available(kind: str) -> bool:
-    """Whether this machine has a device of type `kind` (``cuda``, ``mps``, ``xpu``, ...) that torch can use."""
+    """Whether this machine has a device of type `kind` (``mps``, ``xpu``, ...) that torch can use."""
     if kind == 'mps':
         return torch.backends.mps.is_available()
     is_available = getattr(getattr(torch, kind, None), 'is_available', None)
@@ -306,10 +306,11 @@ def check_device(name: str) -> torch.device:
     if device.type == 'meta':
         raise ValueError(f'--device {name}: meta tensors hold no values, so nothing can be computed on them; use '
                          f'--device cpu or cuda')
-    if device.type != 'cpu' and not _device_available(device.type):
-        what = 'CUDA device is available here (torch.cuda.is_available() is False)' if device.type == 'cuda' else \
-            f'{device.type} device is available here'
-        raise ValueError(f'--device {name}: no {what}; use --device cpu')
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f'--device {name}: no CUDA device is available here (torch.cuda.is_available() is False); '
+                         f'use --device cpu')
+    if device.type not in ('cpu', 'cuda') and not _device_available(device.type):
+        raise ValueError(f'--device {name}: no {device.type} device is available here; use --device cpu')
     if device.type == 'cuda' and device.index is not None and not is_distributed_env() \
             and device.index >= torch.cuda.device_count():
         raise ValueError(f'--device {name}: there are {torch.cuda.device_count()} CUDA device(s), numbered from 0')

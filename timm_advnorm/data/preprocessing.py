@@ -61,5 +61,5 @@ def check_input_channels(model: nn.Module, data_config: Mapping[str, Any]) -> No
     """
     channels, expected = int(data_config['input_size'][0]), model_input_channels(model)
     if expected is not None and channels != expected:
-        raise ValueError(f'--input-size {" ".join(map(str, data_config["input_size"]))}: {channels} channel(s), but '
-                         f'the model takes {expected}')
+        raise ValueError(f'the input size {" ".join(map(str, data_config["input_size"]))} (--input-size, else the '
+                         f'model\'s) has {channels} channel(s), but the model takes {expected}')
