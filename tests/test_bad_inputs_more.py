@@ -13,6 +13,7 @@ from typing import List
 import pytest
 import timm
 import torch
+from huggingface_hub import ModelCard
 
 from test_bad_inputs import COMMANDS, Case, Context, _snapshot
 from timm_advnorm.attacks import InputSpace, create_attack
@@ -256,6 +257,8 @@ def test_results_of_other_weights_need_a_flag_and_the_card_says_so(evaluated, tm
     assert _publish(*argv, '--allow-other-results') == 0
     evaluation = _evaluation(tmp_path / 'out')
     assert evaluation.index('**These numbers were measured on other weights.**') < evaluation.index('| fgsm |')
+    names = [result.metric_name for result in ModelCard((tmp_path / 'out' / 'README.md').read_text()).data.eval_results]
+    assert names and all(name.endswith(' (measured on other weights)') for name in names)
 
 
 def test_results_that_record_no_weights_need_the_flag_and_the_card_says_so(evaluated, tmp_path):
@@ -267,3 +270,5 @@ def test_results_that_record_no_weights_need_the_flag_and_the_card_says_so(evalu
     assert _publish(*argv) == 2
     assert _publish(*argv, '--allow-other-results') == 0
     assert '**These numbers may describe other weights.**' in _evaluation(tmp_path / 'out')
+    names = [result.metric_name for result in ModelCard((tmp_path / 'out' / 'README.md').read_text()).data.eval_results]
+    assert names and all(name.endswith(' (weights not verified)') for name in names)

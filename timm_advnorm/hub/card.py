@@ -5,10 +5,12 @@ this module renders the sections that fill them. The YAML front matter carries H
 metadata, so the Hub shows the accuracies next to the model.
 
 A card states what was run, no more: the threat model and budget of every attack as they ran, the data and split,
-whether the protocol was reduced for a smoke test (then said first, and never called the protocol's result), and
-no path of the publisher's machine. Accuracies under attack are on the best iterate (per sample the first iterate
-that fools the model); where the evaluation also scored the last PGD iterate, the papers' convention, the card gives
-it beside them, named as such, so that a reader compares the right number with the papers' tables.
+whether the protocol was reduced for a smoke test (then said first, and never called the protocol's result),
+whether the results are of other weights or of weights they do not record (then said above the numbers and in every
+metric's name), and no path of the publisher's machine. Accuracies under attack are on the best iterate (per sample
+the first iterate that fools the model); where the evaluation also scored the last PGD iterate, the papers'
+convention, the card gives it beside them, named as such, so that a reader compares the right number with the
+papers' tables.
 """
 import json
 from dataclasses import dataclass, field, replace
@@ -227,6 +229,15 @@ def _metrics(results: EvalResults, entries: List[AttackResult]) -> List[Dict[str
     return metrics
 
 
+def _marked_metrics(facts: CardFacts, metrics: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """`metrics`, each name marked when the results are not known to be these weights': the Hub shows the
+    model index without the card's notice."""
+    if facts.results_weights:
+        return metrics
+    mark = ' (measured on other weights)' if facts.results_weights is False else ' (weights not verified)'
+    return [dict(metric, name=metric['name'] + mark) for metric in metrics]
+
+
 def front_matter(facts: CardFacts) -> str:
     """YAML front matter (without the ``---`` fences): library, license, tags and ``model-index`` metrics.
 
@@ -250,7 +261,7 @@ def front_matter(facts: CardFacts) -> str:
             'results': [{
                 'task': {'type': 'image-classification', 'name': 'Image Classification'},
                 'dataset': dataset,
-                'metrics': _metrics(results, _labelled(entries)),
+                'metrics': _marked_metrics(facts, _metrics(results, _labelled(entries))),
             }],
         }]
     return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip('\n')
