@@ -180,7 +180,8 @@ def test_soft_targets_are_attacked_as_given(model, batch):
 @pytest.mark.parametrize('p', [0.0, 0.5, 1.0])
 def test_clean_start_probability(model, data, p):
     x, y = data(64, seed=4)
-    start = PGD(SPACE, steps=0, clean_start_prob=p, seed=0)(model, x, y)
+    start = pgd(model, x, y, space=SPACE, eps=16, step=1, steps=0, clean_start_prob=p,
+                generator=torch.Generator().manual_seed(0))  # 0 iterations: the start point
     clean_rows = (start == x).flatten(1).all(dim=1)
     if p == 1.0:
         assert clean_rows.all()
@@ -229,7 +230,7 @@ def test_registry_and_bad_arguments(model, batch):
 def test_budgets_from_one_run_equal_separate_runs(model, batch, best_iterate, targeted):
     """One run of the longest budget returns, at each shorter budget, exactly that budget's own attack."""
     x, y = batch
-    budgets = [6, 0, 2, 6, 4]
+    budgets = [6, 1, 2, 6, 4]
     kwargs = dict(eps=16, step=1, step_rule='fixed', targeted=targeted, best_iterate=best_iterate)
     targets = (y + 1) % NUM_CLASSES if targeted else None
     swept = PGD(SPACE, steps=6, seed=3, **kwargs).at_budgets(model, x, y, budgets, targets=targets)

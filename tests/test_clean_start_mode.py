@@ -78,8 +78,9 @@ def test_per_sample_draws_what_it_always_drew(norm):
 def test_pgd_carries_the_mode_and_refuses_unknown_ones():
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 5))
     x, y = _x(), torch.arange(6) % 5
-    attack = PGD(SPACE, steps=0, clean_start_prob=0.5, clean_start_mode='per_batch', best_iterate=False, seed=0,
-                 fold_bn=False)
+    # one step of size 0 leaves every row at its start
+    attack = PGD(SPACE, steps=1, step=0, step_rule='fixed', clean_start_prob=0.5, clean_start_mode='per_batch',
+                 best_iterate=False, seed=0, fold_bn=False)
     kinds = set()
     for _ in range(20):
         clean = _clean_rows(attack(model, x, y), x)

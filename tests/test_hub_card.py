@@ -12,6 +12,7 @@ from huggingface_hub import ModelCard
 
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
+from timm_advnorm.hub.digest import branch_digests, state_dict_digest
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE, get_args_parser, publish
 
 NUM_CLASSES = 5
@@ -62,9 +63,10 @@ def run(tmp_path_factory):
         data_dir=str(folder / 'data'), output=str(folder / 'output'), initial_checkpoint=str(folder / 'init.pth'),
         resume='', experiment='run', class_map='', dataset='digits')
     torch.save(dict(epoch=2, arch='test_mbn_resnet', state_dict=model.state_dict(), args=args), folder / 'last.pth.tar')
+    digests = dict(weights_digest=state_dict_digest(model.state_dict()), branch_weights_digests=branch_digests(model))
     for reduced in (False, True):
         (folder / f'results-{"reduced" if reduced else "full"}.json').write_text(
-            json.dumps(_results(folder, reduced)))
+            json.dumps(dict(_results(folder, reduced), **digests)))
     return folder
 
 

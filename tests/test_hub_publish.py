@@ -15,6 +15,7 @@ import yaml
 
 from timm_advnorm.hub import parse_eval_results, read_eval_results
 from timm_advnorm.hub import publish as publish_module
+from timm_advnorm.hub.digest import branch_digests, state_dict_digest
 from timm_advnorm.hub.publish import run as run_publish
 from timm_advnorm.layers import MixtureBatchNorm2d, has_mixture_bn, route
 from timm_advnorm.write_guard import EXPORT_MANIFEST
@@ -61,8 +62,16 @@ def run(tmp_path_factory):
                               distributed=False)  # the last four: run-time entries train_adv adds
     torch.save(dict(epoch=2, arch='test_mbn_resnet', state_dict=model.state_dict(), args=args,
                     state_dict_ema=ema.state_dict()), folder / 'last.pth.tar')
-    (folder / 'results.json').write_text(json.dumps(RESULTS))
-    return argparse.Namespace(checkpoint=folder / 'last.pth.tar', results=folder / 'results.json', model=model, ema=ema)
+    (folder / 'results.json').write_text(json.dumps(_of_weights(RESULTS, model)))
+    (folder / 'results-ema.json').write_text(json.dumps(_of_weights(RESULTS, ema)))
+    return argparse.Namespace(checkpoint=folder / 'last.pth.tar', results=folder / 'results.json',
+                              results_ema=folder / 'results-ema.json', model=model, ema=ema)
+
+
+def _of_weights(results: dict, model: torch.nn.Module) -> dict:
+    """`results` recording the digests of `model`'s weights, as validate_adv.py records those it evaluated."""
+    return dict(results, weights_digest=state_dict_digest(model.state_dict()),
+                branch_weights_digests=branch_digests(model))
 
 
 def _publish(*argv) -> int:
@@ -106,7 +115,7 @@ def test_local_export_holds_weights_config_and_card(tmp_path, run):
 
 def test_branch_export_is_the_plain_twin_and_ema_is_selectable(tmp_path, run):
     out = tmp_path / 'plain'
-    assert _publish(run.checkpoint, '--branch', 'adv', '--ema', '--results', run.results, '--local-dir', out) == 0
+    assert _publish(run.checkpoint, '--branch', 'adv', '--ema', '--results', run.results_ema, '--local-dir', out) == 0
     config = json.loads((out / 'config.json').read_text())
     assert config['architecture'] == 'test_resnet'
     readme = (out / 'README.md').read_text()

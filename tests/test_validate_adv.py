@@ -297,7 +297,7 @@ def _proc(tmp: Path) -> Path:
 
 
 BAD_SETUPS = {
-    'device': (lambda tmp: ['--device', 'bogus'], "'bogus' is not a device"),
+    'device': (lambda tmp: ['--device', 'bogus'], '--device bogus: not a device'),
     'yaml': (lambda tmp: ['-c', _file(tmp / 'bad.yaml', 'a: [\n')], 'not valid YAML'),
     'no_data_dir': (lambda tmp: ['--dataset', '', '--data-dir', ''], 'needs --data-dir'),
     'empty_data_dir': (lambda tmp: ['--dataset', '', '--data-dir', _folder(tmp / 'empty')], 'no folder of split'),

@@ -17,11 +17,13 @@ from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Seque
 
 import torch
 import yaml
+from timm.utils.distributed import is_distributed_env
 
 from .arg_types import finite_float, positive_float, positive_int
 
 __all__ = ['AMP_DTYPES', 'USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'add_preprocessing_args',
-           'check_pretrained_option', 'one_line', 'parse_with_config', 'run_cli', 'show_progress']
+           'check_device', 'check_normalization_lengths', 'check_pretrained_option', 'one_line', 'parse_with_config',
+           'run_cli', 'show_progress']
 
 _logger = logging.getLogger(__name__)
 
@@ -278,6 +280,55 @@ def parse_with_config(
         config = _read_config(parser, path, text)
         parser.set_defaults(**config)
     return parser.parse_args(argv), config
+
+
+def _device_available(kind: str) -> bool:
+    """Whether this machine has a device of type `kind` (``mps``, ``xpu``, ...) that torch can use."""
+    if kind == 'mps':
+        return torch.backends.mps.is_available()
+    is_available = getattr(getattr(torch, kind, None), 'is_available', None)
+    return bool(callable(is_available) and is_available())
+
+
+def check_device(name: str) -> torch.device:
+    """The device ``--device`` `name` selects, checked before anything is built: torch parses ``mps`` or ``meta`` on
+    any machine and fails only when the first tensor moves there, deep in the set-up.
+
+    Raises:
+        ValueError: `name` is no device, is ``meta`` (tensors without values: nothing can be trained or evaluated on
+            them), is of a type this machine lacks, or is a CUDA index past the last device (outside torchrun,
+            which replaces the index by the process's local rank).
+    """
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f'--device {name}: not a device ({one_line(e)})') from e
+    if device.type == 'meta':
+        raise ValueError(f'--device {name}: meta tensors hold no values, so nothing can be computed on them; use '
+                         f'--device cpu or cuda')
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f'--device {name}: no CUDA device is available here (torch.cuda.is_available() is False); '
+                         f'use --device cpu')
+    if device.type not in ('cpu', 'cuda') and not _device_available(device.type):
+        raise ValueError(f'--device {name}: no {device.type} device is available here; use --device cpu')
+    if device.type == 'cuda' and device.index is not None and not is_distributed_env() \
+            and device.index >= torch.cuda.device_count():
+        raise ValueError(f'--device {name}: there are {torch.cuda.device_count()} CUDA device(s), numbered from 0')
+    return device
+
+
+def check_normalization_lengths(mean: Optional[Sequence[float]], std: Optional[Sequence[float]],
+                                input_size: Optional[Sequence[int]]) -> None:
+    """``--mean`` and ``--std`` hold one value, or one per input channel (``--input-size``'s first, else 3, as timm's
+    `resolve_data_config` counts them): timm would only assert when it builds the loaders.
+
+    Raises:
+        ValueError: A list of another length.
+    """
+    channels = input_size[0] if input_size else 3
+    for name, values in (('mean', mean), ('std', std)):
+        if values is not None and len(values) not in (1, channels):
+            raise ValueError(f'--{name} takes 1 value or one per input channel ({channels}), got {len(values)}')
 
 
 def check_pretrained_option(model_name: str, num_classes: Optional[int], reset_classifier: Optional[bool],

@@ -94,8 +94,8 @@ class CWLinf(EvalAttack):
             fold_bn: bool = True,
     ):
         super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if steps < 0 or (step is not None and step < 0):
-            raise ValueError(f'steps and step must be >= 0, got {steps}, {step}.')
+        if steps < 1 or (step is not None and step < 0):  # 0 iterations: the start point scored as robust accuracy
+            raise ValueError(f'CW-L∞ needs steps >= 1 and step >= 0, got {steps}, {step}.')
         self.steps = int(steps)
         self.step = None if step is None else float(step)
         self.confidence = float(confidence)

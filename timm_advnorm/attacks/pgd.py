@@ -390,7 +390,7 @@ class PGD(Attack):
         space: The model's input normalization.
         eps: Budget on the 0-255 scale (L2: pixel-scale norm times 255).
         step: Step size on the 0-255 scale, before the step rule.
-        steps: Number of iterations N.
+        steps: Number of iterations N (at least 1; the functional `pgd` returns the start point for 0).
         norm: ``linf`` or ``l2``.
         targeted: Move toward a target class (drawn uniformly among the other classes when not given).
         random_start: Start uniformly in the ε-ball.
@@ -430,8 +430,8 @@ class PGD(Attack):
             raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
         if step_rule not in STEP_RULES:
             raise ValueError(f'step_rule must be one of {STEP_RULES}, got {step_rule!r}.')
-        if steps < 0 or step < 0:
-            raise ValueError(f'step and steps must be >= 0, got step={step}, steps={steps}.')
+        if steps < 1 or step < 0:  # 0 iterations would report the start point's accuracy as robust accuracy
+            raise ValueError(f'PGD needs steps >= 1 and step >= 0, got steps={steps}, step={step}.')
         check_clean_start(clean_start_prob, clean_start_mode)
         self.step = float(step)
         self.steps = int(steps)
@@ -447,7 +447,7 @@ class PGD(Attack):
     @property
     def step_size(self) -> float:
         """The step actually taken, on the 0-255 scale, after the step rule."""
-        if self.step_rule == 'max' and self.steps > 0:
+        if self.step_rule == 'max':
             return max(self.step, self.eps / self.steps)
         return self.step
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..hub.checkpoint import load_weights_file, strip_wrapper_prefixes
+from ..hub.checkpoint import check_finite_weights, load_weights_file, strip_wrapper_prefixes
 from .deepaugment_nets import CAE, EDSR, DeepAugmentRng
 
 __all__ = ['NETS', 'DeepAugment', 'build_net', 'load_deepaugment_weights', 'perturb_weights']
@@ -62,8 +62,8 @@ def load_deepaugment_weights(net: str, path: Union[str, Path]) -> StateDict:
 
     Raises:
         FileNotFoundError: No file at `path`.
-        ValueError: Unknown `net`, a damaged file, or weights of another network (naming missing, unexpected or
-            mis-shaped keys); one line.
+        ValueError: Unknown `net`, a damaged file, weights of another network (naming missing, unexpected or
+            mis-shaped keys) or weights holding NaN or inf; one line.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -83,6 +83,7 @@ def load_deepaugment_weights(net: str, path: Union[str, Path]) -> StateDict:
                 (('missing', missing), ('unexpected', unexpected), ('mis-shaped', mis_shaped)) if keys]
     if problems:
         raise ValueError(f'{path} does not hold the DeepAugment {net.upper()} weights: {"; ".join(problems)}')
+    check_finite_weights(state, str(path))
     return {k: state[k].float() if k in state else v for k, v in expected.items()}
 
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 from timm.models import get_pretrained_cfg
 
+from ..hub.checkpoint import check_finite_weights
 from ..hub.export import staged_folder, write_export
 
 __all__ = ['create_target', 'load_exactly', 'provenance', 'save_converted']
@@ -41,10 +42,11 @@ def create_target(architecture: str, preprocessing: Mapping[str, Any], num_class
 
 
 def load_exactly(model: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> nn.Module:
-    """Load `state_dict` into `model` only if keys and shapes match one to one: no leftovers, nothing missing.
+    """Load `state_dict` into `model` only if keys and shapes match one to one (no leftovers, nothing missing) and
+    its values are finite.
 
     Raises:
-        ValueError: Keys differ (listing some of each) or a tensor has the wrong shape.
+        ValueError: Keys differ (listing some of each), a tensor has the wrong shape, or one holds NaN or inf.
     """
     expected = model.state_dict()
     missing, unexpected = set(expected) - set(state_dict), set(state_dict) - set(expected)
@@ -57,6 +59,7 @@ def load_exactly(model: nn.Module, state_dict: Mapping[str, torch.Tensor], sourc
         key = wrong[0]
         raise ValueError(f'{source}: {key} has shape {tuple(state_dict[key].shape)}, the model expects '
                          f'{tuple(expected[key].shape)} ({len(wrong)} mismatched).')
+    check_finite_weights(state_dict, source)
     model.load_state_dict(state_dict, strict=True)
     return model
 

@@ -5,11 +5,12 @@ at another size or with other statistics than the registry's (``--img-size 32``,
 that config, which its checkpoints save, so that evaluation, export and publishing preprocess exactly as in training
 unless a user overrides a value explicitly.
 """
-from typing import Any, List, Mapping
+from typing import Any, List, Mapping, Optional
 
 import torch.nn as nn
 
-__all__ = ['PREPROCESSING_KEYS', 'record_preprocessing', 'explicit_preprocessing']
+__all__ = ['PREPROCESSING_KEYS', 'record_preprocessing', 'explicit_preprocessing', 'model_input_channels',
+           'check_input_channels']
 
 #: The `timm.data.resolve_data_config` entries that define preprocessing.
 PREPROCESSING_KEYS = ('input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')
@@ -34,3 +35,31 @@ def record_preprocessing(model: nn.Module, data_config: Mapping[str, Any]) -> No
 def explicit_preprocessing(args: Mapping[str, Any]) -> List[str]:
     """The preprocessing options a user set explicitly (given, not left unset), in timm's argument names."""
     return [key for key in _OVERRIDE_ARGS if args.get(key) not in (None, '', [])]
+
+
+def model_input_channels(model: nn.Module) -> Optional[int]:
+    """The channels `model` takes: its first convolution's (``pretrained_cfg['first_conv']``, else the first
+    convolution it holds); None for a model without one."""
+    name = (getattr(model, 'pretrained_cfg', None) or {}).get('first_conv')
+    first = None
+    if isinstance(name, str):
+        try:
+            first = model.get_submodule(name)
+        except AttributeError:  # a config naming a module this variant does not have
+            first = None
+    if not isinstance(first, nn.modules.conv._ConvNd):
+        first = next((m for m in model.modules() if isinstance(m, nn.modules.conv._ConvNd)), None)
+    return None if first is None else int(first.in_channels)
+
+
+def check_input_channels(model: nn.Module, data_config: Mapping[str, Any]) -> None:
+    """The resolved input size's channels (``--input-size C H W``) are the model's: another count fails only in
+    the first forward, with a shape error that names neither.
+
+    Raises:
+        ValueError: The counts differ.
+    """
+    channels, expected = int(data_config['input_size'][0]), model_input_channels(model)
+    if expected is not None and channels != expected:
+        raise ValueError(f'the input size {" ".join(map(str, data_config["input_size"]))} (--input-size, else the '
+                         f'model\'s) has {channels} channel(s), but the model takes {expected}')

@@ -12,7 +12,9 @@ import torch
 from timm.utils import ParseKwargs
 
 from ..arg_types import non_negative_int, positive_int, probability, seed_int
-from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, parse_with_config
+from ..cli import (
+    AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, check_device, check_normalization_lengths,
+    parse_with_config)
 from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from .protocols import PROTOCOLS, get_protocol, list_protocols
 from .subsets import SUBSETS
@@ -172,8 +174,10 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
         parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')
     if isinstance(args.attack_steps, int):  # a single count from a YAML config
         args.attack_steps = [args.attack_steps]
-    if args.attack_steps and (len(set(args.attack_steps)) != len(args.attack_steps) or min(args.attack_steps) < 0):
-        parser.error(f'--attack-steps takes distinct counts >= 0, got {args.attack_steps}')
+    if args.attack_steps and (len(set(args.attack_steps)) != len(args.attack_steps) or min(args.attack_steps) < 1):
+        # 0 iterations attack nothing: the clean accuracy would be reported as robust accuracy
+        parser.error(f'--attack-steps takes distinct counts >= 1 (0 iterations attack nothing), '
+                     f'got {args.attack_steps}')
     if args.attack_steps and len(args.attack_steps) > 1 and not args.attacks:
         parser.error('several --attack-steps make a sweep of --attacks; a --protocol takes one count')
     if args.verify_amp and not args.amp:
@@ -225,17 +229,13 @@ def _needs_data_dir(dataset: str) -> bool:
 def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see, caught before anything is loaded: the device, the normalization
     lengths (timm would only assert) and a dataset root that is needed but not given."""
-    try:
-        torch.device(args.device)
-    except (RuntimeError, TypeError):
-        parser.error(f'--device {args.device!r} is not a device (cpu, cuda, cuda:N, ...)')
-    channels = args.input_size[0] if args.input_size else 3  # as timm's resolve_data_config counts them
     for name in ('mean', 'std'):
-        values = getattr(args, name)
-        if isinstance(values, (int, float)):  # a single value from a YAML config
-            values = [values]
-            setattr(args, name, values)
-        if values is not None and len(values) not in (1, channels):
-            parser.error(f'--{name} takes 1 value or one per input channel ({channels}), got {len(values)}')
+        if isinstance(getattr(args, name), (int, float)):  # a single value from a YAML config
+            setattr(args, name, [getattr(args, name)])
+    try:
+        check_device(args.device)
+        check_normalization_lengths(args.mean, args.std, args.input_size)
+    except ValueError as e:
+        parser.error(str(e))
     if not (args.data_dir or args.data) and _needs_data_dir(args.dataset) and not _runs_on_ood(args):
         parser.error(f'dataset {args.dataset or "folder"!r} needs --data-dir')

@@ -60,6 +60,7 @@ def assemble_results(args: argparse.Namespace, setup: EvalSetup, table: ResultTa
     data_config = setup.data_config
     results = EvalResults(
         warnings=results_warnings(variants, amp, amp_check), model=setup.model_name, checkpoint=args.checkpoint,
+        weights_digest=setup.weights_digest, branch_weights_digests=setup.branch_weights_digests or None,
         dataset=protocol.dataset or args.dataset or 'folder', split=None if protocol.dataset else args.val_split,
         num_samples=len(main.indices), subset=args.subset, skipped_images=main.skipped, seed=args.seed,
         ood_data={run.name: dict(get_ood_dataset(run.name).to_dict(), num_samples=len(run.indices),

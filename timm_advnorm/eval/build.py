@@ -20,8 +20,9 @@ from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
 from ..cli import check_pretrained_option, one_line, show_progress
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
-from ..data.preprocessing import explicit_preprocessing
+from ..data.preprocessing import check_input_channels, explicit_preprocessing
 from ..hub import create_model_from_name_or_checkpoint, split_source
+from ..hub.digest import branch_digests, state_dict_digest
 from .args import AMP_DTYPES, LOGGER, ood_folder
 from .bn_stats import collect_bn_stats
 from .data import readable_subset, seeded_subset
@@ -257,6 +258,8 @@ class EvalSetup:
         bn_stats: The model's clean and adversarial BN statistics (empty without mixture BN).
         runs: The data runs, the evaluation data (or the set the protocol runs on) first.
         state: The resumable state file, with ``--resume-state``.
+        weights_digest: Digest of the evaluated weights (`timm_advnorm.hub.digest.state_dict_digest`).
+        branch_weights_digests: Digest of each mixture-BN branch as a plain-BN model (empty without mixture BN).
     """
 
     model: torch.nn.Module
@@ -270,6 +273,8 @@ class EvalSetup:
     bn_stats: Dict[str, Dict[str, List[float]]]
     runs: List[DataRun]
     state: Optional[EvalState]
+    weights_digest: str
+    branch_weights_digests: Dict[str, str]
 
 
 def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> EvalSetup:
@@ -283,7 +288,9 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     torch.manual_seed(args.seed)  # a randomly initialized model (no checkpoint) is then reproducible too
     model, model_name = create_eval_model(args)
     weights = weights_digest(model) if args.resume_state else ''
+    digest, branches = state_dict_digest(model.state_dict()), branch_digests(model)  # what the results describe
     data_config = resolve_data_config(vars(args), model=model, use_test_size=True)
+    check_input_channels(model, data_config)
     preprocessing = _preprocessing_provenance(args)
     _logger.info('Preprocessing %s, from %s%s.', _shown(data_config), preprocessing['source'],
                  f" with {', '.join(preprocessing['overridden'])} from the command line"
@@ -312,4 +319,4 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
         state = open_state(state_path(args.resume_state, dist_info), fingerprint)
     return EvalSetup(model=model, model_name=model_name, data_config=data_config, preprocessing=preprocessing,
                      protocol=protocol, variants=variants, plan=plan, ctx=ctx, bn_stats=bn_stats, runs=runs,
-                     state=state)
+                     state=state, weights_digest=digest, branch_weights_digests=branches)

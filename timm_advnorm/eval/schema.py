@@ -9,7 +9,8 @@ Every class lists its fields in the order of its JSON keys, and `to_dict` writes
 are read by people and by older tools, so the layout does not change. A few keys are written only when they apply:
 an attack's size fields (a norm and ε, or what its noise is), its ``success_rate`` (only when the protocol asks for
 it), its ``max_perturbation`` (not for noise), a protocol's ``dataset`` and ``ood`` (only when it reads
-out-of-distribution sets), the BN statistics' ``file`` and the results' ``plots``, and the last-iterate numbers
+out-of-distribution sets), the BN statistics' ``file``, the results' ``plots`` and a mixture-BN model's
+``branch_weights_digests``, and the last-iterate numbers
 (``accuracy_last_iterate``, ``success_rate_last_iterate``, ``robust_last_iterate``, ``robust_top1_last_iterate`` and
 the ``conventions`` that name them) only for protocols that score the last PGD iterate (``xie2020``, ``nofrost``).
 
@@ -513,6 +514,10 @@ class EvalResults(_Record):
         warnings: Failed checks that void the numbers, worst first, for a reader to see before them.
         model: The evaluated architecture.
         checkpoint: The checkpoint as given (empty without one).
+        weights_digest: SHA-256 of the evaluated weights (`timm_advnorm.hub.digest`): publishing checks that the
+            results describe the weights it exports. None in results written before it was recorded.
+        branch_weights_digests: For a mixture-BN model, the digest of each branch as a plain-BN model (what
+            ``--branch`` exports); None (not written) for other models.
         dataset: The data set (the out-of-distribution set a protocol runs on, ``digits``, a timm name, ``folder``).
         split: Its split (None for an out-of-distribution set).
         num_samples: Images evaluated.
@@ -549,6 +554,8 @@ class EvalResults(_Record):
     warnings: List[str]
     model: str
     checkpoint: Optional[str]
+    weights_digest: Optional[str] = None
+    branch_weights_digests: Optional[Dict[str, str]] = field(default=None, metadata=_UNLESS_NONE)
     dataset: Optional[str]
     split: Optional[str]
     num_samples: Optional[int]
@@ -596,7 +603,9 @@ class EvalResults(_Record):
         plots = data.get('plots')
         return cls(
             warnings=[str(line) for line in _list(data, 'warnings')], model=model,
-            checkpoint=_text(data, 'checkpoint'), dataset=_text(data, 'dataset'), split=_text(data, 'split'),
+            checkpoint=_text(data, 'checkpoint'), weights_digest=_text(data, 'weights_digest'),
+            branch_weights_digests={str(k): str(v) for k, v in _dict(data, 'branch_weights_digests').items()} or None,
+            dataset=_text(data, 'dataset'), split=_text(data, 'split'),
             num_samples=_integer(data, 'num_samples'), subset=_text(data, 'subset'),
             skipped_images=[dict(entry) for entry in _objects(data, 'skipped_images')], seed=_integer(data, 'seed'),
             ood_data=_dict(data, 'ood_data'), img_size=_integer(data, 'img_size'),

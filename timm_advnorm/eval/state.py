@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 import torch
 
+from ..hub.digest import tensors_digest
 from ..write_guard import reported_write
 from .records import Record
 from .results import atomic_write, check_folder_writable
@@ -72,12 +73,7 @@ def weights_digest(model: torch.nn.Module) -> str:
     the hash costs one pass over the weights in memory (about a second per GB), nothing next to an evaluation long
     enough to need ``--resume-state``, and is only computed with it.
     """
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f'{name}:{tensor.dtype}:{tuple(tensor.shape)};'.encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()
+    return tensors_digest(model.state_dict().items())  # in the model's order, as state files were first written
 
 
 def _subset_digest(indices: Sequence[int]) -> str:

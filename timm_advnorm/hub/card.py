@@ -5,10 +5,12 @@ this module renders the sections that fill them. The YAML front matter carries H
 metadata, so the Hub shows the accuracies next to the model.
 
 A card states what was run, no more: the threat model and budget of every attack as they ran, the data and split,
-whether the protocol was reduced for a smoke test (then said first, and never called the protocol's result), and
-no path of the publisher's machine. Accuracies under attack are on the best iterate (per sample the first iterate
-that fools the model); where the evaluation also scored the last PGD iterate, the papers' convention, the card gives
-it beside them, named as such, so that a reader compares the right number with the papers' tables.
+whether the protocol was reduced for a smoke test (then said first, and never called the protocol's result),
+whether the results are of other weights or of weights they do not record (then said above the numbers and in every
+metric's name), and no path of the publisher's machine. Accuracies under attack are on the best iterate (per sample
+the first iterate that fools the model); where the evaluation also scored the last PGD iterate, the papers'
+convention, the card gives it beside them, named as such, so that a reader compares the right number with the
+papers' tables.
 """
 import json
 from dataclasses import dataclass, field, replace
@@ -57,6 +59,8 @@ class CardFacts:
         args: Training arguments (the recipe).
         epoch: Training epoch of the checkpoint (timm counts from 0).
         results: Robust evaluation results.
+        results_weights: Whether the results evaluated these weights: True, False (other weights, published with
+            ``--allow-other-results``) or None (the results do not record which weights they evaluated).
         provenance: For converted third-party weights, where they came from (format, file, checksum).
         tf_same_padding: The weights expect TensorFlow "SAME" padding at strided layers (converted TF models).
         license: SPDX-style license identifier for the front matter.
@@ -76,6 +80,7 @@ class CardFacts:
     args: Dict[str, Any] = field(default_factory=dict)
     epoch: Optional[int] = None
     results: Optional[EvalResults] = None
+    results_weights: Optional[bool] = True
     provenance: Optional[Dict[str, Any]] = None
     tf_same_padding: bool = False
     license: str = 'other'
@@ -224,6 +229,15 @@ def _metrics(results: EvalResults, entries: List[AttackResult]) -> List[Dict[str
     return metrics
 
 
+def _marked_metrics(facts: CardFacts, metrics: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """`metrics`, each name marked when the results are not known to be these weights': the Hub shows the
+    model index without the card's notice."""
+    if facts.results_weights:
+        return metrics
+    mark = ' (measured on other weights)' if facts.results_weights is False else ' (weights not verified)'
+    return [dict(metric, name=metric['name'] + mark) for metric in metrics]
+
+
 def front_matter(facts: CardFacts) -> str:
     """YAML front matter (without the ``---`` fences): library, license, tags and ``model-index`` metrics.
 
@@ -247,7 +261,7 @@ def front_matter(facts: CardFacts) -> str:
             'results': [{
                 'task': {'type': 'image-classification', 'name': 'Image Classification'},
                 'dataset': dataset,
-                'metrics': _metrics(results, _labelled(entries)),
+                'metrics': _marked_metrics(facts, _metrics(results, _labelled(entries))),
             }],
         }]
     return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip('\n')
@@ -260,6 +274,19 @@ def _reduced_notice(facts: CardFacts) -> Optional[str]:
     return (f'> **Smoke-test results.** The accuracies below come from a *reduced* run of the '
             f'`{facts.results.protocol}` protocol (`validate_adv.py --reduced`): its attacks ran with smaller budgets '
             f'than the protocol prescribes, so they overstate robustness and are not the protocol\'s result.')
+
+
+def _other_weights_notice(facts: CardFacts) -> Optional[str]:
+    """The warning the evaluation opens with when its numbers are not known to be these weights'."""
+    if facts.results_weights:
+        return None
+    if facts.results_weights is False:
+        what = ('**These numbers were measured on other weights.** The evaluation recorded a digest of the weights '
+                'it evaluated, and it is not the digest of the weights published here')
+    else:
+        what = ('**These numbers may describe other weights.** The evaluation does not record which weights it '
+                'evaluated, so nothing checked that they are the weights published here')
+    return f'> {what}; they are shown at the publisher\'s request (`--allow-other-results`).'
 
 
 def _summary(facts: CardFacts) -> str:
@@ -493,7 +520,8 @@ def _evaluation(facts: CardFacts) -> str:
         intro += ('. Under attack, the first number is on the best iterate (per sample, the first iterate that fools '
                   f'the model: our headline, the stronger attack); the {LAST_ITERATE_NAME} is the accuracy on the '
                   'last PGD iterate of the same run, as the papers report it: compare that one with their tables')
-    about = [intro + '.', '', protocol]
+    notice = _other_weights_notice(facts)
+    about = ([notice, ''] if notice else []) + [intro + '.', '', protocol]
     about += [line for line in (
         _data_line(results),
         f'- **Threat model:** {"; ".join(threats)}' if threats else None,

@@ -29,8 +29,8 @@ import torch
 from safetensors import SafetensorError
 
 __all__ = ['Checkpoint', 'read_checkpoint', 'split_source', 'strip_wrapper_prefixes', 'load_weights_file',
-           'check_checkpoint_file', 'file_format', 'zip_members', 'read_config_json', 'WEIGHT_FILES',
-           'MODEL_CONFIG_ARG']
+           'check_checkpoint_file', 'check_finite_weights', 'file_format', 'zip_members', 'read_config_json',
+           'WEIGHT_FILES', 'MODEL_CONFIG_ARG']
 
 # Weight files of an exported folder, in the order timm prefers them.
 WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
@@ -52,6 +52,22 @@ _SNIFFED_BYTES = 64
 _LOAD_ERRORS = (RuntimeError, EOFError, KeyError, SafetensorError)
 
 StateDict = Dict[str, torch.Tensor]
+
+
+def check_finite_weights(state_dict: Mapping[str, torch.Tensor], source: str) -> None:
+    """Refuse weights that hold NaN or infinite values: nothing computed from them means anything.
+
+    Every command that reads weights checks them, so that they fail here with one line naming the first such
+    tensor, not as a tolerance error deep in an evaluation's checks, nor as an export that looks like any other.
+
+    Raises:
+        ValueError: Some floating-point tensor of `state_dict` holds a non-finite value.
+    """
+    bad = [name for name, tensor in state_dict.items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise ValueError(f'{source}: {len(bad)} tensor{"s hold" if len(bad) > 1 else " holds"} NaN or inf values '
+                         f'(first: {bad[0]}); these weights cannot be used')
 
 
 @dataclass
@@ -79,16 +95,17 @@ class Checkpoint:
     source: str = ''
 
     def weights(self, ema: bool = False) -> StateDict:
-        """The model weights, or the EMA weights when `ema` is set.
+        """The model weights, or the EMA weights when `ema` is set; every consumer reads them here, so here they are
+        checked to be finite (`check_finite_weights`).
 
         Raises:
-            ValueError: EMA weights requested from a checkpoint without them.
+            ValueError: EMA weights requested from a checkpoint without them, or weights holding NaN or inf.
         """
-        if not ema:
-            return self.state_dict
-        if self.state_dict_ema is None:
+        if ema and self.state_dict_ema is None:
             raise ValueError(f'{self.source} holds no EMA weights (no "state_dict_ema").')
-        return self.state_dict_ema
+        weights = self.state_dict_ema if ema else self.state_dict
+        check_finite_weights(weights, f'{self.source}{" (EMA weights)" if ema else ""}')
+        return weights
 
     @property
     def pretrained_cfg(self) -> Optional[Dict[str, Any]]:

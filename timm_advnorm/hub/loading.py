@@ -15,6 +15,7 @@ export's ``config.json``, or of the model config a training checkpoint carries):
 ``model_args`` to the entrypoint, and checkpoints are routed here after their weights load.
 """
 import logging
+import re
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
@@ -28,8 +29,8 @@ from ..layers import ADV_BN_KEY, branch_state_dict, has_mixture_bn, mixture_bn_m
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
 from ..layers.tf_same_padding import use_tf_same_padding
 from .checkpoint import (
-    WEIGHT_FILES, Checkpoint, check_checkpoint_file, read_checkpoint, read_config_json, split_source,
-    strip_wrapper_prefixes)
+    WEIGHT_FILES, Checkpoint, check_checkpoint_file, check_finite_weights, read_checkpoint, read_config_json,
+    split_source, strip_wrapper_prefixes)
 
 __all__ = [
     'load_weights', 'create_model_from_name_or_checkpoint', 'adapt_state_dict', 'check_num_classes',
@@ -49,6 +50,20 @@ _BN_TENSORS = ('weight', 'bias', 'running_mean', 'running_var', 'num_batches_tra
 
 StateDict = Dict[str, torch.Tensor]
 Source = Union[str, Path, Checkpoint, Mapping[str, torch.Tensor]]
+# How Python names an argument a constructor does not take.
+_UNEXPECTED_ARGUMENT = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def _create_model(name: str, **kwargs: Any) -> nn.Module:
+    """`timm.create_model`, with an argument the architecture does not take (``--model-kwargs bogus=1``) reported
+    as bad input naming it, not as a TypeError from inside the constructor."""
+    try:
+        return timm.create_model(name, **kwargs)
+    except TypeError as e:
+        unexpected = _UNEXPECTED_ARGUMENT.search(str(e))
+        if unexpected is None:
+            raise
+        raise ValueError(f'{name} takes no model argument {unexpected.group(1)!r} ({" ".join(str(e).split())})') from e
 
 
 def _classifier_name(model: nn.Module) -> Optional[str]:
@@ -335,12 +350,14 @@ def create_model_from_name_or_checkpoint(
                 model_name, _pretrained_num_classes(model_name, config), kwargs.get('num_classes'), reset_classifier)
             _check_local_weights(model_name)
         try:
-            model = timm.create_model(model_name, pretrained=pretrained, **kwargs)
+            model = _create_model(model_name, pretrained=pretrained, **kwargs)
         except (EntryNotFoundError, OSError) as e:  # offline with an empty cache, no network, a moved file
             hub_file = _hub_weights_file(model_name) if pretrained else None
             if hub_file is None:
                 raise
             raise ValueError(_unreachable_weights_message(model_name, *hub_file, e)) from e
+        if pretrained:  # timm loaded them: checked as every weights `read_checkpoint` reads are
+            check_finite_weights(model.state_dict(), model_name)
         return _apply_plugin_config(model, config)
 
     if model_name and split_source(model_name)[0] != 'path':
@@ -368,7 +385,7 @@ def create_model_from_name_or_checkpoint(
         kwargs.setdefault(key, value)
     if pretrained:
         _logger.info(f'Weights come from {checkpoint}; pretrained weights of {arch} are not loaded.')
-    model = timm.create_model(arch, pretrained=False, pretrained_cfg=pretrained_cfg, **kwargs)
+    model = _create_model(arch, pretrained=False, pretrained_cfg=pretrained_cfg, **kwargs)
     if recorded_branch and INFERENCE_BRANCH_ARG not in kwargs and has_mixture_bn(model):
         set_inference_branch(model, recorded_branch)  # before loading: the branch is chosen, nothing to notice
     load_weights(model, loaded, ema=ema, strict=strict, branch=branch)

@@ -37,6 +37,7 @@ from ..layers.routing import get_inference_branch
 from ..write_guard import EXPORT_MANIFEST, check_write_target
 from .card import CardFacts, render_model_card
 from .checkpoint import Checkpoint, read_checkpoint, split_source
+from .digest import state_dict_digest
 from .export import (
     build_export_model, check_folder_target, export_data_args, export_model_args, needs_plugin, staged_folder,
     write_export)
@@ -72,6 +73,10 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser.add_argument('--allow-reduced-results', action='store_true',
                         help='publish results of a reduced (validate_adv.py --reduced, smoke-test) protocol; the '
                              'card then says so first')
+    parser.add_argument('--allow-other-results', action='store_true',
+                        help='publish results that evaluated other weights than those published, or that do not '
+                             'record which (written before validate_adv.py recorded a weights digest); the card then '
+                             'says so beside the numbers')
     parser.add_argument('--repo-id', help='Hub repository org/name to upload to (token from HF_TOKEN)')
     parser.add_argument('--local-dir', help='write the exact folder that is (or would be) uploaded here')
     parser.add_argument('--dry-run', action='store_true', help='write --local-dir only, upload nothing')
@@ -126,6 +131,31 @@ def _check_results(args: argparse.Namespace, results: EvalResults) -> None:
                          f'pass --allow-reduced-results to publish it marked as a smoke test.')
 
 
+def _check_results_weights(args: argparse.Namespace, results: EvalResults, model: nn.Module) -> Optional[bool]:
+    """Whether `results` evaluated the weights published (`model`'s; see `EvalResults.describes`): results of other
+    weights, or of weights they do not record, are refused unless ``--allow-other-results`` (the card then says so).
+
+    Returns:
+        True (the weights published), False (other weights) or None (the results do not record which).
+
+    Raises:
+        ValueError: Not the weights published, or not known to be, without ``--allow-other-results``.
+    """
+    digest = state_dict_digest(model.state_dict())
+    describes = results.describes(digest)
+    if describes or args.allow_other_results:
+        return describes
+    if describes is None:
+        raise ValueError(f'{args.results} does not record which weights it evaluated (results that predate weight '
+                         f'digests, or from another tool): evaluate these weights again with validate_adv.py, or pass '
+                         f'--allow-other-results to publish the numbers marked as those of unverified weights.')
+    evaluated = f'{results.checkpoint}, ' if results.checkpoint else ''
+    raise ValueError(f'{args.results} evaluated other weights ({evaluated}digest {results.weights_digest[:12]}) than '
+                     f'those published (digest {digest[:12]}): evaluate these weights with validate_adv.py (with the '
+                     f'same --use-ema and --branch), or pass --allow-other-results to publish the numbers marked as '
+                     f'those of other weights.')
+
+
 def _check_results_model(results: EvalResults, *architectures: str) -> None:
     evaluated, _ = split_model_name_tag(results.model)
     if timm.is_model(evaluated) and evaluated not in architectures:
@@ -139,6 +169,7 @@ def _card_facts(
         source_arch: str,
         config: Mapping[str, Any],
         results: Optional[EvalResults],
+        results_weights: Optional[bool],
 ) -> CardFacts:
     mixture_bn = has_mixture_bn(model)
     # the folder's name only: a card never shows paths of the publisher's machine
@@ -160,6 +191,7 @@ def _card_facts(
         args=checkpoint.args,
         epoch=checkpoint.epoch,
         results=results,
+        results_weights=results_weights,
         provenance=plugin_config.get('converted_from'),
         tf_same_padding=plugin_config.get('padding') == 'tf_same',
         license=args.license or config['pretrained_cfg'].get('license') or 'other',
@@ -225,8 +257,8 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     """Export, write the card, and write and/or upload the folder, as the parsed `args` say.
 
     Checks come first, cheapest first, and nothing is written until all have passed: the arguments, the upload
-    token, the ``--local-dir`` target, the results, the checkpoint and the model built from it, then the Hub
-    repository (it may not hold files without ``--overwrite``).
+    token, the ``--local-dir`` target, the results, the checkpoint and the model built from it (and that the results
+    evaluated its weights), then the Hub repository (it may not hold files without ``--overwrite``).
 
     Returns:
         The Hub commit URL, or None when nothing was uploaded.
@@ -243,8 +275,10 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     model, source_arch = build_export_model(checkpoint, args.model, ema=args.ema, branch=args.branch,
                                             inference_branch=None if args.branch else args.inference_branch)
     _check_inference_branch(args, model)
+    results_weights = None
     if results is not None:
         _check_results_model(results, source_arch, model.pretrained_cfg['architecture'])
+        results_weights = _check_results_weights(args, results, model)
     plugin_config = checkpoint.config.get(PLUGIN_CONFIG_KEY)
     if api is not None:
         check_upload_target(api, args.repo_id, args.revision, args.overwrite)
@@ -252,7 +286,7 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     def fill(folder: Path) -> None:
         config = write_export(model, folder, export_data_args(checkpoint.args), plugin_config,
                               export_model_args(checkpoint))
-        facts = _card_facts(args, checkpoint, model, source_arch, config, results)
+        facts = _card_facts(args, checkpoint, model, source_arch, config, results, results_weights)
         (folder / 'README.md').write_text(render_model_card(card_template, facts), encoding='utf-8')
 
     if args.local_dir:

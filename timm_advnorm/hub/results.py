@@ -12,6 +12,7 @@ A flat layout is read for results from elsewhere (fields not listed are ignored)
 * top level: ``model`` (str); ``protocol`` (str, or an object with ``name`` and optionally ``headline``, ``reduced``,
   ``aggregation`` and ``reference``); a list of per-attack objects under ``results`` or ``attacks``; optionally
   ``dataset`` or ``data``, ``split``, ``num_samples``, ``n_samples`` or ``samples``, ``seed``, ``checkpoint``,
+  ``weights_digest`` (`timm_advnorm.hub.digest.state_dict_digest` of the evaluated weights),
   ``data_config``, ``amp``, ``sanity_passed``, ``clean_accuracy``, ``clean_acc`` or ``clean_top1``, and
   ``accuracy_unit`` (``percent`` or ``fraction``; without it, accuracies that are all at most 1 are read as
   fractions);
@@ -112,6 +113,8 @@ class EvalResults:
         num_samples: Images evaluated.
         seed: Seed of the image subset, targets and random starts.
         checkpoint: The evaluated weights, as given to ``validate_adv.py`` (a path on the evaluating machine).
+        weights_digest: Digest of the evaluated weights (`timm_advnorm.hub.digest`), when the results record it.
+        branch_weights_digests: Digest of each mixture-BN branch as a plain-BN model, when recorded.
         headlines: The protocol's headline robust accuracy per variant.
         headline: The protocol's headline rule or attack label (``pgd-t-2000``, ``worst-case``, ``last``, ``mean``).
         reduced: Whether the protocol's budgets were shrunk for a smoke test (``validate_adv.py --reduced``).
@@ -132,6 +135,8 @@ class EvalResults:
     num_samples: Optional[int] = None
     seed: Optional[int] = None
     checkpoint: Optional[str] = None
+    weights_digest: Optional[str] = None
+    branch_weights_digests: Dict[str, str] = field(default_factory=dict)
     headlines: Dict[Optional[str], float] = field(default_factory=dict)
     headline: Optional[str] = None
     reduced: bool = False
@@ -156,6 +161,13 @@ class EvalResults:
         """The attack (or per-sample worst case) leaving the lowest accuracy on `variant`."""
         attacks = [e for e in self.entries if not e.is_clean and e.variant == variant]
         return min(attacks, key=lambda e: e.accuracy) if attacks else None
+
+    def describes(self, digest: str) -> Optional[bool]:
+        """Whether these results evaluated the weights of `digest` (`timm_advnorm.hub.digest.state_dict_digest`):
+        the whole model, or one mixture-BN branch as a plain-BN model; None when they record no digest."""
+        if self.weights_digest is None:
+            return None
+        return digest in (self.weights_digest, *self.branch_weights_digests.values())
 
     def robust_accuracy(self, variant: Optional[str] = None) -> Optional[float]:
         """The protocol's headline robust accuracy of `variant` when recorded, else the strongest attack's."""
@@ -200,6 +212,7 @@ def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalR
     return EvalResults(
         model=results.model, protocol=protocol.name, entries=tuple(entries), dataset=results.dataset,
         split=results.split, num_samples=results.num_samples, seed=results.seed, checkpoint=results.checkpoint,
+        weights_digest=results.weights_digest, branch_weights_digests=dict(results.branch_weights_digests or {}),
         headlines=headlines, headline=protocol.headline, reduced=protocol.reduced, aggregation=protocol.aggregation,
         reference=protocol.reference, data_config=dict(results.data_config),
         precision=_precision(results.amp, precision_recorded), sanity_passed=results.sanity_passed,
@@ -297,6 +310,7 @@ def _parse_flat(data: Mapping[str, Any]) -> EvalResults:
         num_samples=_optional(_first(data, _SAMPLES_KEYS), int),
         seed=_optional(data.get('seed'), int),
         checkpoint=_optional(data.get('checkpoint'), str),
+        weights_digest=_optional(data.get('weights_digest'), str),
         headline=_optional(about.get('headline'), str),
         reduced=about.get('reduced') is True,
         aggregation=_optional(about.get('aggregation'), str),

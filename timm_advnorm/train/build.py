@@ -24,8 +24,9 @@ from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import Attack, InputSpace, create_attack
 from ..cli import AMP_DTYPES, check_pretrained_option
 from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
-from ..data.preprocessing import record_preprocessing
+from ..data.preprocessing import check_input_channels, record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
+from ..hub.checkpoint import check_finite_weights
 from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
 from ..task import AdversarialClassificationTask, get_task_class
 from ..write_guard import check_write_target
@@ -244,6 +245,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         reset_classifier=args.reset_classifier, num_classes=num_classes, **create_model_kwargs(args))
     init_classifier_head(model, args.head_init_scale, args.head_init_bias)
     data_config = resolve_data_config(data_config_args(args), model=model, verbose=args.rank == 0)
+    check_input_channels(model, data_config)
     record_preprocessing(model, data_config)
     if has_mixture_bn(model):  # the methods' single-route passes run on the default route: the clean branch
         set_inference_branch(model, 'clean')
@@ -279,11 +281,13 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         check_resume_args(args, vars(load_checkpoint_metadata(args.resume).get('args') or argparse.Namespace()))
         resumed = resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
                                          loss_scaler=loss_scaler, log_info=args.rank == 0)
+        check_finite_weights(task.get_eval_model().state_dict(), args.resume)  # timm loaded them, unchecked
         start_epoch = resumed or 0
     if args.model_ema:  # after resuming: the EMA starts from the checkpoint's EMA, else from the resumed weights
         task.setup_ema(decay=args.model_ema_decay, use_warmup=args.model_ema_warmup, device=device)
         if args.resume:
             load_task_ema_checkpoint(task, args.resume)
+            check_finite_weights(task.get_eval_model(ema=True).state_dict(), f'{args.resume} (EMA weights)')
 
     schedule = epoch_schedule(args, task.passes_per_image)
 

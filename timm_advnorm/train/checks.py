@@ -5,14 +5,15 @@ import os
 from typing import Optional
 
 import torch
-from timm.utils.distributed import is_distributed_env
+from timm.data import create_transform
 
-from ..cli import one_line
+from ..cli import check_device, check_normalization_lengths, one_line
 from ..hub import MODEL_CONFIG_ARG
 from ..hub.checkpoint import check_checkpoint_file
 from ..task import get_task_class
 
-__all__ = ['check_args', 'RESUME_FIXED_ARGS', 'check_resume_args', 'resolve_device', 'check_steps']
+__all__ = ['check_args', 'check_auto_augment', 'RESUME_FIXED_ARGS', 'check_resume_args', 'resolve_device',
+           'check_steps']
 
 _logger = logging.getLogger('train_adv')
 
@@ -26,10 +27,26 @@ def check_args(args) -> None:
         if low > high:
             raise ValueError(f'--{name.replace("_", "-")} is a range: its lower bound {low} is above its upper {high}.')
     get_task_class(args.method).check_args(args)
+    check_normalization_lengths(args.mean, args.std, args.input_size)
+    if args.aa:
+        check_auto_augment(args.aa)
     if args.resume and not os.path.isfile(args.resume):
         raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
     if args.resume:  # timm's loader would blame the serialisation format for a damaged file
         check_checkpoint_file(args.resume)
+
+
+def check_auto_augment(policy: str) -> None:
+    """``--aa`` names a policy timm knows, found now rather than as timm's AssertionError when the loader is built.
+
+    Raises:
+        ValueError: timm refuses the policy.
+    """
+    try:
+        create_transform(32, is_training=True, auto_augment=policy)
+    except (AssertionError, ValueError, KeyError, IndexError) as e:
+        raise ValueError(f'--aa {policy}: {one_line(e)} (timm\'s policies: rand-m9-mstd0.5 and other rand-..., '
+                         f'augmix-..., original, originalr, v0, v0r, 3a)') from e
 
 
 # Arguments a resumed run must share with its checkpoint: another value trains something else under the same run
@@ -52,21 +69,12 @@ def check_resume_args(args, checkpoint_args: dict) -> None:
 
 
 def resolve_device(name: Optional[str]) -> str:
-    """The device to train on (default: cuda when available, else cpu), checked before anything is built: timm
-    asserts on a CUDA device it cannot use, and torch fails on a missing one only when the model moves there."""
+    """The device to train on (default: cuda when available, else cpu), checked before anything is built
+    (`check_device`): timm asserts on a CUDA device it cannot use, and torch fails on a missing one only when the
+    model moves there."""
     if name is None:
         return 'cuda' if torch.cuda.is_available() else 'cpu'
-    try:
-        device = torch.device(name)
-    except RuntimeError as e:
-        raise ValueError(f'--device {name}: not a device ({one_line(e)})') from e
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f'--device {name}: no CUDA device is available here (torch.cuda.is_available() is False); '
-                         f'use --device cpu')
-    # under torchrun timm replaces the index by the process's local rank
-    if device.type == 'cuda' and device.index is not None and not is_distributed_env() \
-            and device.index >= torch.cuda.device_count():
-        raise ValueError(f'--device {name}: there are {torch.cuda.device_count()} CUDA device(s), numbered from 0')
+    check_device(name)
     return name
 
 
