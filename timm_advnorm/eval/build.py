@@ -21,10 +21,11 @@ from ..attacks import InputSpace
 from ..cli import check_pretrained_option, one_line, show_progress
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import explicit_preprocessing
+from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from .args import AMP_DTYPES, LOGGER, ood_folder
 from .bn_stats import collect_bn_stats
-from .data import readable_subset, seeded_subset
+from .data import seeded_subset
 from .distributed import DistributedInfo, primary_first
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
 from .plan import EvalPlan, build_plan, ood_stage
@@ -41,8 +42,6 @@ _logger = logging.getLogger(LOGGER)
 
 #: ``--reduced`` (smoke tests) takes this root of every iteration and query budget; marked in the results.
 REDUCED_ROOT = 3
-#: Unreadable files named in an error or warning line (all of them go into the results).
-_LISTED_FILES = 3
 
 
 def create_eval_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, str]:
@@ -141,7 +140,7 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
 
 def select_subset(args: argparse.Namespace, dataset: Dataset, subset: Optional[str]
                   ) -> Tuple[List[int], List[Dict[str, str]]]:
-    """The seeded subset to evaluate (or the named `subset`'s images), its images decoded first (`readable_subset`):
+    """The seeded subset to evaluate (or the named `subset`'s images), its images decoded first (`checked_indices`):
     unreadable files are an error naming them, or with ``--skip-bad-images`` skipped for the next readable images of
     the seeded order.
 
@@ -155,19 +154,7 @@ def select_subset(args: argparse.Namespace, dataset: Dataset, subset: Optional[s
     """
     order = (named_subset_order(dataset, subset, args.num_samples) if subset
              else seeded_subset(len(dataset), 0, args.seed))
-    indices, unreadable = readable_subset(dataset, order, args.num_samples, args.skip_bad_images, args.workers)
-    named = [f'{name} ({error})' for name, error in unreadable.values()]
-    listed = ', '.join(named[:_LISTED_FILES]) + (f' and {len(named) - _LISTED_FILES} more'
-                                                  if len(named) > _LISTED_FILES else '')
-    where = getattr(getattr(dataset, 'reader', None), 'root', None) or 'the dataset'
-    if unreadable and not args.skip_bad_images:
-        raise ValueError(f'{len(unreadable)} of the {len(indices)} images to evaluate in {where} cannot be read: '
-                         f'{listed}; repair or remove them, or pass --skip-bad-images to evaluate without them')
-    if not indices:
-        raise ValueError(f'none of the images in {where} can be read: {listed}')
-    if unreadable:
-        _logger.warning('Skipped %d unreadable images in %s: %s.', len(unreadable), where, listed)
-    return indices, [dict(file=name, error=error) for name, error in unreadable.values()]
+    return checked_indices(dataset, order, args.num_samples, args.skip_bad_images, args.workers, 'evaluate')
 
 
 @dataclass(frozen=True)
