@@ -3,19 +3,21 @@
 timm's `ImageDataset` quietly loads the next image in place of one it cannot read (a corrupt, truncated or non-image
 file), with a warning that names an index, not the file: a run with bad files trains or is evaluated on duplicates
 while claiming its size. `checked_indices` decodes the images up front and names those that fail: they are an error,
-or with ``--skip-bad-images`` they are left out with a warning naming them (the evaluation takes the next readable
-images of its seeded order instead).
+or with ``--skip-bad-images`` they are left out with a warning naming them (`keep_readable` takes them out of a
+whole dataset, the evaluation takes the next readable images of its seeded order instead). Afterwards a dataset
+never substitutes an image: a file that turns unreadable later is an error there and then.
 """
 import logging
 from typing import Dict, List, Sequence, Tuple
 
 from PIL import Image, UnidentifiedImageError
 from timm.data import ImageDataset
+from timm.data.readers.reader import Reader
 from torch.utils.data import DataLoader, Dataset
 
 from ..cli import one_line
 
-__all__ = ['find_unreadable', 'readable_subset', 'checked_indices']
+__all__ = ['find_unreadable', 'readable_subset', 'checked_indices', 'keep_readable', 'ReaderSubset']
 
 _logger = logging.getLogger(__name__)
 
@@ -133,3 +135,41 @@ def checked_indices(dataset: Dataset, order: Sequence[int], num_samples: int, sk
     if unreadable:
         _logger.warning('Skipped %d unreadable images in %s: %s.', len(unreadable), where, listed)
     return indices, [dict(file=name, error=error) for name, error in unreadable.values()]
+
+
+class ReaderSubset(Reader):
+    """The samples `indices` of another timm reader, numbered from 0: a dataset without its unreadable files."""
+
+    def __init__(self, reader: Reader, indices: Sequence[int]):
+        super().__init__()
+        self.reader = reader
+        self.indices = list(indices)
+        self.root = getattr(reader, 'root', None)
+
+    def __getitem__(self, index: int):
+        return self.reader[self.indices[index]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def _filename(self, index: int, basename: bool = False, absolute: bool = False):
+        return self.reader.filename(self.indices[index], basename=basename, absolute=absolute)
+
+
+def keep_readable(dataset: Dataset, skip_unreadable: bool, workers: int, purpose: str) -> List[Dict[str, str]]:
+    """Decode every image of `dataset` (`checked_indices`); with `skip_unreadable`, take the unreadable ones out of it.
+
+    From then on the dataset never loads another image in place of one it cannot read.
+
+    Returns:
+        The skipped files as ``{file, error}`` entries.
+    """
+    if not isinstance(dataset, ImageDataset):  # other datasets raise on a bad file themselves
+        return []
+    dataset._max_retries = 1  # timm's ImageDataset would try the next 9 images in place of an unreadable one
+    _logger.info('Decoding the %d images to %s in %s, to find unreadable files.', len(dataset), purpose,
+                 getattr(dataset.reader, 'root', None) or 'the dataset')
+    indices, skipped = checked_indices(dataset, range(len(dataset)), 0, skip_unreadable, workers, purpose)
+    if skipped:
+        dataset.reader = ReaderSubset(dataset.reader, indices)
+    return skipped

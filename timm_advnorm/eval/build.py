@@ -20,6 +20,7 @@ from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
 from ..cli import check_pretrained_option, one_line, show_progress
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
+from ..data.folders import check_num_classes, scan_image_folder
 from ..data.preprocessing import explicit_preprocessing
 from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
@@ -115,7 +116,8 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
 
     Raises:
         FileNotFoundError: The dataset root does not exist.
-        ValueError: The split folder is missing, or timm cannot load the dataset (its assertion or error, on one line).
+        ValueError: The split folder is missing, holds a symbolic-link loop or an image reached twice
+            (`scan_image_folder`), or timm cannot load the dataset (its assertion or error, on one line).
     """
     with primary_first(dist_info):  # the built-in digits are rendered on first use: once, by rank 0
         dataset_name, root = resolve_dataset(args.dataset, args.data_dir or args.data,
@@ -125,6 +127,7 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
     search_split = True
     if root is not None and is_folder_dataset(dataset_name) and Path(root).is_dir():
         root, search_split = str(split_folder(Path(root), args.val_split)), False
+        scan_image_folder(Path(root))  # refuses link loops and images reached twice, which timm would read twice
     try:
         dataset = create_dataset(dataset_name, root=root, split=args.val_split, search_split=search_split,
                                  class_map=args.class_map, is_training=False, batch_size=args.batch_size)
@@ -193,21 +196,38 @@ def _ood_run(args: argparse.Namespace, dataset: OODDataset, stages: Sequence[Sta
                    folder)
 
 
+def _check_model_classes(args: argparse.Namespace, num_classes: int, dataset: Dataset) -> None:
+    """The model's classes must be the evaluation data's (`check_num_classes`), where the dataset's reader says what
+    its classes are: a checkpoint with fewer classes would fail on the first label it lacks, and one with more be
+    scored against labels numbered by folder, not by the model's classes, unless ``--class-map`` says how."""
+    reader = getattr(dataset, 'reader', dataset)  # torchvision's ImageFolder holds its class map itself
+    class_to_idx = getattr(reader, 'class_to_idx', None)
+    if class_to_idx:
+        source = (f'the checkpoint {args.checkpoint}' if args.checkpoint else '--num-classes' if args.num_classes
+                  else f'the default of {args.model}')
+        check_num_classes(num_classes, class_to_idx, bool(args.class_map), source)
+
+
 def create_runs(args: argparse.Namespace, protocol: Protocol, plan: EvalPlan, data_config: Dict[str, Any],
-                dist_info: DistributedInfo) -> List[DataRun]:
+                dist_info: DistributedInfo, num_classes: int) -> List[DataRun]:
     """The data sets of an evaluation, each subset drawn and decoded before anything is evaluated: first the plan's
     stages on the evaluation data (or on the out-of-distribution set the protocol runs on), then a clean pass over
     each further out-of-distribution set of the protocol (`Protocol.ood`).
 
+    Args:
+        num_classes: The model's classes, which the evaluation data must have (`_check_model_classes`).
+
     Raises:
         FileNotFoundError: A data folder is missing.
-        ValueError: A folder that is not its data set, or images that cannot be read (see `select_subset`).
+        ValueError: A folder that is not its data set, data with other classes than the model's, or images that
+            cannot be read (see `select_subset`).
     """
     transform = create_transform(**data_config, is_training=False)
     if protocol.dataset:
         main = _ood_run(args, get_ood_dataset(protocol.dataset), plan.stages, transform)
     else:
         dataset = create_eval_dataset(args, data_config, dist_info)
+        _check_model_classes(args, num_classes, dataset)
         main = DataRun(None, dataset, *select_subset(args, dataset, args.subset), plan.stages)
     return [main] + [_ood_run(args, get_ood_dataset(name), (ood_stage(name),), transform) for name in protocol.ood]
 
@@ -288,7 +308,7 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     _check_bn_layer(args, bn_stats)
     _check_imagenet_model(protocol, model)
 
-    runs = create_runs(args, protocol, plan, data_config, dist_info)
+    runs = create_runs(args, protocol, plan, data_config, dist_info, model.num_classes)
     model.to(dist_info.device)
     if args.channels_last:
         model.to(memory_format=torch.channels_last)
