@@ -156,20 +156,16 @@ class ReaderSubset(Reader):
         return self.reader.filename(self.indices[index], basename=basename, absolute=absolute)
 
 
-def keep_readable(dataset: Dataset, skip_unreadable: bool, workers: int, purpose: str) -> List[Dict[str, str]]:
+def keep_readable(dataset: Dataset, skip_unreadable: bool, workers: int, purpose: str) -> None:
     """Decode every image of `dataset` (`checked_indices`); with `skip_unreadable`, take the unreadable ones out of it.
 
     From then on the dataset never loads another image in place of one it cannot read.
-
-    Returns:
-        The skipped files as ``{file, error}`` entries.
     """
     if not isinstance(dataset, ImageDataset):  # other datasets raise on a bad file themselves
-        return []
+        return
     dataset._max_retries = 1  # timm's ImageDataset would try the next 9 images in place of an unreadable one
     _logger.info('Decoding the %d images to %s in %s, to find unreadable files.', len(dataset), purpose,
                  getattr(dataset.reader, 'root', None) or 'the dataset')
     indices, skipped = checked_indices(dataset, range(len(dataset)), 0, skip_unreadable, workers, purpose)
     if skipped:
         dataset.reader = ReaderSubset(dataset.reader, indices)
-    return skipped
