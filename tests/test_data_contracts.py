@@ -276,3 +276,16 @@ def test_evaluation_refuses_a_link_loop_and_a_folder_linked_twice(tmp_path, caps
     assert f'{data / "validation" / "c"} and {data / "validation" / "d"} are the same folder' in _error(
         run_validate, 'validate_adv.py', argv, capsys)
     assert not (tmp_path / 'out').exists()
+
+
+def test_the_decode_check_draws_no_random_number_of_the_run(tmp_path):
+    """A run whose images all decode trains as it did before the check: the same shuffles, starts and draws."""
+    import torch
+    from timm.data import ImageDataset
+
+    from timm_advnorm.data.readable import keep_readable
+
+    dataset = ImageDataset(str(_image_folder(tmp_path, {'train': 'ab'}) / 'train'))
+    state = torch.get_rng_state()
+    keep_readable(dataset, False, 0, 'train on')
+    assert torch.equal(torch.get_rng_state(), state)

@@ -10,6 +10,7 @@ never substitutes an image: a file that turns unreadable later is an error there
 import logging
 from typing import Dict, List, Sequence, Tuple
 
+import torch
 from PIL import Image, UnidentifiedImageError
 from timm.data import ImageDataset
 from timm.data.readers.reader import Reader
@@ -166,6 +167,7 @@ def keep_readable(dataset: Dataset, skip_unreadable: bool, workers: int, purpose
     dataset._max_retries = 1  # timm's ImageDataset would try the next 9 images in place of an unreadable one
     _logger.info('Decoding the %d images to %s in %s, to find unreadable files.', len(dataset), purpose,
                  getattr(dataset.reader, 'root', None) or 'the dataset')
-    indices, skipped = checked_indices(dataset, range(len(dataset)), 0, skip_unreadable, workers, purpose)
+    with torch.random.fork_rng(devices=[]):  # its loader draws a seed: the run's random numbers stay as without it
+        indices, skipped = checked_indices(dataset, range(len(dataset)), 0, skip_unreadable, workers, purpose)
     if skipped:
         dataset.reader = ReaderSubset(dataset.reader, indices)
