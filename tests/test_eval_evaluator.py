@@ -158,7 +158,7 @@ def test_readable_subset_finds_unreadable_images_and_replaces_them_in_seeded_ord
     from PIL import Image
     from timm.data import ImageDataset
 
-    from timm_advnorm.eval.data import find_unreadable, readable_subset
+    from timm_advnorm.data.readable import find_unreadable, readable_subset
 
     for i in range(20):
         path = tmp_path / str(i % 2) / f'{i:02d}.png'

@@ -190,9 +190,11 @@ def test_imagenet_r_results_name_the_set_and_score_its_200_classes(folders, tmp_
 
 
 def test_nofrost_star_reports_every_set_and_attack_in_one_file_and_resumes(folders, digits_dir, tmp_path):
+    (tmp_path / 'digits.txt').write_text(''.join(f'{digit}\n' for digit in range(10)))  # ImageNet's first 10 classes
     argv = _argv(tmp_path, '--dataset', 'digits', '--data-dir', digits_dir, '--num-classes', 1000, '--protocol',
                  'nofrost-star', '--reduced', '--gammas', '1', '--imagenet-r-dir', folders['imagenet-r'],
-                 '--imagenet-sketch-dir', folders['imagenet-sketch'], '--resume-state', tmp_path / 'state.jsonl')
+                 '--imagenet-sketch-dir', folders['imagenet-sketch'], '--resume-state', tmp_path / 'state.jsonl',
+                 '--class-map', tmp_path / 'digits.txt')
     assert validate_adv.run('validate_adv.py', argv) == 0
     results = json.loads((tmp_path / 'results.json').read_text())
     (variant,) = results['variants']

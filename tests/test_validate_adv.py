@@ -349,8 +349,9 @@ def test_unreadable_images_are_refused_by_name_or_skipped_and_listed(digits_dir,
     """timm would evaluate the next image in place of a bad one and still report 8 samples."""
     folder = _image_folder(digits_dir, tmp_path / 'images', {'0/text.png': b'not an image',
                                                              '1/cut.png': _truncated_png(digits_dir)})
-    argv = _argv(digits_dir, tmp_path / 'out', '--model', 'test_mbn_resnet', '--dataset', '', '--data-dir', folder,
-                 '--num-samples', '0', '--attacks', 'fgsm', '--gammas', '1', '--sanity-samples', '0')
+    argv = _argv(digits_dir, tmp_path / 'out', '--model', 'test_mbn_resnet', '--num-classes', '2', '--dataset', '',
+                 '--data-dir', folder, '--num-samples', '0', '--attacks', 'fgsm', '--gammas', '1', '--sanity-samples',
+                 '0')
     assert _run(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and '2 of the 8 images to evaluate' in err[0] and '--skip-bad-images' in err[0], err
@@ -367,7 +368,7 @@ def test_unreadable_images_are_refused_by_name_or_skipped_and_listed(digits_dir,
 def test_skipped_images_are_replaced_from_the_seeded_order(digits_dir, tmp_path):
     folder = _image_folder(digits_dir, tmp_path / 'images', {f'0/bad{i}.png': b'' for i in range(3)}, per_class=6)
     common = ['--model', 'test_mbn_resnet', '--dataset', '', '--data-dir', folder, '--num-samples', '10',
-              '--attacks', 'fgsm', '--gammas', '1', '--sanity-samples', '0', '--skip-bad-images']
+              '--attacks', 'fgsm', '--gammas', '1', '--sanity-samples', '0', '--skip-bad-images', '--num-classes', '2']
     assert _run(_argv(digits_dir, tmp_path / 'a', *common)) == 0
     results = _results(tmp_path / 'a')
     assert results['num_samples'] == 10 and results['variants'][0]['samples'] == 10  # the size asked for
@@ -520,9 +521,12 @@ def test_robustbench_subset_and_model_info_fields(tmp_path):
         path = tmp_path / 'imagenet' / 'val' / name
         path.parent.mkdir(parents=True)
         Image.new('RGB', (40, 40), (60 * i, 30, 200)).save(path, format='PNG')
+    # three of ImageNet's class folders: a class map says which of the model's classes they are
+    (tmp_path / 'wnids.txt').write_text(''.join(f'{Path(name).parent}\n' for name in subset_files('robustbench')[:3]))
     argv = ['--model', 'test_resnet', '--num-classes', '10', '--data-dir', tmp_path / 'imagenet', '--val-split', 'val',
             '--subset', 'robustbench', '--num-samples', 3, '--protocol', 'robustbench', '--reduced', '-j', 0,
-            '--sanity-samples', 0, '--no-progress', '--results-file', tmp_path / 'rb.json']
+            '--sanity-samples', 0, '--no-progress', '--results-file', tmp_path / 'rb.json',
+            '--class-map', tmp_path / 'wnids.txt']
     assert _run([str(a) for a in argv]) == 0
     results = json.loads((tmp_path / 'rb.json').read_text())
     assert results['subset'] == 'robustbench' and results['num_samples'] == 3

@@ -20,12 +20,14 @@ from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
 from ..cli import check_pretrained_option, one_line, show_progress
 from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
+from ..data.folders import check_num_classes, scan_image_folder
 from ..data.preprocessing import check_input_channels, explicit_preprocessing
+from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..hub.digest import branch_digests, state_dict_digest
 from .args import AMP_DTYPES, LOGGER, ood_folder
 from .bn_stats import collect_bn_stats
-from .data import readable_subset, seeded_subset
+from .data import seeded_subset
 from .distributed import DistributedInfo, primary_first
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
 from .plan import EvalPlan, build_plan, ood_stage
@@ -42,8 +44,6 @@ _logger = logging.getLogger(LOGGER)
 
 #: ``--reduced`` (smoke tests) takes this root of every iteration and query budget; marked in the results.
 REDUCED_ROOT = 3
-#: Unreadable files named in an error or warning line (all of them go into the results).
-_LISTED_FILES = 3
 
 
 def create_eval_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, str]:
@@ -117,7 +117,8 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
 
     Raises:
         FileNotFoundError: The dataset root does not exist.
-        ValueError: The split folder is missing, or timm cannot load the dataset (its assertion or error, on one line).
+        ValueError: The split folder is missing, holds a symbolic-link loop or an image reached twice
+            (`scan_image_folder`), or timm cannot load the dataset (its assertion or error, on one line).
     """
     with primary_first(dist_info):  # the built-in digits are rendered on first use: once, by rank 0
         dataset_name, root = resolve_dataset(args.dataset, args.data_dir or args.data,
@@ -127,6 +128,7 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
     search_split = True
     if root is not None and is_folder_dataset(dataset_name) and Path(root).is_dir():
         root, search_split = str(split_folder(Path(root), args.val_split)), False
+        scan_image_folder(Path(root))  # refuses link loops and images reached twice, which timm would read twice
     try:
         dataset = create_dataset(dataset_name, root=root, split=args.val_split, search_split=search_split,
                                  class_map=args.class_map, is_training=False, batch_size=args.batch_size)
@@ -142,7 +144,7 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
 
 def select_subset(args: argparse.Namespace, dataset: Dataset, subset: Optional[str]
                   ) -> Tuple[List[int], List[Dict[str, str]]]:
-    """The seeded subset to evaluate (or the named `subset`'s images), its images decoded first (`readable_subset`):
+    """The seeded subset to evaluate (or the named `subset`'s images), its images decoded first (`checked_indices`):
     unreadable files are an error naming them, or with ``--skip-bad-images`` skipped for the next readable images of
     the seeded order.
 
@@ -156,19 +158,7 @@ def select_subset(args: argparse.Namespace, dataset: Dataset, subset: Optional[s
     """
     order = (named_subset_order(dataset, subset, args.num_samples) if subset
              else seeded_subset(len(dataset), 0, args.seed))
-    indices, unreadable = readable_subset(dataset, order, args.num_samples, args.skip_bad_images, args.workers)
-    named = [f'{name} ({error})' for name, error in unreadable.values()]
-    listed = ', '.join(named[:_LISTED_FILES]) + (f' and {len(named) - _LISTED_FILES} more'
-                                                  if len(named) > _LISTED_FILES else '')
-    where = getattr(getattr(dataset, 'reader', None), 'root', None) or 'the dataset'
-    if unreadable and not args.skip_bad_images:
-        raise ValueError(f'{len(unreadable)} of the {len(indices)} images to evaluate in {where} cannot be read: '
-                         f'{listed}; repair or remove them, or pass --skip-bad-images to evaluate without them')
-    if not indices:
-        raise ValueError(f'none of the images in {where} can be read: {listed}')
-    if unreadable:
-        _logger.warning('Skipped %d unreadable images in %s: %s.', len(unreadable), where, listed)
-    return indices, [dict(file=name, error=error) for name, error in unreadable.values()]
+    return checked_indices(dataset, order, args.num_samples, args.skip_bad_images, args.workers, 'evaluate')
 
 
 @dataclass(frozen=True)
@@ -207,21 +197,38 @@ def _ood_run(args: argparse.Namespace, dataset: OODDataset, stages: Sequence[Sta
                    folder)
 
 
+def _check_model_classes(args: argparse.Namespace, num_classes: int, dataset: Dataset) -> None:
+    """The model's classes must be the evaluation data's (`check_num_classes`), where the dataset's reader says what
+    its classes are: a checkpoint with fewer classes would fail on the first label it lacks, and one with more be
+    scored against labels numbered by folder, not by the model's classes, unless ``--class-map`` says how."""
+    reader = getattr(dataset, 'reader', dataset)  # torchvision's ImageFolder holds its class map itself
+    class_to_idx = getattr(reader, 'class_to_idx', None)
+    if class_to_idx:
+        source = (f'the checkpoint {args.checkpoint}' if args.checkpoint else '--num-classes' if args.num_classes
+                  else f'the default of {args.model}')
+        check_num_classes(num_classes, class_to_idx, bool(args.class_map), source)
+
+
 def create_runs(args: argparse.Namespace, protocol: Protocol, plan: EvalPlan, data_config: Dict[str, Any],
-                dist_info: DistributedInfo) -> List[DataRun]:
+                dist_info: DistributedInfo, num_classes: int) -> List[DataRun]:
     """The data sets of an evaluation, each subset drawn and decoded before anything is evaluated: first the plan's
     stages on the evaluation data (or on the out-of-distribution set the protocol runs on), then a clean pass over
     each further out-of-distribution set of the protocol (`Protocol.ood`).
 
+    Args:
+        num_classes: The model's classes, which the evaluation data must have (`_check_model_classes`).
+
     Raises:
         FileNotFoundError: A data folder is missing.
-        ValueError: A folder that is not its data set, or images that cannot be read (see `select_subset`).
+        ValueError: A folder that is not its data set, data with other classes than the model's, or images that
+            cannot be read (see `select_subset`).
     """
     transform = create_transform(**data_config, is_training=False)
     if protocol.dataset:
         main = _ood_run(args, get_ood_dataset(protocol.dataset), plan.stages, transform)
     else:
         dataset = create_eval_dataset(args, data_config, dist_info)
+        _check_model_classes(args, num_classes, dataset)
         main = DataRun(None, dataset, *select_subset(args, dataset, args.subset), plan.stages)
     return [main] + [_ood_run(args, get_ood_dataset(name), (ood_stage(name),), transform) for name in protocol.ood]
 
@@ -308,7 +315,7 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     _check_bn_layer(args, bn_stats)
     _check_imagenet_model(protocol, model)
 
-    runs = create_runs(args, protocol, plan, data_config, dist_info)
+    runs = create_runs(args, protocol, plan, data_config, dist_info, model.num_classes)
     model.to(dist_info.device)
     if args.channels_last:
         model.to(memory_format=torch.channels_last)

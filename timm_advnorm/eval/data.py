@@ -5,28 +5,13 @@ per position, and a rank's shard is a contiguous run of whole batches, so a shar
 reproduces the single-process one batch for batch (the random draws of a batch are seeded by where it starts).
 Positions follow a seeded random order, so the prefixes some stages run on (sanity probes, metrics, the AMP check)
 are uniform samples too, not the first classes of a dataset listed class by class.
-
-timm's `ImageDataset` quietly loads the next image in place of one it cannot read (a corrupt, truncated or non-image
-file), so a subset with bad files would be evaluated on duplicates while claiming its size. `readable_subset` decodes
-the subset's images up front and names those that fail: the caller refuses them, or skips them and evaluates the
-next readable images of the seeded order instead.
 """
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
-from PIL import Image, UnidentifiedImageError
-from timm.data import ImageDataset
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-from ..cli import one_line
-
-__all__ = ['seeded_subset', 'shard_range', 'IndexedSubset', 'target_offsets', 'find_unreadable', 'readable_subset']
-
-#: What decoding a damaged file raises: OSError (unidentified or truncated image, read errors), and from some PIL
-#: plugins SyntaxError or ValueError; a decompression bomb is refused like a damaged file.
-_DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
-#: Images decoded per batch of the up-front check.
-_CHECK_BATCH = 64
+__all__ = ['seeded_subset', 'shard_range', 'IndexedSubset', 'target_offsets']
 
 
 def seeded_subset(dataset_size: int, num_samples: int, seed: int) -> List[int]:
@@ -93,81 +78,3 @@ class IndexedSubset(Dataset):
         position = self.positions[item]
         image, label = self.dataset[self.indices[position]]
         return image, label, position
-
-
-class _DecodeCheck(Dataset):
-    """``(index, error)`` for dataset indices: decodes each image as `ImageDataset.__getitem__` loads it, ``error``
-    being the reason it failed (``''`` when it decoded), so a loader's workers can check images in parallel."""
-
-    def __init__(self, dataset: ImageDataset, indices: Sequence[int]):
-        self.dataset = dataset
-        self.indices = list(indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, item: int) -> Tuple[int, str]:
-        index = self.indices[item]
-        try:
-            source, *_ = self.dataset.reader[index]
-            try:
-                with Image.open(source) as image:
-                    image.load()  # decodes every pixel, as loading does (Image.open only reads the header)
-                    if self.dataset.input_img_mode:
-                        image.convert(self.dataset.input_img_mode)
-            finally:
-                source.close()  # the reader opened it; PIL leaves a file object it was given open
-        except UnidentifiedImageError:  # its message holds the file object's repr: the name is reported anyway
-            return index, 'cannot identify image file'
-        except _DECODE_ERRORS as e:
-            return index, one_line(e, limit=200)
-        return index, ''
-
-
-def _batch_as_list(batch: List[Tuple[int, str]]) -> List[Tuple[int, str]]:
-    return batch
-
-
-def find_unreadable(dataset: Dataset, indices: Sequence[int], workers: int = 0) -> Dict[int, Tuple[str, str]]:
-    """The images among `indices` that `dataset` cannot load: ``{index: (file name, reason)}``.
-
-    Only timm's `ImageDataset` (image folders, tar files, Hugging Face datasets) substitutes unreadable images, so
-    only its images are decoded (by `workers` loader processes); any other dataset raises on a bad file itself and
-    gets an empty answer. File names are relative to the dataset's root.
-    """
-    if not isinstance(dataset, ImageDataset) or not indices:
-        return {}
-    loader = DataLoader(_DecodeCheck(dataset, indices), batch_size=_CHECK_BATCH, num_workers=workers,
-                        collate_fn=_batch_as_list)
-    return {index: (str(dataset.filename(index)), error) for batch in loader for index, error in batch if error}
-
-
-def readable_subset(dataset: Dataset, order: Sequence[int], num_samples: int, skip_unreadable: bool,
-                    workers: int = 0) -> Tuple[List[int], Dict[int, Tuple[str, str]]]:
-    """The first `num_samples` images of `order` (the seeded order, `seeded_subset`, or a named subset's list) with
-    their unreadable images found (`find_unreadable`).
-
-    Args:
-        dataset: The dataset.
-        order: Dataset indices in the order they are taken.
-        num_samples: Size of the subset (0: all of `order`).
-        skip_unreadable: Replace unreadable images by the next readable ones of `order`, so that the subset keeps its
-            size while there are images left (a subset without bad files is the plain prefix of `order`).
-            Otherwise the subset is returned as drawn, for the caller to refuse its bad files.
-        workers: Loader processes decoding the images.
-
-    Returns:
-        The indices to evaluate, and the unreadable images found, ``{index: (file name, reason)}``.
-    """
-    order = list(order)
-    wanted = min(num_samples or len(order), len(order))
-    chosen, unreadable, checked = [], {}, 0
-    while len(chosen) < wanted and checked < len(order):
-        batch = order[checked:checked + wanted - len(chosen)]
-        checked += len(batch)
-        found = find_unreadable(dataset, batch, workers)
-        unreadable.update(found)
-        if not skip_unreadable:
-            return batch, unreadable
-        chosen += [index for index in batch if index not in found]
-    return chosen, unreadable

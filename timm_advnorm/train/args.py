@@ -89,7 +89,13 @@ def _data_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--dataset-download', action='store_true',
                        help='Allow timm to download torch/ and tfds/ datasets that support it.')
     group.add_argument('--class-map', default='', type=str, metavar='FILENAME',
-                       help='Class-to-index mapping file (default: the folder names, sorted).')
+                       help='Class-to-index mapping file of both splits (default: the training split\'s folder names, '
+                            'sorted; the validation split must have the same class folders).')
+    group.add_argument('--skip-bad-images', action='store_true',
+                       help='Every image of both splits is decoded before the first step; a file that fails (corrupt, '
+                            'truncated, not an image) is an error naming it, as timm\'s loader would silently load the '
+                            'next image in its place. With this flag such files are left out, with a warning naming '
+                            'them.')
     group.add_argument('--input-key', default=None, type=str, metavar='NAME',
                        help='Image field of hfds/ and wds/ datasets.')
     group.add_argument('--target-key', default=None, type=str, metavar='NAME',

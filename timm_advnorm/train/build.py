@@ -6,6 +6,7 @@ epoch schedule, data and loaders, learning-rate scheduler and compilation.
 `prepare_training` has counted its budget, wrapped it for distributed training and made its validation attack.
 """
 import argparse
+import copy
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Optional, Tuple
 
 import torch
 import yaml
-from timm.data import Mixup, create_dataset, create_loader, create_transform, resolve_data_config
+from timm.data import Mixup, create_loader, create_transform, resolve_data_config
 from timm.scheduler.scheduler import Scheduler
 from timm.task import load_task_ema_checkpoint, resume_task_checkpoint
 from timm.utils import init_distributed_device, random_seed
@@ -33,7 +34,8 @@ from ..write_guard import check_write_target
 from .accumulation import GradientAccumulation
 from .budget import RunBudget, count_budget, plan_budget
 from .checks import check_args, check_resume_args, check_steps, resolve_device
-from .data_options import create_mixup, data_config_args, dataset_kwargs, train_loader_kwargs
+from .data_options import create_mixup, data_config_args, train_loader_kwargs
+from .datasets import create_split_datasets, folder_class_map
 from .loop import LossScaler, eval_metric_for, metric_names
 from .model_options import architecture_kwargs, create_model_kwargs, init_classifier_head, set_batchnorm_options
 from .optimization import create_run_optimizer, create_run_scheduler, epoch_schedule, run_learning_rate
@@ -137,12 +139,6 @@ def _data_roots(dataset_name: str, root, args) -> Tuple[Optional[str], Optional[
     return str(split_folder(Path(root), args.train_split)), str(split_folder(Path(root), args.val_split)), False
 
 
-def _dataset_classes(dataset) -> Optional[int]:
-    """The number of classes an image-folder dataset found (None where timm's reader does not say)."""
-    class_to_idx = getattr(getattr(dataset, 'reader', None), 'class_to_idx', None)
-    return len(class_to_idx) if class_to_idx else None
-
-
 def _record_attack(args, args_text: str, task: AdversarialClassificationTask) -> str:
     """The arguments (and their saved text) with the iterations and step rule the training attack runs with where it
     fixes them itself (``--attack fgsm``: one fixed step, whatever ``--attack-steps`` says), so that the run's
@@ -237,6 +233,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         raise ValueError('--num-classes is required for datasets other than digits.')
     if args.dataset == 'digits' and args.img_size is None:
         args.img_size = 32
+    class_map = folder_class_map(args, train_root, val_root, search, num_classes)
 
     if args.pretrained and not args.initial_checkpoint:
         check_pretrained_option(args.model, num_classes, args.reset_classifier, '--initial-checkpoint')
@@ -296,14 +293,8 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     if mixup_fn is not None and mixed_rows % 2:
         raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '
                          f'(change --batch-size).')
-    data_options = dataset_kwargs(args)
-    train_set = create_dataset(dataset_name, root=train_root, split=args.train_split, search_split=search,
-                               is_training=True, batch_size=batch_size, seed=args.seed, **data_options)
-    val_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
-                             batch_size=batch_size, **data_options)
-    found = _dataset_classes(train_set)
-    if found is not None and found > num_classes:
-        raise ValueError(f'The training data has {found} classes but the model {num_classes} (--num-classes).')
+    train_set, val_set = create_split_datasets(args, dataset_name, (train_root, val_root), search, batch_size,
+                                               class_map, num_classes)
     common = dict(input_size=data_config['input_size'], mean=data_config['mean'], std=data_config['std'],
                   num_workers=args.workers, distributed=args.distributed, crop_pct=data_config['crop_pct'],
                   device=device, use_prefetcher=False, persistent_workers=False, pin_memory=args.pin_mem)
@@ -318,8 +309,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
                                **common)
     loader_robust = loader_val
     if args.num_samples is not None:
-        robust_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search,
-                                    **data_options)
+        robust_set = copy.copy(val_set)  # the same images, with the evaluation's transform
         robust_set.transform = create_transform(**{k: data_config[k] for k in (
             'input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')})
         shard = fixed_subset(robust_set, args.num_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
