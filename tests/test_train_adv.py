@@ -61,15 +61,16 @@ def _ema_distance(a: dict, b: dict) -> float:
 
 
 def test_resume_stays_in_its_run_and_restores_history_ema_and_task_state(tmp_path, digits_dir):
-    """Resuming an earlier epoch of the second of two runs: it continues in that run's folder (the first run and the
-    second's args.yaml untouched), drops the summary rows it redoes, and starts from the checkpoint's EMA."""
+    """Resuming an earlier epoch of the second of two runs (``--resume-from-earlier``): it continues in that run's
+    folder (the first run and the second's args.yaml untouched), drops the summary rows it redoes, and starts from the
+    checkpoint's EMA."""
     args = ('--method', 'fast_advprop', '--model-ema', '--epochs', '2')
     first = _train(tmp_path, digits_dir, *args)
     _train(tmp_path, digits_dir, *args)
     second = first.parent / f'{first.name}-1'  # a second run never writes into the first's folder
     before = {path: path.read_bytes() for path in first.iterdir()}
     args_yaml = (second / 'args.yaml').read_text()
-    _train(tmp_path, digits_dir, *args, '--resume', str(second / 'checkpoint-0.pth.tar'))
+    _train(tmp_path, digits_dir, *args, '--resume', str(second / 'checkpoint-0.pth.tar'), '--resume-from-earlier')
     assert {path: path.read_bytes() for path in first.iterdir()} == before
     assert (second / 'args.yaml').read_text() == args_yaml and (second / 'args-resumed-epoch1.yaml').exists()
     assert [row['epoch'] for row in _summary(second)] == ['0', '1']

@@ -83,8 +83,9 @@ def test_float16_trains_with_a_loss_scaler_saved_and_resumed_and_logs_to_wandb_o
     assert len(records) == 1 and b'train_loss' in records[0].read_bytes()
     assert b'budget/passes_per_image' in records[0].read_bytes()
 
-    # resumed after the first epoch (its ranked checkpoint): the second epoch again
-    assert main(['--resume', str(run_dir / 'checkpoint-0.pth.tar'), '--data-dir', str(digits_dir), *FAST, *fp16]) == 0
+    # resumed after the first epoch (its ranked checkpoint, earlier than the run's last): the second epoch again
+    assert main(['--resume', str(run_dir / 'checkpoint-0.pth.tar'), '--resume-from-earlier', '--data-dir',
+                 str(digits_dir), *FAST, *fp16]) == 0
     assert [row['epoch'] for row in logged] == [0, 1, 1]
     assert yaml.safe_load((run_dir / 'budget.yaml').read_text())['measured_epochs'] == 2
 

@@ -20,6 +20,7 @@ import yaml
 from timm.utils.distributed import is_distributed_env
 
 from .arg_types import finite_float, positive_float, positive_int
+from .signals import Interrupted, signals_as_interrupts
 
 __all__ = ['AMP_DTYPES', 'USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'add_preprocessing_args',
            'check_device', 'check_normalization_lengths', 'check_pretrained_option', 'one_line', 'parse_with_config',
@@ -362,11 +363,18 @@ def check_pretrained_option(model_name: str, num_classes: Optional[int], reset_c
 def run_cli(main: Callable[[Optional[List[str]]], Optional[int]], prog: str, argv: Optional[List[str]] = None) -> int:
     """Run ``main(argv)``; report a user error as ``<prog>: error: <message>`` on stderr and return exit status 2.
 
-    Usage errors found by the parser already exit with status 2 through `ArgumentParser.error`.
+    Usage errors found by the parser already exit with status 2 through `ArgumentParser.error`. SIGINT and SIGTERM
+    stop the command with ``<prog>: interrupted (SIGINT) <where it stood and how to go on>`` on stderr and exit
+    status 128 + the signal's number (`timm_advnorm.signals`).
     """
-    try:
-        return main(argv) or 0
-    except USER_ERRORS as e:
-        _logger.debug('%s failed', prog, exc_info=True)
-        print(f'{prog}: error: {one_line(e)}', file=sys.stderr)
-        return 2
+    with signals_as_interrupts():
+        try:
+            return main(argv) or 0
+        except USER_ERRORS as e:
+            _logger.debug('%s failed', prog, exc_info=True)
+            print(f'{prog}: error: {one_line(e)}', file=sys.stderr)
+            return 2
+        except Interrupted as e:
+            _logger.debug('%s interrupted', prog, exc_info=True)
+            print(f'{prog}: {one_line(e)}', file=sys.stderr)
+            return e.exit_status

@@ -14,6 +14,8 @@ The run reads as four steps over modules of their own: parse (`args`), build (`b
 runs, state file), run (`runner`, then the records of every rank gathered) and report (`assemble` builds the typed
 `schema.EvalResults`; `report` writes and logs it).
 
+SIGINT and SIGTERM stop it with one line that says what the ``--resume-state`` file keeps and how to resume.
+
 Bad input (arguments, model, protocol, variants, data, outputs) is found before anything is written: the output
 folders are only created when the results are. Results never replace existing files without ``--overwrite``, not even
 those of a run that finished meanwhile: its files are then kept under other names, and the run says where and exits
@@ -33,6 +35,7 @@ from typing import Optional, Sequence
 from timm.utils import setup_default_logging
 
 from ..cli import run_cli
+from ..signals import Interrupted
 from .args import PROG, get_args_parser, parse_args
 from .assemble import assemble_results
 from .build import build_evaluation
@@ -41,8 +44,18 @@ from .records import ResultTable
 from .report import check_outputs, log_results, write_outputs
 from .runner import evaluate_runs
 from .schema import EvalResults
+from .state import EvalState
 
 __all__ = ['get_args_parser', 'parse_args', 'validate', 'main', 'run', 'console_main']
+
+
+def _resume_hint(state: Optional[EvalState]) -> str:
+    """How an interrupted evaluation goes on, for its one line."""
+    if state is None:
+        return ('while evaluating: nothing is kept without --resume-state FILE, which lets a long evaluation resume '
+                'where it stopped')
+    return (f'while evaluating: {len(state)} finished record(s) are kept in {state.path}; run the same command again '
+            f'to resume')
 
 
 def validate(args: argparse.Namespace) -> Optional[EvalResults]:
@@ -52,7 +65,10 @@ def validate(args: argparse.Namespace) -> Optional[EvalResults]:
     check_outputs(args, dist_info)
     setup = build_evaluation(args, dist_info)
 
-    outcome = evaluate_runs(args, setup, dist_info)
+    try:
+        outcome = evaluate_runs(args, setup, dist_info)
+    except Interrupted as e:
+        raise e.with_detail(_resume_hint(setup.state)) from e
     records = gather_records(outcome.records, dist_info)
     cleanup_distributed(dist_info)
     if not dist_info.is_primary:

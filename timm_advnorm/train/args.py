@@ -45,6 +45,9 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
                             'without it a mismatch is an error, never a silently dropped head.')
     group.add_argument('--resume', default='', type=str, metavar='PATH',
                        help='Resume model, optimizer and epoch from a train_adv.py checkpoint.')
+    group.add_argument('--resume-from-earlier', action='store_true',
+                       help='Allow --resume from a checkpoint earlier than its run\'s latest (model_best, an older '
+                            'checkpoint-N): the run is rewound to it, its later rows and checkpoints replaced.')
     group.add_argument('--no-resume-opt', action='store_true', help='Do not restore the optimizer when resuming.')
     group.add_argument('--num-classes', type=positive_int, default=None, metavar='N',
                        help='Classes (default: from dataset).')

@@ -36,9 +36,11 @@ from .budget import RunBudget, count_budget, plan_budget
 from .checks import check_args, check_resume_args, check_steps, resolve_device
 from .data_options import create_mixup, data_config_args, train_loader_kwargs
 from .datasets import create_split_datasets, folder_class_map
+from .epoch_record import ResumePosition
 from .loop import LossScaler, eval_metric_for, metric_names
 from .model_options import architecture_kwargs, create_model_kwargs, init_classifier_head, set_batchnorm_options
 from .optimization import create_run_optimizer, create_run_scheduler, epoch_schedule, run_learning_rate
+from .resume import record_missing, resume_position
 from .run_folder import planned_run_folder
 from .tracking import import_wandb
 
@@ -68,7 +70,9 @@ class TrainingRun:
         loader_robust: The robust validation loader (`loader_val` itself, or its ``--num-samples`` fixed subset).
         train_images: Images in the training split.
         step_shape: The input shape of one training step: rows, then the model's input size.
-        start_epoch: The first epoch to train (that after the resumed checkpoint's; 0 for a new run).
+        start_epoch: The first epoch to train (that after the resumed checkpoint's, or a recovery checkpoint's own;
+            0 for a new run).
+        start_updates: The updates of `start_epoch` already made (by a resumed recovery checkpoint's run).
         epochs: The epochs to train (``--same-budget`` applied, the schedule's cool-down and warm-up prefix
             included).
         running_stats_epochs: The last epochs trained on running BN statistics.
@@ -91,6 +95,7 @@ class TrainingRun:
     train_images: int
     step_shape: Tuple[int, ...]
     start_epoch: int
+    start_updates: int
     epochs: int
     running_stats_epochs: int
 
@@ -273,13 +278,14 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         setattr(args, MODEL_CONFIG_ARG, _model_config(model, args))
 
     optimizer = create_run_optimizer(model, args)
-    start_epoch = 0
+    start = ResumePosition(0, 0)
     if args.resume:
         check_resume_args(args, vars(load_checkpoint_metadata(args.resume).get('args') or argparse.Namespace()))
-        resumed = resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
-                                         loss_scaler=loss_scaler, log_info=args.rank == 0)
+        start = resume_position(args)
+        resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
+                               loss_scaler=loss_scaler, log_info=args.rank == 0)
         check_finite_weights(task.get_eval_model().state_dict(), args.resume)  # timm loaded them, unchecked
-        start_epoch = resumed or 0
+    start_epoch = start.epoch
     if args.model_ema:  # after resuming: the EMA starts from the checkpoint's EMA, else from the resumed weights
         task.setup_ema(decay=args.model_ema_decay, use_warmup=args.model_ema_warmup, device=device)
         if args.resume:
@@ -303,7 +309,8 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
                                  **common)
     updates_per_epoch = GradientAccumulation(len(loader_train), args.grad_accum_steps).updates_per_epoch
     scheduler, epochs = create_run_scheduler(optimizer, args, schedule, updates_per_epoch)
-    check_steps(args, len(loader_train), len(train_set), batch_size, start_epoch, epochs)
+    check_steps(args, len(loader_train), len(train_set), batch_size, start_epoch, epochs,
+                completes_record=bool(args.resume) and record_missing(args, start))
     val_batch_size = args.validation_batch_size or args.batch_size
     loader_val = create_loader(val_set, batch_size=val_batch_size, interpolation=data_config['interpolation'],
                                **common)
@@ -315,8 +322,8 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         shard = fixed_subset(robust_set, args.num_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
         loader_robust = DataLoader(shard, batch_size=val_batch_size, num_workers=args.workers,
                                    pin_memory=args.pin_mem)
-    if start_epoch and args.sched_on_updates:
-        scheduler.step_update(start_epoch * updates_per_epoch)
+    if args.sched_on_updates and (start_epoch or start.updates):
+        scheduler.step_update(start_epoch * updates_per_epoch + start.updates)
     elif start_epoch:
         scheduler.step(start_epoch)
 
@@ -326,7 +333,8 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         args=args, args_text=args_text, device=device, amp_dtype=amp_dtype, model=model, task=task,
         optimizer=optimizer, scheduler=scheduler, loss_scaler=loss_scaler, mixup_fn=mixup_fn, space=space,
         loader_train=loader_train, loader_val=loader_val, loader_robust=loader_robust, train_images=len(train_set),
-        step_shape=(batch_size, *data_config['input_size']), start_epoch=start_epoch, epochs=epochs,
+        step_shape=(batch_size, *data_config['input_size']), start_epoch=start_epoch,
+        start_updates=start.updates, epochs=epochs,
         running_stats_epochs=schedule.running_stats_epochs)
 
 

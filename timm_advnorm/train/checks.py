@@ -61,7 +61,8 @@ def check_resume_args(args, checkpoint_args: dict) -> None:
     if fixed:
         raise ValueError(f'--resume {args.resume} was trained with other ' + ', '.join(
             f'--{k.replace("_", "-")} ({checkpoint_args[k]!r}, now {current.get(k)!r})' for k in fixed))
-    ignored = {'resume', 'epochs', MODEL_CONFIG_ARG, 'rank', 'world_size', 'local_rank', 'device', 'distributed'}
+    ignored = {'resume', 'resume_from_earlier', 'epochs', MODEL_CONFIG_ARG, 'rank', 'world_size', 'local_rank',
+               'device', 'distributed'}
     changed = sorted(k for k, v in checkpoint_args.items() if k not in ignored and k in current and current[k] != v)
     if changed:
         _logger.warning('Resuming with changed arguments: %s (the optimizer state and learning-rate schedule are the '
@@ -79,12 +80,14 @@ def resolve_device(name: Optional[str]) -> str:
 
 
 def check_steps(args, steps_per_epoch: int, train_images: int, batch_size: int, start_epoch: int,
-                epochs: int) -> None:
-    """Refuse a run that would make no optimizer step: it would exit successfully with nothing trained."""
+                epochs: int, completes_record: bool = False) -> None:
+    """Refuse a run that would make no optimizer step: it would exit successfully with nothing trained, unless it
+    resumes to complete its checkpoint's record (`completes_record`: the summary row a kill kept from being
+    written), which needs no step."""
     if steps_per_epoch == 0:
         raise ValueError(f'the training split has {train_images} image(s) for {args.world_size} process(es), fewer '
                          f'than one batch of {batch_size} (training drops the last partial batch): no step would be '
                          f'made; lower --batch-size or add images')
-    if start_epoch >= epochs:
+    if start_epoch >= epochs and not completes_record:
         raise ValueError(f'--resume {args.resume} ends at epoch {start_epoch - 1}, the last of {epochs} epochs: '
                          f'nothing is left to train; raise --epochs')

@@ -97,6 +97,7 @@ def train_one_epoch(
         grad_accum_steps: int = 1,
         recovery: Optional[Callable[[int], None]] = None,
         recovery_interval: int = 0,
+        updates_done: int = 0,
 ) -> Dict[str, float]:
     """Train `task` for one epoch; returns the epoch's mean loss parts, learning rate and throughput.
 
@@ -117,6 +118,8 @@ def train_one_epoch(
             without DDP's gradient all-reduce, and the schedule counts updates, not batches.
         recovery: Called with the index of the update just made to write a recovery checkpoint, every
             `recovery_interval` updates (timm's ``--recovery-interval``; 0: never).
+        updates_done: Updates of the epoch already made (a run resumed from a recovery checkpoint): the epoch makes
+            the rest, on as many batches of the loader's new order as they take, and its metrics cover them only.
 
     Raises:
         DivergenceError: A non-finite step the guard does not skip; the optimizer has not stepped on it.
@@ -128,11 +131,13 @@ def train_one_epoch(
     meters: Dict[str, AverageMeter] = OrderedDict()
     num_batches = len(loader)
     accumulation = GradientAccumulation(num_batches, grad_accum_steps)
-    num_updates = epoch * accumulation.updates_per_epoch
+    num_updates = epoch * accumulation.updates_per_epoch + updates_done
     start = time.perf_counter()
     images = 0
-    bar = tqdm(loader, desc=f'train {epoch}', unit='batch', leave=False, dynamic_ncols=True, disable=not progress)
-    for batch_idx, (input, target) in enumerate(bar):
+    first_batch = updates_done * grad_accum_steps
+    bar = tqdm(zip(range(first_batch, num_batches), loader), total=num_batches - first_batch, desc=f'train {epoch}',
+               unit='batch', leave=False, dynamic_ncols=True, disable=not progress)
+    for batch_idx, (input, target) in bar:
         input, target = input.to(device), target.to(device)
         if channels_last:
             input = input.contiguous(memory_format=torch.channels_last)

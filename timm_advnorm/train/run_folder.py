@@ -10,6 +10,7 @@ from typing import Tuple
 import yaml
 
 from .budget import RunBudget
+from .run_lock import LOCK_FILE, acquire_run_lock
 
 __all__ = ['BUDGET_FILE', 'new_run_folder', 'planned_run_folder', 'open_run_folder', 'discard_unsaved_run',
            'kept_checkpoints', 'resumed_budget']
@@ -55,11 +56,17 @@ def planned_run_folder(args) -> str:
 
 
 def open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
-    """The run folder and the name of the arguments file written in it: a new folder under ``--output``, or, when
-    resuming, the checkpoint's own, whose ``args.yaml`` is kept (the resumed run's arguments go beside it, named by
-    the epoch it resumes at) and whose partial checkpoint, left by a run killed while saving, is removed."""
+    """The run folder, locked for this process (`run_lock`), and the name of the arguments file written in it: a new
+    folder under ``--output``, or, when resuming, the checkpoint's own, whose ``args.yaml`` is kept (the resumed run's
+    arguments go beside it, named by the epoch it resumes at) and whose partial checkpoint, left by a run killed while
+    saving, is removed.
+
+    Raises:
+        ValueError: The checkpoint's folder is in use by another training process.
+    """
     if args.resume:
         output_dir = os.path.dirname(os.path.abspath(args.resume))
+        acquire_run_lock(output_dir)
         args_file = 'args.yaml' if not os.path.exists(os.path.join(output_dir, 'args.yaml')) else \
             f'args-resumed-epoch{start_epoch}.yaml'
         partial = os.path.join(output_dir, _PARTIAL_CHECKPOINT)
@@ -68,6 +75,7 @@ def open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
             _logger.info(f'Removed {partial}, a checkpoint whose writing was interrupted.')
     else:
         output_dir = new_run_folder(args.output, _run_name(args))
+        acquire_run_lock(output_dir)
         args_file = 'args.yaml'
     with open(os.path.join(output_dir, args_file), 'w') as f:
         f.write(args_text)
@@ -75,16 +83,18 @@ def open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
 
 
 def discard_unsaved_run(output_dir: str, args_file: str, made_folder: bool) -> None:
-    """Remove what a run that failed before saving any checkpoint wrote: its arguments file and, when the run made
-    the folder, its budget and the folder. A folder of arguments alone only hides the runs that trained.
+    """Remove what a run that failed before saving any whole checkpoint wrote: its arguments file and, when the run
+    made the folder, its budget, its lock, its partial checkpoint and the folder. A folder of arguments alone only
+    hides the runs that trained.
 
     Best effort: this runs while another error is on its way to the user.
     """
     with contextlib.suppress(OSError):
         os.remove(os.path.join(output_dir, args_file))
         if made_folder:
-            if os.path.exists(os.path.join(output_dir, BUDGET_FILE)):
-                os.remove(os.path.join(output_dir, BUDGET_FILE))
+            for name in (BUDGET_FILE, LOCK_FILE, _PARTIAL_CHECKPOINT):
+                if os.path.exists(os.path.join(output_dir, name)):
+                    os.remove(os.path.join(output_dir, name))
             os.rmdir(output_dir)  # fails, keeping it, if anything else is in it
             _logger.info(f'Removed {output_dir}: the run failed before its first checkpoint.')
 

@@ -1,22 +1,24 @@
-"""Running a built training run: its folder, then the epoch loop, each epoch trained, validated, checkpointed and
-added to ``summary.csv`` and the budget file (and wandb); a run that fails before its first checkpoint leaves no
-folder behind."""
+"""Running a built training run: its folder, then the epoch loop, each epoch trained, validated, and recorded
+(checkpoints and ``summary.csv`` row, `epoch_record`) and added to the budget file (and wandb); a run that fails or
+is interrupted before its first checkpoint leaves no folder behind."""
 import logging
 import os
 import time
 
 import torch
-from timm.utils import update_summary
 from timm.utils.summary import trim_summary
 
 from ..cli import show_progress
+from ..signals import Interrupted
 from ..task import running_stats_active, use_running_statistics
 from .budget import peak_memory_bytes, reset_peak_memory, write_budget
 from .build import TrainingRun, TrainingStart
-from .checkpoint_saver import SafeCheckpointSaver
 from .distribute_bn import distribute_bn
+from .epoch_record import EpochRecordSaver, ResumePosition, summary_row
 from .loop import DivergenceError, NonFiniteGuard, check_finite_state, train_one_epoch, validate, validation_message
+from .resume import latest_checkpoint, rewind_run
 from .run_folder import BUDGET_FILE, discard_unsaved_run, kept_checkpoints, open_run_folder, resumed_budget
+from .run_lock import release_run_lock
 from .tracking import WandbRun
 
 __all__ = ['run_training']
@@ -34,12 +36,28 @@ def _distribute_bn_statistics(task, args) -> None:
         distribute_bn(task.get_eval_model(ema=True), args.dist_bn)
 
 
+def _saved_nothing(output_dir: str, start: ResumePosition) -> bool:
+    """Whether the run has written no whole checkpoint past its start (a partial one does not count)."""
+    latest = latest_checkpoint(output_dir)
+    return latest is None or latest.position <= start
+
+
+def _resume_hint(output_dir: str, discarded: bool) -> str:
+    """How an interrupted run goes on, for its one line: the checkpoint to resume from."""
+    if discarded:
+        return 'before its first checkpoint: nothing to resume, the run folder is removed'
+    latest = latest_checkpoint(output_dir)
+    return f'resume with --resume {latest.path}' if latest else 'no checkpoint was written'
+
+
 def run_training(run: TrainingRun, start: TrainingStart) -> int:
     """Train `run` from its start epoch to its last; returns the exit status (0).
 
-    Rank 0 opens the run folder (`run_folder.open_run_folder`), writes the budget and, each epoch, the checkpoint,
-    then the summary row and the measured budget. A failure before the first checkpoint removes what the run wrote;
-    a divergence names the checkpoints left to resume from.
+    Rank 0 opens and locks the run folder (`run_folder.open_run_folder`); a resumed run completes the record of the
+    epoch it resumes from (`epoch_record`), after rewinding the run to it under ``--resume-from-earlier``. Then it
+    writes the budget and, each epoch, the epoch's record (checkpoints, then the summary row) and the measured budget.
+    A failure before the first checkpoint removes what the run wrote; a divergence names the checkpoints left to
+    resume from, an interruption (SIGINT, SIGTERM) the one to resume from.
     """
     args, model, task, optimizer, device = run.args, run.model, run.task, run.optimizer, run.device
     amp_dtype, loss_scaler, start_epoch, epochs = run.amp_dtype, run.loss_scaler, run.start_epoch, run.epochs
@@ -48,21 +66,25 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
     saver = output_dir = tracker = None
     if args.rank == 0:
         output_dir, args_file = open_run_folder(args, run.args_text, start_epoch)
-    saving = False  # whether this run has begun to write a checkpoint
+    epoch = start_epoch
     try:
         if args.rank == 0:
-            saver = SafeCheckpointSaver(model=model, optimizer=optimizer, args=args, task=task,
-                                        checkpoint_dir=output_dir, recovery_dir=output_dir, decreasing=False,
-                                        max_history=args.checkpoint_hist, amp_scaler=loss_scaler)
+            saver = EpochRecordSaver(model=model, optimizer=optimizer, args=args, task=task,
+                                     checkpoint_dir=output_dir, recovery_dir=output_dir, decreasing=False,
+                                     max_history=args.checkpoint_hist, amp_scaler=loss_scaler)
+            if args.resume:  # the resumed epoch's record completed, the rows after it dropped
+                if args.resume_from_earlier:
+                    rewind_run(output_dir, args.resume, ResumePosition(start_epoch, run.start_updates))
+                saver.complete_record(args.resume)
+                trim_summary(str(saver.summary_path), start_epoch)
+                if start_epoch >= epochs:
+                    _logger.info(f'Nothing left to train: the record of epoch {start_epoch - 1} is complete.')
             budget = resumed_budget(output_dir, budget, start_epoch) if args.resume else budget
             write_budget(os.path.join(output_dir, BUDGET_FILE), budget)
             _logger.info(budget.format())
             if args.log_wandb:
                 tracker = WandbRun(args, output_dir)
                 tracker.log_budget(budget.to_dict())
-            if args.resume:  # ranked checkpoints and summary rows of the resumed run, up to the resumed epoch
-                saver.load_state_dict_from_checkpoint(args.resume)
-                trim_summary(os.path.join(output_dir, 'summary.csv'), start_epoch)
             _logger.info(f'{args.method}: {task.passes_per_image:g} forward+backward passes per image, '
                          f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget), validating the '
                          f'{" and ".join(branches)} branch{"es" if len(branches) > 1 else ""}, checkpoints ranked by '
@@ -88,7 +110,8 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
                 log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed, guard=guard,
                 progress=args.rank == 0 and not args.no_progress and show_progress(), loss_scaler=loss_scaler,
                 grad_accum_steps=args.grad_accum_steps, recovery_interval=args.recovery_interval,
-                recovery=(lambda update: saver.save_recovery(epoch, batch_idx=update)) if args.rank == 0 else None)
+                recovery=(lambda update: saver.save_recovery(epoch, batch_idx=update)) if args.rank == 0 else None,
+                updates_done=run.start_updates if epoch == start_epoch else 0)
             _distribute_bn_statistics(task, args)
             train_metrics['seconds'] = time.perf_counter() - epoch_start
             train_metrics['peak_memory_mb'] = peak_memory_bytes(device) / 2 ** 20
@@ -103,11 +126,9 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
             run.scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
             if args.rank == 0:
                 _logger.info('Validation: ' + validation_message(eval_metrics, validation.robust_samples))
-                saving = True  # from here the folder holds a checkpoint, or a partial one the next resume removes
-                saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric])
-                # after the checkpoint: a run killed while saving leaves no row without its checkpoint
                 lr = train_metrics.pop('lr')
-                update_summary(epoch, train_metrics, eval_metrics, os.path.join(output_dir, 'summary.csv'), lr=lr)
+                saver.save_epoch(epoch, summary_row(epoch, train_metrics, eval_metrics, lr),
+                                 metric=eval_metrics[args.eval_metric])
                 budget = budget.record_epoch(train_metrics['seconds'], int(train_metrics['peak_memory_mb'] * 2 ** 20))
                 write_budget(os.path.join(output_dir, BUDGET_FILE), budget)
                 if tracker is not None:
@@ -116,11 +137,18 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
     except BaseException as e:
         if tracker is not None:
             tracker.finish(exit_code=1)
-        if args.rank == 0 and not saving:
+        unsaved = args.rank == 0 and _saved_nothing(output_dir, ResumePosition(start_epoch, run.start_updates))
+        if unsaved:
             discard_unsaved_run(output_dir, args_file, made_folder=not args.resume)
         if isinstance(e, DivergenceError) and args.rank == 0:
             raise DivergenceError(f'{e}; {kept_checkpoints(output_dir)}') from e
+        if isinstance(e, Interrupted) and args.rank == 0:
+            discarded = unsaved and not args.resume
+            raise e.with_detail(f'in epoch {epoch}; {_resume_hint(output_dir, discarded)}') from e
         raise
+    finally:
+        if output_dir is not None:
+            release_run_lock(output_dir)
     if tracker is not None:
         tracker.finish()
     if args.rank == 0 and saver.best_metric is not None:

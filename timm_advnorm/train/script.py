@@ -6,7 +6,9 @@ Many processes:  torchrun --nproc_per_node=8 -m timm_advnorm.train -c xie2020_mb
 
 Each epoch validates clean and robust (PGD) top-1 — on the branches the method trains — and appends them, with
 the method's cost in forward+backward passes per image, to ``summary.csv`` in the run folder, after the epoch's
-checkpoint (written atomically by timm's `CheckpointSaver`), so that every row has its checkpoint.
+checkpoints, which carry the row: a run killed in between is completed by its resume (`epoch_record`). A resume
+from an earlier checkpoint than the run's latest needs ``--resume-from-earlier``; one run folder trains in one
+process at a time (`run_lock`). SIGINT and SIGTERM stop the run with one line naming the checkpoint to resume from.
 
 Every argument is checked before the run folder is made. A non-finite loss or gradient stops the run (or, with
 ``--skip-nonfinite N``, skips up to N such steps) and no checkpoint ever holds non-finite weights: ``last`` and

@@ -1,0 +1,96 @@
+"""SIGINT and SIGTERM stop training and evaluation with one line, exit status 128 + the signal's number, and a state
+to resume from, named in the line; a run stopped before its first checkpoint leaves no folder.
+
+Each test starts the command as a process of its own and sends the signal once its run is under way.
+"""
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, List, Tuple
+
+import pytest
+
+from tiny_runs import tiny_digits, tiny_train_argv
+from timm_advnorm.train.script import main
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope='module')
+def tiny(digits_dir, tmp_path_factory) -> Path:
+    return tiny_digits(digits_dir, tmp_path_factory.mktemp('tiny'))
+
+
+def _interrupted(script: str, argv: List[str], ready: Callable[[], bool], signum: int,
+                 timeout: float = 300) -> Tuple[int, List[str]]:
+    """Run `script` with `argv`, send `signum` once `ready()`; its exit status and the lines of its stderr."""
+    process = subprocess.Popen([sys.executable, str(_ROOT / script), *argv], cwd=_ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert process.poll() is None, f'{script} ended before it was ready to be interrupted'
+            assert time.monotonic() < deadline, f'{script} was not ready within {timeout} s'
+            time.sleep(0.05)
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+    return process.returncode, err.splitlines()
+
+
+def _own_lines(prog: str, lines: List[str]) -> List[str]:
+    """The lines the command says itself (``<prog>: ...``), not its log."""
+    return [line for line in lines if line.startswith(f'{prog}:')]
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_a_signal_stops_training_with_one_line_naming_the_checkpoint_to_resume(tiny, tmp_path, signum):
+    out, folder = tmp_path / 'runs', tmp_path / 'runs' / 'run'
+    status, lines = _interrupted('train_adv.py', tiny_train_argv(tiny, out, '--epochs', '2'),
+                                 lambda: (folder / 'summary.csv').exists(), signum)
+    said = _own_lines('train_adv.py', lines)
+    assert status == 128 + signum and not [line for line in lines if 'Traceback' in line], lines
+    name = signal.Signals(signum).name
+    assert len(said) == 1 and re.fullmatch(  # in epoch 1, or still writing epoch 0's budget after its row
+        rf'train_adv\.py: interrupted \({name}\) in epoch [01]; resume with --resume '
+        rf'{re.escape(str(folder / "last.pth.tar"))}', said[0]), said
+    assert sorted(p.name for p in folder.iterdir()) == [
+        'args.yaml', 'budget.yaml', 'checkpoint-0.pth.tar', 'last.pth.tar', 'model_best.pth.tar', 'summary.csv']
+
+    resume = re.search(r'--resume (\S+)$', said[0]).group(1)
+    assert main(tiny_train_argv(tiny, out, '--epochs', '2', '--resume', resume)) == 0
+    assert (folder / 'checkpoint-1.pth.tar').exists() and len((folder / 'summary.csv').read_text().splitlines()) == 3
+
+
+def test_a_training_stopped_before_its_first_checkpoint_leaves_no_folder(tiny, tmp_path):
+    out = tmp_path / 'runs'
+    status, lines = _interrupted('train_adv.py', tiny_train_argv(tiny, out, '--epochs', '1'),
+                                 lambda: (out / 'run' / 'args.yaml').exists(), signal.SIGTERM)
+    assert status == 143, lines
+    assert _own_lines('train_adv.py', lines) == [
+        'train_adv.py: interrupted (SIGTERM) in epoch 0; before its first checkpoint: nothing to resume, the run '
+        'folder is removed']
+    assert not any(out.iterdir()), 'the next run would have moved to run-1'
+
+
+def test_a_signal_stops_evaluation_with_one_line_and_its_state_file_keeps_what_was_done(digits_dir, tmp_path):
+    state, results = tmp_path / 'state.jsonl', tmp_path / 'results.json'
+    argv = ['--model', 'test_mbn_resnet', '--dataset', 'digits', '--data-dir', str(digits_dir), '--num-samples', '64',
+            '-b', '8', '-j', '0', '--attacks', 'pgd', '--attack-steps', '2000', '--gammas', '1', '--no-progress',
+            '--resume-state', str(state), '--results-file', str(results)]
+
+    def records() -> List[dict]:
+        return [json.loads(line) for line in state.read_text().splitlines()[1:]] if state.exists() else []
+
+    status, lines = _interrupted('validate_adv.py', argv, lambda: len(records()) >= 1, signal.SIGINT)
+    said = _own_lines('validate_adv.py', lines)
+    assert status == 130 and not [line for line in lines if 'Traceback' in line], lines
+    kept = len(records())
+    assert said == [f'validate_adv.py: interrupted (SIGINT) while evaluating: {kept} finished record(s) are kept in '
+                    f'{state}; run the same command again to resume'], said
+    assert kept >= 1 and not results.exists()
