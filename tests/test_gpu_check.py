@@ -143,7 +143,11 @@ def test_the_wheels_are_prepared_for_the_gpu_machine(gpu_check, tmp_path, monkey
 
 
 def test_every_gpu_size_command_parses(gpu_check, tmp_path, monkeypatch):
-    """The GPU stages' command lines, which only a GPU runs, are held to their scripts' parsers here."""
+    """The GPU stages' command lines, which only a GPU runs, are held to their scripts' parsers here (as on a machine
+    with one CUDA device: the commands refuse a device the machine lacks)."""
+    import torch
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
     from timm_advnorm.eval.args import parse_args as parse_validate_args
     from timm_advnorm.train.args import parse_args as parse_train_args
     monkeypatch.syspath_prepend(str(REPO / 'benchmarks'))

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from timm_advnorm.write_guard import EXPORT_MANIFEST
+
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ('timm-advnorm-train', 'timm-advnorm-validate', 'timm-advnorm-publish', 'timm-advnorm-convert',
             'timm-advnorm-deepaugment')
@@ -100,7 +102,8 @@ def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
     assert results['num_samples'] == 32
     _run(['timm-advnorm-publish', checkpoint, '--inference-branch', 'adv', '--results', tmp_path / 'eval' /
           'robust.json', '--local-dir', tmp_path / 'export'], tmp_path, env)
-    assert {p.name for p in (tmp_path / 'export').iterdir()} == {'README.md', 'config.json', 'model.safetensors'}
+    assert {p.name for p in (tmp_path / 'export').iterdir()} == {
+        'README.md', 'config.json', 'model.safetensors', EXPORT_MANIFEST}
 
 
 @pytest.mark.parametrize('command', [
