@@ -68,14 +68,22 @@ def test_a_signal_stops_training_with_one_line_naming_the_checkpoint_to_resume(t
 
 
 def test_a_training_stopped_before_its_first_checkpoint_leaves_no_folder(tiny, tmp_path):
-    out = tmp_path / 'runs'
+    out = tmp_path / 'outputs' / 'runs'  # neither exists: the run makes both, and removes both
     status, lines = _interrupted('train_adv.py', tiny_train_argv(tiny, out, '--epochs', '1'),
                                  lambda: (out / 'run' / 'args.yaml').exists(), signal.SIGTERM)
     assert status == 143, lines
     assert _own_lines('train_adv.py', lines) == [
         'train_adv.py: interrupted (SIGTERM) in epoch 0; before its first checkpoint: nothing to resume, the run '
         'folder is removed']
-    assert not any(out.iterdir()), 'the next run would have moved to run-1'
+    assert not (tmp_path / 'outputs').exists(), 'the next run would have moved to run-1, beside empty folders'
+
+
+def test_a_stopped_run_keeps_an_output_folder_that_existed_or_holds_other_runs(tiny, tmp_path):
+    out = tmp_path / 'runs'
+    (out / 'earlier').mkdir(parents=True)
+    status, _ = _interrupted('train_adv.py', tiny_train_argv(tiny, out, '--epochs', '1'),
+                             lambda: (out / 'run' / 'args.yaml').exists(), signal.SIGTERM)
+    assert status == 143 and [p.name for p in out.iterdir()] == ['earlier']
 
 
 def test_a_signal_stops_evaluation_with_one_line_and_its_state_file_keeps_what_was_done(digits_dir, tmp_path):

@@ -5,14 +5,14 @@ import itertools
 import logging
 import os
 from pathlib import Path
-from typing import Tuple
+from typing import NamedTuple, Tuple
 
 import yaml
 
 from .budget import RunBudget
 from .run_lock import LOCK_FILE, acquire_run_lock
 
-__all__ = ['BUDGET_FILE', 'new_run_folder', 'planned_run_folder', 'open_run_folder', 'discard_unsaved_run',
+__all__ = ['BUDGET_FILE', 'RunFolder', 'new_run_folder', 'planned_run_folder', 'open_run_folder', 'discard_unsaved_run',
            'kept_checkpoints', 'resumed_budget']
 
 _logger = logging.getLogger('train_adv')
@@ -55,11 +55,29 @@ def planned_run_folder(args) -> str:
     return os.path.join(args.output, _run_name(args))
 
 
-def open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
-    """The run folder, locked for this process (`run_lock`), and the name of the arguments file written in it: a new
-    folder under ``--output``, or, when resuming, the checkpoint's own, whose ``args.yaml`` is kept (the resumed run's
-    arguments go beside it, named by the epoch it resumes at) and whose partial checkpoint, left by a run killed while
-    saving, is removed.
+class RunFolder(NamedTuple):
+    """A run's folder, the name of the arguments file the run wrote in it, and the folders the run made (the run
+    folder, then the ``--output`` folders above it that did not exist; none when resuming)."""
+    path: str
+    args_file: str
+    made: Tuple[str, ...]
+
+
+def _missing_folders(path: str) -> Tuple[str, ...]:
+    """`path` and its ancestors that do not exist yet, innermost first."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return tuple(missing)
+
+
+def open_run_folder(args, args_text: str, start_epoch: int) -> RunFolder:
+    """The run folder, locked for this process (`run_lock`), with the arguments file written in it: a new folder under
+    ``--output``, or, when resuming, the checkpoint's own, whose ``args.yaml`` is kept (the resumed run's arguments go
+    beside it, named by the epoch it resumes at) and whose partial checkpoint, left by a run killed while saving, is
+    removed.
 
     Raises:
         ValueError: The checkpoint's folder is in use by another training process.
@@ -73,30 +91,35 @@ def open_run_folder(args, args_text: str, start_epoch: int) -> Tuple[str, str]:
         if os.path.exists(partial):
             os.remove(partial)
             _logger.info(f'Removed {partial}, a checkpoint whose writing was interrupted.')
+        made: Tuple[str, ...] = ()
     else:
+        made_parents = _missing_folders(args.output)
         output_dir = new_run_folder(args.output, _run_name(args))
+        made = (output_dir, *made_parents)
         acquire_run_lock(output_dir)
         args_file = 'args.yaml'
     with open(os.path.join(output_dir, args_file), 'w') as f:
         f.write(args_text)
-    return output_dir, args_file
+    return RunFolder(output_dir, args_file, made)
 
 
-def discard_unsaved_run(output_dir: str, args_file: str, made_folder: bool) -> None:
+def discard_unsaved_run(folder: RunFolder) -> None:
     """Remove what a run that failed before saving any whole checkpoint wrote: its arguments file and, when the run
-    made the folder, its budget, its lock, its partial checkpoint and the folder. A folder of arguments alone only
-    hides the runs that trained.
+    made the folder, its budget, its lock, its partial checkpoint, the folder and the empty ``--output`` folders it
+    made above it. A folder of arguments alone only hides the runs that trained.
 
     Best effort: this runs while another error is on its way to the user.
     """
     with contextlib.suppress(OSError):
-        os.remove(os.path.join(output_dir, args_file))
-        if made_folder:
+        os.remove(os.path.join(folder.path, folder.args_file))
+        if folder.made:
             for name in (BUDGET_FILE, LOCK_FILE, _PARTIAL_CHECKPOINT):
-                if os.path.exists(os.path.join(output_dir, name)):
-                    os.remove(os.path.join(output_dir, name))
-            os.rmdir(output_dir)  # fails, keeping it, if anything else is in it
-            _logger.info(f'Removed {output_dir}: the run failed before its first checkpoint.')
+                if os.path.exists(os.path.join(folder.path, name)):
+                    os.remove(os.path.join(folder.path, name))
+            os.rmdir(folder.path)  # fails, keeping it, if anything else is in it
+            _logger.info(f'Removed {folder.path}: the run failed before its first checkpoint.')
+            for parent in folder.made[1:]:
+                os.rmdir(parent)  # stops at the first one that holds something else
 
 
 def kept_checkpoints(output_dir: str) -> str:

@@ -63,9 +63,10 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
     amp_dtype, loss_scaler, start_epoch, epochs = run.amp_dtype, run.loss_scaler, run.start_epoch, run.epochs
     loader_train, loader_val, loader_robust = run.loader_train, run.loader_val, run.loader_robust
     budget, val_attack, branches = start.budget, start.val_attack, start.branches
-    saver = output_dir = tracker = None
+    saver = output_dir = run_folder = tracker = None
     if args.rank == 0:
-        output_dir, args_file = open_run_folder(args, run.args_text, start_epoch)
+        run_folder = open_run_folder(args, run.args_text, start_epoch)
+        output_dir = run_folder.path
     epoch = start_epoch
     try:
         if args.rank == 0:
@@ -139,7 +140,7 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
             tracker.finish(exit_code=1)
         unsaved = args.rank == 0 and _saved_nothing(output_dir, ResumePosition(start_epoch, run.start_updates))
         if unsaved:
-            discard_unsaved_run(output_dir, args_file, made_folder=not args.resume)
+            discard_unsaved_run(run_folder)
         if isinstance(e, DivergenceError) and args.rank == 0:
             raise DivergenceError(f'{e}; {kept_checkpoints(output_dir)}') from e
         if isinstance(e, Interrupted) and args.rank == 0:
