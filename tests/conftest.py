@@ -1,5 +1,6 @@
 """Shared fixtures: the rendered digits dataset, offline defaults, one-thread set-up, tiny training loops; the
 ``cuda`` marker's skip where no CUDA device is present."""
+import logging
 import os
 from pathlib import Path
 
@@ -34,6 +35,14 @@ def no_tf32():
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = settings
+
+
+@pytest.fixture(autouse=True)
+def _own_log_handlers():
+    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
+    handlers = list(logging.root.handlers)
+    yield
+    logging.root.handlers[:] = handlers
 
 
 @pytest.fixture(scope='session')

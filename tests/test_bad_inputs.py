@@ -5,14 +5,13 @@ Each case is ``(command, build, message)``: ``build(tmp, ctx)`` returns the argu
 under ``tmp``, which are then part of the "before" snapshot); ``message`` must appear in the error line. The commands
 run in-process through the same entry point as the console commands (`run`), so a case costs no interpreter start.
 """
-import hashlib
-import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, List, Tuple
 
 import pytest
 
+from snapshots import folder_snapshot
 from timm_advnorm.convert.cli import run as run_convert
 from timm_advnorm.eval.script import run as run_validate
 from timm_advnorm.hub.publish import run as run_publish
@@ -311,20 +310,6 @@ EVALUATION_AND_PUBLISHING_CASES: List[Case] = [
 CASES = ARGUMENT_CASES + TRAINING_CASES + FILE_AND_CONFIG_CASES + EVALUATION_AND_PUBLISHING_CASES
 
 
-@pytest.fixture(autouse=True)
-def _own_log_handlers():
-    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
-
-def _snapshot(folder: Path) -> Dict[str, str]:
-    """Every file and folder under `folder` with a digest of its bytes (folders: '')."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ''
-            for p in sorted(folder.rglob('*'))}
-
-
 def _case_id(case: Case) -> str:
     return f'{case[0]}-{case[2][:40]}'
 
@@ -335,7 +320,7 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp
     run, prog = COMMANDS[command]
     ctx = Context(digits_dir=digits_dir, out=tmp_path / 'out')
     argv = [str(a) for a in build(tmp_path, ctx)]
-    before, digits_before = _snapshot(tmp_path), _snapshot(digits_dir)
+    before, digits_before = folder_snapshot(tmp_path), folder_snapshot(digits_dir)
     capsys.readouterr()
     try:
         status = run(prog, argv)
@@ -347,8 +332,8 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp
     assert 'Traceback' not in err, err
     assert len(errors) == 1 and errors[0].startswith(f'{prog}: error:'), err
     assert message in errors[0], errors[0]
-    assert _snapshot(tmp_path) == before, 'bad input must not create or change a file'
-    assert _snapshot(digits_dir) == digits_before
+    assert folder_snapshot(tmp_path) == before, 'bad input must not create or change a file'
+    assert folder_snapshot(digits_dir) == digits_before
 
 
 def test_the_catalogue_covers_every_command():

@@ -5,7 +5,6 @@ creates or changes no file. Then what publishing does with results of the weight
 """
 import argparse
 import json
-import logging
 import math
 from pathlib import Path
 from typing import List
@@ -15,7 +14,8 @@ import timm
 import torch
 from huggingface_hub import ModelCard
 
-from test_bad_inputs import COMMANDS, Case, Context, _snapshot
+from snapshots import folder_snapshot
+from test_bad_inputs import COMMANDS, Case, Context
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.augment.deepaugment import build_net, load_deepaugment_weights
 from timm_advnorm.convert.common import load_exactly
@@ -125,21 +125,13 @@ SETUP_CASES: List[Case] = _NO_CUDA + _NO_MPS + [
 CASES = NONFINITE_WEIGHT_CASES + NO_OP_ATTACK_CASES + SETUP_CASES + OTHER_RESULTS_CASES
 
 
-@pytest.fixture(autouse=True)
-def _own_log_handlers():
-    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
-
 @pytest.mark.parametrize('case', CASES, ids=[f'{c[0]}-{c[2][:40]}' for c in CASES])
 def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp_path, capsys):
     command, build, message = case
     run, prog = COMMANDS[command]
     ctx = Context(digits_dir=digits_dir, out=tmp_path / 'out')
     argv = [str(a) for a in build(tmp_path, ctx)]
-    before, digits_before = _snapshot(tmp_path), _snapshot(digits_dir)
+    before, digits_before = folder_snapshot(tmp_path), folder_snapshot(digits_dir)
     capsys.readouterr()
     try:
         status = run(prog, argv)
@@ -151,8 +143,8 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp
     assert 'Traceback' not in err, err
     assert len(errors) == 1 and errors[0].startswith(f'{prog}: error:'), err
     assert message in errors[0], errors[0]
-    assert _snapshot(tmp_path) == before, 'bad input must not create or change a file'
-    assert _snapshot(digits_dir) == digits_before
+    assert folder_snapshot(tmp_path) == before, 'bad input must not create or change a file'
+    assert folder_snapshot(digits_dir) == digits_before
 
 
 def test_the_python_loader_refuses_nonfinite_weights(tmp_path):

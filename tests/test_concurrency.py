@@ -3,7 +3,6 @@ publishes into one folder. Each race is forced (both runs past their checks befo
 are deterministic: the no-overwrite rule must hold however late the loser checked, and the loser loses nothing."""
 import errno
 import json
-import logging
 import os
 import threading
 from pathlib import Path
@@ -20,14 +19,6 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 
 #: Seconds a forced race waits for its other run before giving up (a run that failed early never arrives).
 BARRIER_TIMEOUT = 60
-
-
-@pytest.fixture(autouse=True)
-def _own_log_handlers():
-    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
 
 
 def _text(text: str):

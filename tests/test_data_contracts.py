@@ -21,14 +21,6 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 PER_CLASS = 4
 
 
-@pytest.fixture(autouse=True)
-def _own_log_handlers():
-    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
-
 def _class_folder(folder: Path, shade: int) -> None:
     folder.mkdir(parents=True)
     for i in range(PER_CLASS):

@@ -6,13 +6,11 @@ The disk fills inside the real writers (``torch.save``, ``Path.write_text``, PIL
 """
 import argparse
 import errno
-import hashlib
 import json
-import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, List
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ import torch
 import torch.nn as nn
 from PIL import Image
 
+from snapshots import folder_snapshot
 from timm_advnorm.augment.generate import run as run_generate
 from timm_advnorm.eval import state as state_module
 from timm_advnorm.eval.script import run as run_validate
@@ -34,22 +33,8 @@ from timm_advnorm.write_guard import WriteError
 NO_SPACE = os.strerror(errno.ENOSPC)  # 'No space left on device'
 
 
-@pytest.fixture(autouse=True)
-def _own_log_handlers():
-    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
-
 def _disk_full() -> OSError:
     return OSError(errno.ENOSPC, NO_SPACE)
-
-
-def _snapshot(folder: Path) -> Dict[str, str]:
-    """Every file under `folder` (hidden ones included) with a digest of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob('*')) if p.is_file()}
 
 
 def _one_error(capsys, command: Callable[..., int], argv: List) -> str:
@@ -81,17 +66,17 @@ def _torch_save_fails_midway(monkeypatch) -> None:
 def test_a_checkpoint_save_on_a_full_disk_keeps_the_previous_one_and_removes_its_partial(tmp_path, monkeypatch):
     saver = _saver(tmp_path)
     saver.save_checkpoint(0, metric=1.0)
-    before = _snapshot(tmp_path)
+    before = folder_snapshot(tmp_path)
     _torch_save_fails_midway(monkeypatch)
     with pytest.raises(WriteError) as error:
         saver.save_checkpoint(1, metric=2.0)
     last = tmp_path / 'last.pth.tar'
     assert str(error.value) == f'cannot write {last}: {NO_SPACE} (the previous checkpoint is intact)'
     assert error.value.errno == errno.ENOSPC
-    assert _snapshot(tmp_path) == before  # no tmp.pth.tar taking the space the next save needs
+    assert folder_snapshot(tmp_path) == before  # no tmp.pth.tar taking the space the next save needs
     with pytest.raises(WriteError, match=r'recovery-1-7.pth.tar: No space left on device'):
         saver.save_recovery(1, batch_idx=7)
-    assert _snapshot(tmp_path) == before
+    assert folder_snapshot(tmp_path) == before
 
 
 def test_a_failed_copy_never_replaces_model_best_by_a_partial_one(tmp_path, monkeypatch):
@@ -138,7 +123,7 @@ def test_training_on_a_full_disk_stops_on_one_line_and_resumes(tmp_path, monkeyp
 
     def disk_fills_in_epoch_1(obj, path, *args, **kwargs):
         if obj.get('epoch') == 1:
-            after_epoch_0.update(_snapshot(folder))
+            after_epoch_0.update(folder_snapshot(folder))
             Path(path).write_bytes(b'PK\x03\x04 the first bytes of a checkpoint')
             raise _disk_full()
         return save(obj, path, *args, **kwargs)
@@ -147,7 +132,7 @@ def test_training_on_a_full_disk_stops_on_one_line_and_resumes(tmp_path, monkeyp
     error = _one_error(capsys, run_train, argv)
     assert error == (f'train_adv.py: error: cannot write {folder / "last.pth.tar"}: {NO_SPACE} (the previous '
                      'checkpoint is intact)')
-    kept = _snapshot(folder)
+    kept = folder_snapshot(folder)
     assert {k: kept[k] for k in ('last.pth.tar', 'model_best.pth.tar', 'checkpoint-0.pth.tar')} == {
         k: after_epoch_0[k] for k in ('last.pth.tar', 'model_best.pth.tar', 'checkpoint-0.pth.tar')}
     assert 'tmp.pth.tar' not in kept
@@ -168,7 +153,7 @@ def _validate_argv(digits_dir: Path, *extra) -> List:
 def test_results_on_a_full_disk_leave_the_previous_results_intact(digits_dir, tmp_path, monkeypatch, capsys):
     for name in ('results.json', 'results.csv'):
         (tmp_path / name).write_text(f'the previous {name}\n')
-    before = _snapshot(tmp_path)
+    before = folder_snapshot(tmp_path)
     write_text = Path.write_text
 
     def full_disk(path, data, *args, **kwargs):
@@ -182,7 +167,7 @@ def test_results_on_a_full_disk_leave_the_previous_results_intact(digits_dir, tm
         digits_dir, '--results-file', tmp_path / 'results.json', '--overwrite'))
     assert error.endswith(f': error: cannot write {tmp_path / "results.csv"}: {NO_SPACE} (no existing file was '
                           'replaced)')
-    assert _snapshot(tmp_path) == before
+    assert folder_snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize('left', [b'', b'{"format":"timm_advnorm.eval.st', b'{"format":"timm_advnorm.eval.state/1",'
@@ -250,7 +235,7 @@ def test_an_export_on_a_full_disk_leaves_the_previous_export_intact(tmp_path, mo
     out = tmp_path / 'export'
     argv = [checkpoint, '--local-dir', out, '--overwrite']
     assert run_publish(argv=[str(a) for a in argv]) == 0
-    before = _snapshot(tmp_path)
+    before = folder_snapshot(tmp_path)
 
     def full_disk(model, folder, **kwargs):
         (Path(folder) / 'model.safetensors').write_bytes(b'partial')
@@ -258,7 +243,7 @@ def test_an_export_on_a_full_disk_leaves_the_previous_export_intact(tmp_path, mo
     monkeypatch.setattr(export_module, 'save_for_hf', full_disk)
     error = _one_error(capsys, run_publish, argv)
     assert error.endswith(f': error: cannot write {out}: {NO_SPACE} (the previous export is intact)')
-    assert _snapshot(tmp_path) == before  # no staging folder left either
+    assert folder_snapshot(tmp_path) == before  # no staging folder left either
 
 
 def test_deepaugment_on_a_full_disk_keeps_the_images_written_and_resumes(tmp_path, monkeypatch, capsys):
@@ -282,9 +267,9 @@ def test_deepaugment_on_a_full_disk_keeps_the_images_written_and_resumes(tmp_pat
     error = _one_error(capsys, run_generate, argv)
     assert error.endswith(f': error: cannot write {dst / "n01" / "b.png"}: {NO_SPACE} (the images written before '
                           'are kept: a rerun resumes)')
-    assert sorted(_snapshot(dst)) == ['n01/a.png']  # no partial file
-    first = _snapshot(dst)
+    assert sorted(folder_snapshot(dst)) == ['n01', 'n01/a.png']  # no partial file
+    first = folder_snapshot(dst)
     monkeypatch.undo()
     assert run_generate(argv=[str(a) for a in argv]) == 0
-    assert sorted(_snapshot(dst)) == ['n01/a.png', 'n01/b.png']
-    assert {k: v for k, v in _snapshot(dst).items() if k == 'n01/a.png'} == first
+    assert sorted(folder_snapshot(dst)) == ['n01', 'n01/a.png', 'n01/b.png']
+    assert {k: v for k, v in folder_snapshot(dst).items() if k in first} == first

@@ -27,14 +27,6 @@ from timm_advnorm.train.script import main, run
 _TIMING = ('train_seconds', 'train_images_per_sec', 'train_peak_memory_mb')
 
 
-@pytest.fixture(autouse=True)
-def _own_log_handlers():
-    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
-
 @pytest.fixture(scope='module')
 def tiny(digits_dir, tmp_path_factory) -> Path:
     return tiny_digits(digits_dir, tmp_path_factory.mktemp('tiny'))

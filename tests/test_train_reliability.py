@@ -27,14 +27,6 @@ DEMO = ['-c', 'digits_demo_mbn', '--attack-steps', '1', '--val-attack-steps', '1
         '--workers', '0', '--log-interval', '0', '--warmup-epochs', '1']
 
 
-@pytest.fixture(autouse=True)
-def _own_log_handlers():
-    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
-
 def _argv(digits_dir: Path, out: Path, *extra: str) -> List[str]:
     return ['--data-dir', str(digits_dir), '--output', str(out), '--experiment', 'run', *DEMO, *extra]
 

@@ -4,10 +4,8 @@ earlier export (a folder holding the manifest the package writes), never a folde
 Each refusal is one line on stderr and exit status 2, and every file that was there before is byte-identical after.
 """
 import argparse
-import hashlib
-import logging
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, List, Tuple
 
 import numpy as np
 import pytest
@@ -16,6 +14,7 @@ import torch
 import torch.nn as nn
 from PIL import Image
 
+from snapshots import folder_snapshot
 from timm_advnorm.augment.generate import run as run_generate
 from timm_advnorm.convert.cli import run as run_convert
 from timm_advnorm.eval.script import run as run_validate
@@ -26,29 +25,15 @@ from timm_advnorm.write_guard import EXPORT_MANIFEST, check_replaceable, check_w
 NUM_CLASSES = 5
 
 
-@pytest.fixture(autouse=True)
-def _own_log_handlers():
-    """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
-
-def _snapshot(folder: Path) -> Dict[str, str]:
-    """Every file and folder under `folder` with a digest of its bytes (folders: '')."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ''
-            for p in sorted(folder.rglob('*'))}
-
-
 def _refused(capsys, command: Callable[..., int], argv: List, root: Path) -> str:
     """Run `command` on `argv`; check exit status 2, one error line and nothing changed under `root`; return the
     error line."""
-    before = _snapshot(root)
+    before = folder_snapshot(root)
     capsys.readouterr()
     assert command(argv=[str(a) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ': error: ' in err[0], err
-    assert _snapshot(root) == before
+    assert folder_snapshot(root) == before
     return err[0]
 
 
