@@ -310,12 +310,12 @@ EVALUATION_AND_PUBLISHING_CASES: List[Case] = [
 CASES = ARGUMENT_CASES + TRAINING_CASES + FILE_AND_CONFIG_CASES + EVALUATION_AND_PUBLISHING_CASES
 
 
-def _case_id(case: Case) -> str:
+def case_id(case: Case) -> str:
     return f'{case[0]}-{case[2][:40]}'
 
 
-@pytest.mark.parametrize('case', CASES, ids=[_case_id(c) for c in CASES])
-def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp_path, capsys):
+def check_refused(case: Case, digits_dir: Path, tmp_path: Path, capsys) -> None:
+    """Run `case`: one ``<prog>: error:`` line holding its message, exit status 2, no file created or changed."""
     command, build, message = case
     run, prog = COMMANDS[command]
     ctx = Context(digits_dir=digits_dir, out=tmp_path / 'out')
@@ -334,6 +334,11 @@ def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp
     assert message in errors[0], errors[0]
     assert folder_snapshot(tmp_path) == before, 'bad input must not create or change a file'
     assert folder_snapshot(digits_dir) == digits_before
+
+
+@pytest.mark.parametrize('case', CASES, ids=[case_id(c) for c in CASES])
+def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp_path, capsys):
+    check_refused(case, digits_dir, tmp_path, capsys)
 
 
 def test_the_catalogue_covers_every_command():

@@ -14,8 +14,7 @@ import timm
 import torch
 from huggingface_hub import ModelCard
 
-from snapshots import folder_snapshot
-from test_bad_inputs import COMMANDS, Case, Context
+from test_bad_inputs import Case, case_id, check_refused
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.augment.deepaugment import build_net, load_deepaugment_weights
 from timm_advnorm.convert.common import load_exactly
@@ -125,26 +124,9 @@ SETUP_CASES: List[Case] = _NO_CUDA + _NO_MPS + [
 CASES = NONFINITE_WEIGHT_CASES + NO_OP_ATTACK_CASES + SETUP_CASES + OTHER_RESULTS_CASES
 
 
-@pytest.mark.parametrize('case', CASES, ids=[f'{c[0]}-{c[2][:40]}' for c in CASES])
+@pytest.mark.parametrize('case', CASES, ids=[case_id(c) for c in CASES])
 def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp_path, capsys):
-    command, build, message = case
-    run, prog = COMMANDS[command]
-    ctx = Context(digits_dir=digits_dir, out=tmp_path / 'out')
-    argv = [str(a) for a in build(tmp_path, ctx)]
-    before, digits_before = folder_snapshot(tmp_path), folder_snapshot(digits_dir)
-    capsys.readouterr()
-    try:
-        status = run(prog, argv)
-    except SystemExit as e:  # argparse's usage errors exit from inside
-        status = e.code
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if 'error' in line.lower()]
-    assert status == 2, err
-    assert 'Traceback' not in err, err
-    assert len(errors) == 1 and errors[0].startswith(f'{prog}: error:'), err
-    assert message in errors[0], errors[0]
-    assert folder_snapshot(tmp_path) == before, 'bad input must not create or change a file'
-    assert folder_snapshot(digits_dir) == digits_before
+    check_refused(case, digits_dir, tmp_path, capsys)
 
 
 def test_the_python_loader_refuses_nonfinite_weights(tmp_path):
