@@ -73,7 +73,8 @@ def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_
     assert float(finding['gap']) == pytest.approx(gap)
     assert finding['held'].startswith('yes' if gap > 0 else 'no')
     assert (study_dir / 'study.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-    assert read_cell(cells[0]).robust.startswith('pgd (untargeted, 2 iterations, step 4/255')  # what the plot names
+    robust = read_cell(cells[0]).robust  # what the plot names: the attack as every output describes it
+    assert robust.startswith('pgd (PGD-2 L∞, ε = ') and 'α = 4/255 (sign step' in robust and 'untargeted' in robust
 
 
 def _group(ratio, *accuracies):

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import torch
 from timm.utils import ParseKwargs
 
-from ..arg_types import non_negative_int, positive_int, probability, seed_int
+from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability, seed_int
 from ..cli import (
     AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, check_device, check_normalization_lengths,
     parse_with_config)
@@ -102,10 +102,12 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                        help='Named protocol (default: xie2020 unless --attacks is given).')
     group.add_argument('--attacks', nargs='+', default=None, metavar='NAME',
                        help='Registered attack names to run instead of a protocol.')
-    group.add_argument('--attack-eps', type=float, default=None, metavar='EPS',
-                       help='Budget on the 0-255 scale (default: the protocol\'s; 16 with --attacks).')
-    group.add_argument('--attack-step', type=float, default=None, metavar='STEP',
-                       help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s).')
+    group.add_argument('--attack-eps', type=pixel_budget, default=None, metavar='EPS',
+                       help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks). '
+                            'A value in (0, 1) is refused as one of the [0, 1] scale.')
+    group.add_argument('--attack-step', type=pixel_step, default=None, metavar='STEP',
+                       help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s). A value in '
+                            '(0, 0.1) is refused as one of the [0, 1] scale.')
     group.add_argument('--attack-steps', type=int, nargs='+', default=None, metavar='N',
                        help='Iterations (default: the protocol\'s or the attack\'s); with --attacks, several counts '
                             'make a sweep (one run per attack when they share a step: see --separate-budgets).')
@@ -113,7 +115,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                        help='Threat-model norm (default: the protocol\'s or the attack\'s).')
     group.add_argument('--attack-targeted', action='store_true',
                        help='With --attacks: targeted, the target uniform among the other classes.')
-    for alias, dest, options in (('--eps', 'attack_eps', dict(type=float)), ('--step', 'attack_step', dict(type=float)),
+    for alias, dest, options in (('--eps', 'attack_eps', dict(type=pixel_budget)),
+                                 ('--step', 'attack_step', dict(type=pixel_step)),
                                  ('--steps', 'attack_steps', dict(type=int, nargs='+')),
                                  ('--norm', 'attack_norm', dict(choices=('linf', 'l2'))),
                                  ('--targeted', 'attack_targeted', dict(action='store_true'))):

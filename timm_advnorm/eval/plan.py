@@ -18,7 +18,7 @@ clean pass each (`ood_stage`).
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..attacks import PGD, InputSpace, list_attacks
+from ..attacks import PGD, InputSpace, PixelBudget, list_attacks
 from .metrics import METRICS, smoothness_attack, thickness_attack
 from .protocols import AttackSpec, Protocol
 from .schema import SanityProbe
@@ -78,7 +78,9 @@ class SanityPlan:
         budgets, and whether they were reduced."""
         return SanityProbe(samples=samples, attack='pgd', norm='linf', random_start=False, steps=self.steps,
                            more_steps=4 * self.steps, eps=self.eps, sweep_eps=[eps for eps, _ in self.sweep],
-                           blackbox_queries=self.queries if self.blackbox is not None else None, reduced=self.reduced)
+                           blackbox_queries=self.queries if self.blackbox is not None else None, reduced=self.reduced,
+                           step=SANITY_STEP_FACTOR * self.eps / self.steps if self.steps else None,
+                           step_rule=f'sign step, {SANITY_STEP_FACTOR:g}ε/N')
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,7 @@ def _budget_key(spec: AttackSpec) -> Optional[Tuple]:
     if spec.attack != 'pgd' or spec.eps_rule != 'fixed':
         return None
     try:
-        attack = PGD(InputSpace(), eps=spec.eps, **spec.kwargs)
+        attack = PGD(InputSpace(), eps=PixelBudget(spec.eps), **spec.kwargs)
     except (TypeError, ValueError):
         return None  # `EvalPlan.check_attacks` reports it
     others = tuple(sorted((k, repr(v)) for k, v in spec.kwargs.items() if k not in ('steps', 'step', 'step_rule')))

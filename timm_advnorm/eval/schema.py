@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from .describe import describe_attack
+
 __all__ = ['EvalResults', 'VariantResult', 'AttackResult', 'ProtocolInfo', 'SanityResult', 'SanityCheck',
            'SanityProbe', 'EpsPoint', 'OODAccuracy', 'AmpCheck', 'AmpComparison', 'BNStats', 'read_results',
            'ITERATE_CONVENTIONS']
@@ -192,15 +194,21 @@ class ProtocolInfo(_Record):
 class AttackResult(_Record):
     """Accuracy under one attack (or noise, or a corruption) of one variant, named and sized by what ran.
 
-    An attack has a norm and ε (`eps_scale` ``0-255``, `eps_rule` ``fixed`` or ``sqrt_dim``); noise has instead a
-    `noise` model: ``gaussian`` with `sigma` on `sigma_scale` and `clipped`, or ``imagenet-c`` with `corruption` and
-    `severity`. Size fields that do not apply are None and not written.
+    An attack has a norm and ε (`eps_scale` ``0-255``, `eps_rule` ``fixed`` or ``sqrt_dim``), its step (`step`,
+    `step_rule`) and the iterate it is scored on (`iterate`); noise has instead a `noise` model: ``gaussian`` with
+    `sigma` on `sigma_scale` and `clipped`, or ``imagenet-c`` with `corruption` and `severity`. Size fields that do not
+    apply are None and not written. `describe` names the attack in one line, for every output.
 
     Attributes:
         label: The attack as it ran (``pgd-t-13`` when a reduced run shrank the protocol's ``pgd-t-2000``).
         protocol_label: The protocol's label for it.
         attack: Registered attack name.
         threat: ``white-box``, ``black-box`` or ``noise``.
+        step: The size of every step on the 0-255 scale, after any rule (None: the attack has no fixed size, or
+            results written before steps were recorded).
+        step_rule: How it steps (`Attack.step_description`: ``sign step, max(1/255, ε/N)``, ``L2 step, ε/N``,
+            ``adaptive step (from 2ε, halved at checkpoints)``); None in results written before it was recorded.
+        iterate: ``best`` (per sample the first iterate that fools the model) or ``last``: what `accuracy` is on.
         steps: Iterations that ran (None for query-based attacks and noise).
         queries: Queries that ran, for a query-based attack.
         targeted: Whether it aimed at a target class.
@@ -225,6 +233,9 @@ class AttackResult(_Record):
     eps: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     eps_scale: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
     eps_rule: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
+    step: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
+    step_rule: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
+    iterate: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
     noise: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
     sigma: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     sigma_scale: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
@@ -250,6 +261,25 @@ class AttackResult(_Record):
             del data['success_rate']
         return data
 
+    def describe(self, reduced: bool = False) -> str:
+        """The attack as it ran, in one line (`describe.describe_attack`): ``PGD-20 L∞, ε = 8/255, α = 2/255 (sign
+        step), untargeted, best iterate``, and ``reduced`` when the protocol was (`reduced`); noise as what it is
+        (``gaussian noise, σ = 0.5 on the normalized scale``, ``imagenet-c fog, severity 3``)."""
+        if self.threat == 'noise':
+            if self.sigma is not None:
+                what = f'{self.noise} noise, σ = {self.sigma:g}' + (f' on the {self.sigma_scale} scale'
+                                                                    if self.sigma_scale else '')
+            elif self.corruption is not None:
+                what = f'{self.noise} {self.corruption}, severity {self.severity}'
+            else:
+                what = self.attack or self.label
+            return what + (', reduced' if reduced else '')
+        targeted = True if 'n_target_classes' in self.kwargs else self.targeted  # APGD-T, FAB-T
+        return describe_attack(
+            attack=self.attack, label=self.label, norm=self.norm, eps=self.eps, step=self.step,
+            step_rule=self.step_rule, iterations=self.steps, queries=self.queries, targeted=targeted,
+            iterate=self.iterate, reduced=reduced, eps_note='ε∞·√d' if self.eps_rule == 'sqrt_dim' else None)
+
     @classmethod
     def from_dict(cls, data: Any, variant: str = '') -> 'AttackResult':
         where = f' of variant {variant}' if variant else ''
@@ -257,7 +287,8 @@ class AttackResult(_Record):
         label = _name(data, 'label', f'an attack{where}')
         return cls(label=label, protocol_label=_text(data, 'protocol_label'), attack=_text(data, 'attack'),
                    threat=_text(data, 'threat'), norm=_text(data, 'norm'), eps=_real(data, 'eps'),
-                   eps_scale=_text(data, 'eps_scale'), eps_rule=_text(data, 'eps_rule'), noise=_text(data, 'noise'),
+                   eps_scale=_text(data, 'eps_scale'), eps_rule=_text(data, 'eps_rule'), step=_real(data, 'step'),
+                   step_rule=_text(data, 'step_rule'), iterate=_text(data, 'iterate'), noise=_text(data, 'noise'),
                    sigma=_real(data, 'sigma'), sigma_scale=_text(data, 'sigma_scale'), clipped=_flag(data, 'clipped'),
                    corruption=_text(data, 'corruption'), severity=_integer(data, 'severity'),
                    steps=_integer(data, 'steps'), queries=_integer(data, 'queries'), targeted=_flag(data, 'targeted'),
@@ -313,6 +344,8 @@ class SanityProbe(_Record):
         sweep_eps: The ε of the sweep.
         blackbox_queries: Queries of the black-box probe, when one ran.
         reduced: Whether the probes were shrunk for a smoke test.
+        step: The sweep's step at `eps` (0-255 scale); at every ε it is `step_rule`'s (None in older results).
+        step_rule: How the probes step (``sign step, 2.5ε/N``).
     """
 
     samples: Optional[int]
@@ -325,6 +358,15 @@ class SanityProbe(_Record):
     sweep_eps: List[float]
     blackbox_queries: Optional[int]
     reduced: bool
+    step: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
+    step_rule: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
+
+    def describe(self) -> str:
+        """The ε-sweep's attack in one line (`describe.describe_attack`): ``PGD-10 L∞, ε = 8/255, α = 2/255 (sign
+        step, 2.5ε/N), untargeted, best iterate``, ε being the one the probes center on."""
+        return describe_attack(attack=self.attack, label='sanity probe', norm=self.norm, eps=self.eps, step=self.step,
+                               step_rule=self.step_rule, iterations=self.steps, targeted=False, iterate='best',
+                               reduced=self.reduced)
 
     @classmethod
     def from_dict(cls, data: Any) -> 'SanityProbe':
@@ -332,7 +374,8 @@ class SanityProbe(_Record):
         return cls(samples=_integer(data, 'samples'), attack=_text(data, 'attack'), norm=_text(data, 'norm'),
                    random_start=_flag(data, 'random_start'), steps=_integer(data, 'steps'),
                    more_steps=_integer(data, 'more_steps'), eps=_real(data, 'eps'), sweep_eps=_list(data, 'sweep_eps'),
-                   blackbox_queries=_integer(data, 'blackbox_queries'), reduced=_flag(data, 'reduced') is True)
+                   blackbox_queries=_integer(data, 'blackbox_queries'), reduced=_flag(data, 'reduced') is True,
+                   step=_real(data, 'step'), step_rule=_text(data, 'step_rule'))
 
 
 @dataclass

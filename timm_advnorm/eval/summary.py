@@ -33,7 +33,7 @@ import numpy as np
 from ..attacks.noise import noise_settings
 from .corruption_error import corruption_errors
 from .plan import EvalPlan, SanityPlan, ood_stage
-from .protocols import AttackSpec, Protocol, resolve_eps
+from .protocols import AttackSpec, Protocol, resolve_eps, stepping
 from .records import ResultTable
 from .sanity import check_warnings
 from .schema import AmpCheck, AmpComparison, AttackResult, EpsPoint, OODAccuracy, VariantResult
@@ -62,15 +62,17 @@ def _distribution(values: np.ndarray) -> Dict[str, float]:
 
 
 def _size_fields(spec: AttackSpec, input_size: Sequence[int]) -> Dict[str, Any]:
-    """How large a perturbation the attack was allowed: its norm and ε, or for noise what the noise is.
+    """How large a perturbation the attack was allowed: its norm, ε and step (`stepping`), or for noise what the
+    noise is.
 
     ε is the budget the attack was built with (`resolve_eps`, on the `EPS_SCALE`; ``eps_rule`` ``sqrt_dim``:
     Galloway's ε∞·√d, the spec's ε being ε∞). Noise has no norm nor ε: Gaussian noise states its σ and the scale σ
     is on (`noise_settings`), a corruption its name and severity.
     """
     if spec.threat != 'noise':
+        step, rule, iterate = stepping(spec, input_size)
         return dict(norm=attack_norm(spec), eps=resolve_eps(spec, input_size), eps_scale=EPS_SCALE,
-                    eps_rule=spec.eps_rule)
+                    eps_rule=spec.eps_rule, step=step, step_rule=rule, iterate=iterate)
     if spec.attack == 'gaussian-noise':
         return noise_settings(spec.kwargs)
     if spec.attack == 'corruption':

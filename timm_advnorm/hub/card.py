@@ -162,14 +162,19 @@ def _iterations(entry: AttackResult) -> Optional[str]:
 
 
 def _budget(entry: AttackResult) -> str:
-    """Iterations or queries that ran, step, restarts, targets and any other argument of one row's attack."""
+    """The attack as ``validate_adv.py`` names it (`AttackResult.description`: norm, ε, step and rule, iterations or
+    queries, targeted or not, which iterate, reduced) or, for results from elsewhere, the iterations or queries and
+    step as recorded; then restarts, targets, random start and any other argument of one row's attack."""
     if entry.is_clean or entry.name == WORST_CASE:
         return ''
     kwargs = entry.kwargs
-    parts = [part for part in (_iterations(entry),) if part]
-    step = _step(entry)
-    if step is not None:
-        parts.append(f'step {_number(step)}/255')
+    if entry.description is not None:
+        parts = [entry.description]
+    else:
+        parts = [part for part in (_iterations(entry),) if part]
+        step = _step(entry)
+        if step is not None:
+            parts.append(f'step {_number(step)}/255')
     for key, one, many in _COUNTS:
         if key in kwargs:
             parts.append(f'{kwargs[key]} {one if kwargs[key] == 1 else many}')
@@ -441,12 +446,13 @@ def _robust_how(results: EvalResults, variant: Optional[str], robust: float) -> 
         if attack is None:
             how = f'the protocol\'s {results.headline or "headline"} rule over reduced budgets'
         else:
-            ran = _iterations(attack)
+            ran = attack.description or _iterations(attack)
             how = (f'{attack.name + ": " if attack.name != results.headline else ""}the protocol\'s '
                    f'{results.headline} reduced{" to " + ran if ran else ""}')
         how += '; not the protocol\'s result'
     else:
-        how = "the protocol's headline"
+        attack = _headline_attack(results, variant)
+        how = "the protocol's headline" + (f': {attack.description}' if attack and attack.description else '')
     if strongest is not None and strongest.accuracy < robust:
         how += f'; {strongest.name} leaves {strongest.accuracy:.2f}%'
     return how

@@ -74,6 +74,10 @@ class AttackResult:
         accuracy_last_iterate: Accuracy (percent) on the last PGD iterate of the same run, the papers' convention,
             when the results scored it (`accuracy` is then on the best iterate).
         success_rate_last_iterate: The success rate on that last iterate.
+        description: The attack in one line as ``validate_adv.py``'s results name it everywhere
+            (`timm_advnorm.eval.schema.AttackResult.describe`: norm, ε, step and rule, iterations or queries, targeted
+            or not, which iterate, reduced); None for clean rows, the worst case, noise, results from elsewhere and
+            results written before attacks recorded how they stepped (the card then reads their arguments).
     """
 
     name: str
@@ -93,6 +97,7 @@ class AttackResult:
     settings: Dict[str, Any] = field(default_factory=dict)
     accuracy_last_iterate: Optional[float] = None
     success_rate_last_iterate: Optional[float] = None
+    description: Optional[str] = None
 
     @property
     def is_clean(self) -> bool:
@@ -184,15 +189,16 @@ def _precision(amp: Any, recorded: bool) -> Optional[str]:
     return f'{amp} autocast' if amp else 'float32'
 
 
-def _row(attack: schema.AttackResult, variant: str) -> AttackResult:
-    """One attack of a variant, as a row of the card."""
+def _row(attack: schema.AttackResult, variant: str, reduced: bool) -> AttackResult:
+    """One attack of a variant, as a row of the card (`reduced`: the protocol's budgets were)."""
     return AttackResult(
         name=attack.label, accuracy=float(attack.accuracy), variant=variant,
         success_rate=None if attack.success_rate is None else float(attack.success_rate),
         protocol_label=attack.protocol_label, attack=attack.attack, threat=attack.threat, norm=attack.norm,
         eps=attack.eps, steps=attack.steps, targeted=attack.targeted, noise=attack.noise, sigma=attack.sigma,
         kwargs=dict(attack.kwargs), settings={} if attack.queries is None else dict(queries=attack.queries),
-        accuracy_last_iterate=attack.accuracy_last_iterate, success_rate_last_iterate=attack.success_rate_last_iterate)
+        accuracy_last_iterate=attack.accuracy_last_iterate, success_rate_last_iterate=attack.success_rate_last_iterate,
+        description=attack.describe(reduced) if attack.iterate is not None else None)
 
 
 def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalResults:
@@ -201,7 +207,7 @@ def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalR
     for variant in results.variants:
         if variant.clean is not None:
             entries.append(AttackResult('clean', float(variant.clean), variant.name))
-        entries += [_row(attack, variant.name) for attack in variant.attacks]
+        entries += [_row(attack, variant.name, results.protocol.reduced) for attack in variant.attacks]
         if variant.worst_case is not None:
             entries.append(AttackResult(WORST_CASE, float(variant.worst_case), variant.name))
         if variant.robust is not None:

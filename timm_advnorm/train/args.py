@@ -15,8 +15,8 @@ import yaml
 from timm.utils import ParseKwargs
 
 from ..arg_types import (
-    finite_float, fraction, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
-    probability, seed_int)
+    finite_float, fraction, non_negative_float, non_negative_int, open_fraction, pixel_budget, positive_float,
+    positive_int, positive_pixel_step, probability, seed_int)
 from ..attacks import check_training_attack, training_attacks
 from ..attacks.pgd import CLEAN_START_MODES
 from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, parse_with_config
@@ -250,8 +250,12 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
                             f'the options below that it has: fgsm is one step of --attack-step (Wong et al.: 1.25 '
                             f'× --attack-eps) and ignores --attack-steps and --attack-step-rule (the run records 1 '
                             f'and fixed). (default: pgd)')
-    group.add_argument('--attack-eps', type=non_negative_float, default=16.0, help='Attack budget on the 0-255 scale.')
-    group.add_argument('--attack-step', type=positive_float, default=1.0, help='Attack step size on the 0-255 scale.')
+    group.add_argument('--attack-eps', type=pixel_budget, default=16.0,
+                       help='Attack budget on the 0-255 scale: 16 means 16/255 (a value in (0, 1) is refused as one '
+                            'of the [0, 1] scale).')
+    group.add_argument('--attack-step', type=positive_pixel_step, default=1.0,
+                       help='Attack step size on the 0-255 scale (a value below 0.1 is refused as one of the [0, 1] '
+                            'scale).')
     group.add_argument('--attack-steps', type=positive_int, default=30, help='Attack iterations (PGD-N).')
     group.add_argument('--attack-norm', default='linf', choices=('linf', 'l2'),
                        help='Threat model (Fast AdvProp: linf only).')
@@ -278,9 +282,9 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
                        help='Train with BN running statistics in the last N epochs (Xie & Yuille §4.3).')
     group.add_argument('--val-attack-steps', type=positive_int, default=10,
                        help='PGD iterations of the per-epoch robust eval.')
-    group.add_argument('--val-attack-eps', type=non_negative_float, default=None,
+    group.add_argument('--val-attack-eps', type=pixel_budget, default=None,
                        help='Robust-eval budget (default: attack-eps).')
-    group.add_argument('--val-attack-step', type=positive_float, default=None,
+    group.add_argument('--val-attack-step', type=positive_pixel_step, default=None,
                        help='Robust-eval step (default: attack-step).')
     group.add_argument('--val-attack-targeted', action=argparse.BooleanOptionalAction, default=None,
                        help='Targeted robust eval (default: as training).')
