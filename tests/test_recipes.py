@@ -190,7 +190,8 @@ def test_help_shows_defaults_and_the_config_option(capsys):
     help_text = ' '.join(capsys.readouterr().out.split())
     assert '-c FILE, --config FILE' in help_text
     assert '--attack-steps ATTACK_STEPS Attack iterations (PGD-N). (default: 30)' in help_text
-    assert '--attack-eps ATTACK_EPS Attack budget on the 0-255 scale. (default: 16.0)' in help_text
+    assert ('--attack-eps ATTACK_EPS Attack budget on the 0-255 scale: 16 means 16/255 (a value in (0, 1) is refused '
+            'as one of the [0, 1] scale). (default: 16.0)') in help_text
 
 
 def test_agc_without_a_threshold_clips_with_timms_default_factor():
