@@ -14,9 +14,10 @@ from timm.utils import ParseKwargs
 from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability, seed_int
 from ..cli import (
     AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, check_device, check_normalization_lengths,
-    parse_with_config)
+    given_options, parse_with_config)
 from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from .protocols import PROTOCOLS, get_protocol, list_protocols
+from .recorded import DataRecord, take_recorded_data
 from .subsets import SUBSETS
 from .variants import INTERPOLATIONS
 
@@ -38,7 +39,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('data', nargs='?', metavar='DIR', help='Dataset root (same as --data-dir).')
     group.add_argument('--data-dir', metavar='DIR', help='Dataset root.')
     group.add_argument('--dataset', default='', metavar='NAME',
-                       help='"digits" (built in, no download) or any timm dataset name (default: image folder).')
+                       help='"digits" (built in, no download) or any timm dataset name (default: a train_adv.py '
+                            '--checkpoint\'s, else an image folder).')
     group.add_argument('--val-split', default='validation', metavar='NAME',
                        help='Split to evaluate; of a folder dataset, a subfolder that must exist (val, valid, '
                             'validation, eval, evaluation stand for one another; \'\' is the root).')
@@ -68,7 +70,10 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--model', '-m', default=None, metavar='NAME',
                        help='timm model name, hf-hub:ORG/NAME or local-dir:PATH (default: the checkpoint\'s arch).')
     group.add_argument('--pretrained', action='store_true', help='Load the model\'s pretrained weights.')
-    group.add_argument('--checkpoint', default='', metavar='PATH', help='Checkpoint to evaluate.')
+    group.add_argument('--checkpoint', default='', metavar='PATH',
+                       help='Checkpoint to evaluate. Of a train_adv.py checkpoint, the dataset (with its root, split '
+                            'and class map), preprocessing and inference branch its run recorded are used unless '
+                            'given here; the log says which, and names each option given against the record.')
     group.add_argument('--use-ema', action='store_true', help='Evaluate the EMA weights of the checkpoint.')
     group.add_argument('--branch', default=None, choices=('clean', 'adv'),
                        help='Evaluate one branch of a mixture-BN checkpoint as the plain timm model.')
@@ -166,13 +171,20 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argparse.Namespace:
-    """Parse `argv`, with defaults from the ``-c`` YAML file if given (command-line values win)."""
+    """Parse `argv`, with defaults from the ``-c`` YAML file if given (command-line values win).
+
+    With a ``train_adv.py`` ``--checkpoint``, the data options it records are the defaults of those neither gives
+    (`recorded.take_recorded_data`; not for a protocol that runs on an out-of-distribution set); what was taken and
+    what was given against the record is kept as ``args.data_record``.
+    """
     parser = get_args_parser(prog)
-    args, _ = parse_with_config(parser, argv)
+    args, config = parse_with_config(parser, argv)
     if not args.model and not args.checkpoint:
         parser.error('give --model, --checkpoint, or both')
     if args.attacks and args.protocol:
         parser.error('give either --protocol or --attacks, not both')
+    args.data_record = (take_recorded_data(args, given_options(parser, argv, config))
+                        if args.checkpoint and not _runs_on_ood(args) else DataRecord())
     if (args.attack_kwargs or args.attack_targeted or args.cascade) and not args.attacks:
         parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')
     if isinstance(args.attack_steps, int):  # a single count from a YAML config

@@ -3,7 +3,9 @@
 `build_evaluation` does it all in an order that finds bad input (a model, a protocol, attack arguments, a BN layer,
 data and unreadable images, a state file of another evaluation) before anything is evaluated, and returns the
 `EvalSetup` the runner and the results read. The model is evaluated in eval mode with its own preprocessing (the
-checkpoint's record, an export's config or the registry's defaults) unless the command line overrides a value.
+checkpoint's record, an export's config or the registry's defaults) unless the command line overrides a value; what a
+training checkpoint's record set (data, preprocessing, inference branch) is said in one line, and recorded with the
+preprocessing's provenance (`recorded`).
 """
 import argparse
 import logging
@@ -32,6 +34,7 @@ from .distributed import DistributedInfo, primary_first
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
 from .plan import EvalPlan, build_plan, ood_stage
 from .protocols import Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol
+from .recorded import describe_record
 from .stages import EvalContext, Stage
 from .state import EvalState, evaluation_fingerprint, open_state, state_path, weights_digest
 from .subsets import named_subset_order
@@ -257,7 +260,9 @@ class EvalSetup:
         model: The model, on its device, in eval mode.
         model_name: Its architecture.
         data_config: The preprocessing evaluated.
-        preprocessing: Where it came from (``source``) and the options that overrode it (``overridden``).
+        preprocessing: Where it came from (``source``), the options that overrode it (``overridden``) and, for a
+            training checkpoint, what its record set (``from_checkpoint``) and what was given against it
+            (``unlike_checkpoint``, option: [recorded, given]).
         protocol: The protocol, with the command line's overrides and reduction.
         variants: What is evaluated (the model, or mixture-BN branches and interpolations).
         plan: The stages per batch.
@@ -302,6 +307,13 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     _logger.info('Preprocessing %s, from %s%s.', _shown(data_config), preprocessing['source'],
                  f" with {', '.join(preprocessing['overridden'])} from the command line"
                  if preprocessing['overridden'] else '')
+    said, against, record = describe_record(args, args.data_record, model, data_config,
+                                            resolve_data_config({}, model=model, use_test_size=True))
+    if said:
+        _logger.info(said + '.')
+    if against:
+        _logger.warning(against + '.')
+    preprocessing.update(record)
     protocol = build_protocol(args)
     variants = model_variants(model, args.gammas, args.interpolations)
     plan = build_plan(protocol, sanity_samples=args.sanity_samples, sanity_steps=args.sanity_steps,

@@ -3,7 +3,7 @@
 The ``timm-advnorm-publish`` command (also ``python -m timm_advnorm.hub.publish`` and ``hub/publish.py`` in a
 checkout)::
 
-    timm-advnorm-publish output/train/run/model_best.pth.tar --inference-branch adv \\
+    timm-advnorm-publish output/train/run/model_best.pth.tar \\
         --results output/eval/results.json --repo-id org/mbn_resnet152.xie2020_in1k
     timm-advnorm-publish CKPT --branch adv --results R.json --local-dir exports/r152-adv --dry-run --repo-id org/x
 
@@ -33,7 +33,7 @@ from timm.models import split_model_name_tag
 
 from ..cli import ArgumentParser, add_hidden_alias, run_cli
 from ..layers import has_mixture_bn
-from ..layers.routing import get_inference_branch
+from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch
 from ..write_guard import EXPORT_MANIFEST, check_write_target
 from .card import CardFacts, render_model_card
 from .checkpoint import Checkpoint, read_checkpoint, split_source
@@ -67,8 +67,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser.add_argument('--branch', choices=_BRANCHES,
                         help='publish this mixture-BN branch as the plain timm architecture (no plugin needed)')
     parser.add_argument('--inference-branch', choices=_BRANCHES,
-                        help='branch a whole mixture-BN model loads routed to, recorded in config.json (required '
-                             'for one)')
+                        help='branch a whole mixture-BN model loads routed to, recorded in config.json (default: the '
+                             'one the checkpoint records; required where it records none)')
     parser.add_argument('--results', help='validate_adv.py results JSON for the card')
     parser.add_argument('--allow-reduced-results', action='store_true',
                         help='publish results of a reduced (validate_adv.py --reduced, smoke-test) protocol; the '
@@ -118,9 +118,28 @@ def _check_local_dir(args: argparse.Namespace) -> None:
     check_folder_target(args.local_dir, args.overwrite)
 
 
-def _check_inference_branch(args: argparse.Namespace, model: nn.Module) -> None:
-    if has_mixture_bn(model) and not args.inference_branch:
-        raise ValueError('A mixture-BN model needs --inference-branch clean|adv (or --branch to export one branch).')
+def _inference_branch(args: argparse.Namespace, checkpoint: Checkpoint) -> Optional[str]:
+    """The branch a whole mixture-BN export loads routed to: ``--inference-branch``, else the one the checkpoint
+    records (a ``train_adv.py`` checkpoint records the branch its checkpoints were ranked by), said in one line with
+    the dataset it records; a flag against the record is named with it. None when neither says (refused for a
+    mixture-BN model, `_check_inference_branch`) and for ``--branch``."""
+    if args.branch:
+        return None
+    recorded = checkpoint.model_args.get(INFERENCE_BRANCH_ARG)
+    dataset = checkpoint.args.get('dataset')
+    data = '' if dataset is None else f', dataset {dataset or "folder"}'
+    if args.inference_branch and recorded not in (None, args.inference_branch):
+        _logger.warning(f'Inference branch {args.inference_branch}: given here (--inference-branch); the checkpoint '
+                        f'records {recorded}.')
+    elif not args.inference_branch and recorded:
+        _logger.info(f'Inference branch {recorded}{data}: from the checkpoint\'s record.')
+    return args.inference_branch or recorded
+
+
+def _check_inference_branch(args: argparse.Namespace, model: nn.Module, branch: Optional[str]) -> None:
+    if has_mixture_bn(model) and not branch:
+        raise ValueError('A mixture-BN model needs --inference-branch clean|adv (the checkpoint records none), or '
+                         '--branch to export one branch.')
 
 
 def _check_results(args: argparse.Namespace, results: EvalResults) -> None:
@@ -272,9 +291,10 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     if results is not None:
         _check_results(args, results)
     checkpoint = read_checkpoint(args.checkpoint)
+    inference_branch = _inference_branch(args, checkpoint)
     model, source_arch = build_export_model(checkpoint, args.model, ema=args.ema, branch=args.branch,
-                                            inference_branch=None if args.branch else args.inference_branch)
-    _check_inference_branch(args, model)
+                                            inference_branch=inference_branch)
+    _check_inference_branch(args, model, inference_branch)
     results_weights = None
     if results is not None:
         _check_results_model(results, source_arch, model.pretrained_cfg['architecture'])
