@@ -44,7 +44,7 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
                        help='Allow --num-classes to differ from the pretrained weights\' (new, untrained head); '
                             'without it a mismatch is an error, never a silently dropped head.')
     group.add_argument('--resume', default='', type=str, metavar='PATH',
-                       help='Resume model, optimizer and epoch from a train_adv.py checkpoint.')
+                       help='Resume model, optimizer and epoch from a timm-advnorm-train checkpoint.')
     group.add_argument('--resume-from-earlier', action='store_true',
                        help='Allow --resume from a checkpoint earlier than its run\'s latest (model_best, an older '
                             'checkpoint-N): the run is rewound to it, its later rows and checkpoints replaced.')
@@ -380,7 +380,7 @@ class _ListRecipes(argparse.Action):
         parser.exit(0)
 
 
-def get_args_parser(prog: str = 'train_adv.py') -> ArgumentParser:
+def get_args_parser(prog: str = 'timm-advnorm-train') -> ArgumentParser:
     """The command-line parser (importable, so tests and wrappers can drive it)."""
     parser = ArgumentParser(prog=prog, description='Adversarial training of timm models (timm-advnorm).')
     parser.add_argument('-c', '--config', default='', type=str, metavar='FILE',
@@ -392,7 +392,7 @@ def get_args_parser(prog: str = 'train_adv.py') -> ArgumentParser:
     return parser
 
 
-def parse_args(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> Tuple[argparse.Namespace, str]:
+def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> Tuple[argparse.Namespace, str]:
     """Parse `argv` with YAML defaults from ``-c``; returns the namespace and its YAML text (saved with the run)."""
     args, _ = parse_with_config(get_args_parser(prog), argv, resolve=resolve_config)
     if args.clip_mode == 'agc' and args.clip_grad is None:
