@@ -115,7 +115,7 @@ def _inference_variant(facts: CardFacts) -> Optional[str]:
     for variant in (facts.branch, facts.inference_branch, facts.results.primary_variant):
         if variant is not None and variant in variants:
             return variant
-    return variants[0]
+    return variants[0] if variants else None
 
 
 def _shown_entries(facts: CardFacts) -> List[AttackResult]:
