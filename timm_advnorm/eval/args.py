@@ -1,4 +1,5 @@
-"""The command line of ``validate_adv.py``: its parser, and the usage errors found before anything is loaded.
+"""The command line of ``timm-advnorm-validate`` (``validate_adv.py`` in a checkout): its parser, and the usage
+errors found before anything is loaded.
 
 `parse_args` reads the options (with defaults from a ``-c`` YAML file) and refuses, as one ``usage: ... error:``
 line, what argparse cannot see: options that do not go together, counts out of range, a device that is none, mean or
@@ -23,7 +24,7 @@ from .variants import INTERPOLATIONS
 
 __all__ = ['get_args_parser', 'parse_args', 'ood_folder', 'PROG', 'LOGGER', 'AMP_DTYPES']
 
-PROG = 'validate_adv.py'
+PROG = 'timm-advnorm-validate'
 #: The logger of the command's progress and results (as timm's ``validate.py`` logs under ``validate``).
 LOGGER = 'validate_adv'
 

@@ -7,7 +7,7 @@ checkout)::
         --results output/eval/results.json --repo-id org/mbn_resnet152.xie2020_in1k
     timm-advnorm-publish CKPT --branch adv --results R.json --local-dir exports/r152-adv --dry-run --repo-id org/x
 
-The checkpoint may be a ``train_adv.py`` checkpoint, a bare state dict (``.pth``/``.safetensors``, with
+The checkpoint may be a ``timm-advnorm-train`` checkpoint, a bare state dict (``.pth``/``.safetensors``, with
 ``--model``), an export folder (e.g. from ``timm_advnorm.convert``) or an ``hf-hub:``/``local-dir:`` name.
 Uploads read the token from ``HF_TOKEN``. A non-empty target (folder or Hub repository) is replaced only with
 ``--overwrite``, a folder only if it is an earlier export and holds none of the command's inputs; folders are written
@@ -42,6 +42,7 @@ from .export import (
     build_export_model, check_folder_target, export_data_args, export_model_args, needs_plugin, staged_folder,
     write_export)
 from .loading import PLUGIN_CONFIG_KEY
+from .model_stats import count_model_stats
 from .results import EvalResults, read_eval_results
 
 __all__ = ['get_args_parser', 'publish', 'check_upload_target', 'upload_export', 'main', 'run',
@@ -59,8 +60,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser = ArgumentParser(
         prog=prog, description='Publish a checkpoint (weights, config.json, model card) to the Hugging '
                                            'Face Hub or a local folder.')
-    parser.add_argument('checkpoint', help='train_adv.py checkpoint, state dict (.pth/.safetensors), export folder, '
-                                           'hf-hub:org/name or local-dir:PATH')
+    parser.add_argument('checkpoint', help='timm-advnorm-train checkpoint, state dict (.pth/.safetensors), export '
+                                           'folder, hf-hub:org/name or local-dir:PATH')
     parser.add_argument('--model', help='architecture, when the checkpoint does not name it (bare state dicts)')
     parser.add_argument('--use-ema', dest='ema', action='store_true', help="publish the checkpoint's EMA weights")
     add_hidden_alias(parser, parser, '--ema', 'ema', action='store_true')
@@ -69,14 +70,14 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser.add_argument('--inference-branch', choices=_BRANCHES,
                         help='branch a whole mixture-BN model loads routed to, recorded in config.json (default: the '
                              'one the checkpoint records; required where it records none)')
-    parser.add_argument('--results', help='validate_adv.py results JSON for the card')
+    parser.add_argument('--results', help='timm-advnorm-validate results JSON for the card')
     parser.add_argument('--allow-reduced-results', action='store_true',
-                        help='publish results of a reduced (validate_adv.py --reduced, smoke-test) protocol; the '
+                        help='publish results of a reduced (timm-advnorm-validate --reduced, smoke-test) protocol; the '
                              'card then says so first')
     parser.add_argument('--allow-other-results', action='store_true',
                         help='publish results that evaluated other weights than those published, or that do not '
-                             'record which (written before validate_adv.py recorded a weights digest); the card then '
-                             'says so beside the numbers')
+                             'record which (written before timm-advnorm-validate recorded a weights digest); the card '
+                             'then says so beside the numbers')
     parser.add_argument('--repo-id', help='Hub repository org/name to upload to (token from HF_TOKEN)')
     parser.add_argument('--local-dir', help='write the exact folder that is (or would be) uploaded here')
     parser.add_argument('--dry-run', action='store_true', help='write --local-dir only, upload nothing')
@@ -145,7 +146,7 @@ def _check_inference_branch(args: argparse.Namespace, model: nn.Module, branch: 
 def _check_results(args: argparse.Namespace, results: EvalResults) -> None:
     """Refuse smoke-test results unless the publisher says they mean to publish them (the card then says so)."""
     if results.reduced and not args.allow_reduced_results:
-        raise ValueError(f'{args.results} holds a reduced run of protocol {results.protocol} (validate_adv.py '
+        raise ValueError(f'{args.results} holds a reduced run of protocol {results.protocol} (timm-advnorm-validate '
                          f'--reduced: smaller attack budgets than the protocol\'s); evaluate without --reduced, or '
                          f'pass --allow-reduced-results to publish it marked as a smoke test.')
 
@@ -166,13 +167,13 @@ def _check_results_weights(args: argparse.Namespace, results: EvalResults, model
         return describes
     if describes is None:
         raise ValueError(f'{args.results} does not record which weights it evaluated (results that predate weight '
-                         f'digests, or from another tool): evaluate these weights again with validate_adv.py, or pass '
-                         f'--allow-other-results to publish the numbers marked as those of unverified weights.')
+                         f'digests, or from another tool): evaluate these weights again with timm-advnorm-validate, or '
+                         f'pass --allow-other-results to publish the numbers marked as those of unverified weights.')
     evaluated = f'{results.checkpoint}, ' if results.checkpoint else ''
     raise ValueError(f'{args.results} evaluated other weights ({evaluated}digest {results.weights_digest[:12]}) than '
-                     f'those published (digest {digest[:12]}): evaluate these weights with validate_adv.py (with the '
-                     f'same --use-ema and --branch), or pass --allow-other-results to publish the numbers marked as '
-                     f'those of other weights.')
+                     f'those published (digest {digest[:12]}): evaluate these weights with timm-advnorm-validate (with '
+                     f'the same --use-ema and --branch), or pass --allow-other-results to publish the numbers marked '
+                     f'as those of other weights.')
 
 
 def _check_results_model(results: EvalResults, *architectures: str) -> None:
@@ -214,6 +215,7 @@ def _card_facts(
         provenance=plugin_config.get('converted_from'),
         tf_same_padding=plugin_config.get('padding') == 'tf_same',
         license=args.license or config['pretrained_cfg'].get('license') or 'other',
+        stats=count_model_stats(model, config['pretrained_cfg']['input_size']),
     )
 
 

@@ -47,7 +47,7 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
                        help='Allow --num-classes to differ from the pretrained weights\' (new, untrained head); '
                             'without it a mismatch is an error, never a silently dropped head.')
     group.add_argument('--resume', default='', type=str, metavar='PATH',
-                       help='Resume model, optimizer and epoch from a train_adv.py checkpoint, with the arguments it '
+                       help='Resume model, optimizer and epoch from a timm-advnorm-train checkpoint, with the arguments it '
                             'records as the defaults: options given here (or by -c) win, but changing one that '
                             'shapes what is trained or measured (method options, attack, data, preprocessing, '
                             'augmentation, optimizer, schedule, --epochs, validation, seed) needs '
@@ -399,7 +399,7 @@ class _ListRecipes(argparse.Action):
         parser.exit(0)
 
 
-def get_args_parser(prog: str = 'train_adv.py') -> ArgumentParser:
+def get_args_parser(prog: str = 'timm-advnorm-train') -> ArgumentParser:
     """The command-line parser (importable, so tests and wrappers can drive it)."""
     parser = ArgumentParser(prog=prog, description='Adversarial training of timm models (timm-advnorm).')
     parser.add_argument('-c', '--config', default='', type=str, metavar='FILE',
@@ -416,7 +416,7 @@ def option_dests() -> FrozenSet[str]:
     return frozenset(action.dest for action in get_args_parser()._actions if action.dest != argparse.SUPPRESS)
 
 
-def parse_args(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> Tuple[argparse.Namespace, str]:
+def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> Tuple[argparse.Namespace, str]:
     """Parse `argv` with YAML defaults from ``-c``; returns the namespace and its YAML text (saved with the run).
 
     With ``--resume``, the arguments the checkpoint records are the defaults of whatever `argv` and its ``-c`` file
