@@ -99,7 +99,7 @@ def check_resume_args(args, recorded: Optional[Dict[str, Any]]) -> Dict[str, Tup
     """
     if recorded is None:
         if args.rank == 0:
-            _logger.warning(f'--resume {args.resume} records no train_adv.py arguments: this command line and its '
+            _logger.warning(f'--resume {args.resume} records no timm-advnorm-train arguments: this command line and its '
                             f'defaults set the whole recipe, unchecked against the run\'s.')
         return {}
     current = vars(args)
