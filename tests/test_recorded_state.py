@@ -124,7 +124,7 @@ def test_a_checkpoint_recording_no_arguments_resumes_on_the_command_line_with_a_
     training = _built(monkeypatch, tiny_train_argv(tiny, folder.parent, '--epochs', '2', '--resume',
                                                    str(folder / 'last.pth.tar')))
     assert training.args.attack_eps == 16.0  # the recipe's and the command line's, nothing recorded
-    assert 'records no train_adv.py arguments: this command line and its defaults set the whole recipe' in caplog.text
+    assert 'records no timm-advnorm-train arguments: this command line and its defaults set the whole recipe' in caplog.text
 
 
 # evaluation
