@@ -5,7 +5,7 @@ matplotlib, ends the run before hours of work and not after; nothing is created 
 `write_outputs` publishes the CSV, the BN statistics, the plots and the JSON (`schema.EvalResults.to_dict`), never
 replacing another run's files without ``--overwrite``; `log_results` prints the warnings that void numbers, then each
 variant's numbers, named by what ran: best-iterate accuracies, with the last PGD iterate's (the papers' convention)
-beside them where the protocol scores it.
+beside them where the protocol scores it, and the sanity checks' verdict (`summary.sanity_text`).
 """
 import argparse
 import importlib
@@ -22,7 +22,7 @@ from .plots import PLOT_NAMES, write_plots
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .schema import AttackResult, EvalResults
 from .state import check_state_path, state_path
-from .summary import attack_title
+from .summary import attack_title, sanity_text
 
 __all__ = ['results_paths', 'check_outputs', 'write_outputs', 'log_results']
 
@@ -122,7 +122,8 @@ def _details(attack: AttackResult) -> str:
 
 
 def log_results(results: EvalResults) -> None:
-    """The warnings that void numbers first, then each variant's numbers, named by what ran."""
+    """The warnings that void numbers first, then each variant's numbers, named by what ran, then the verdict of the
+    sanity checks (which ran, on how many samples, and which did not)."""
     for line in results.warnings:
         _logger.warning(line)
     for variant in results.variants:
@@ -140,3 +141,6 @@ def log_results(results: EvalResults) -> None:
         parts += [f'{key} {variant.scores[key]:.2f}' for key in variant.scores
                   if key == 'imagenet-c' or key in variant.ood]
         _logger.info('%s: %s', variant.name, ', '.join(parts))
+    sanity = sanity_text(results)
+    if sanity is not None:
+        _logger.info('Sanity checks: %s.', sanity)
