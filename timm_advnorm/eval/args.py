@@ -7,7 +7,7 @@ std of the wrong length, a dataset root that is needed but not given, and out-of
 protocol does not read or lacks.
 """
 import argparse
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 from timm.utils import ParseKwargs
@@ -22,11 +22,16 @@ from .recorded import DataRecord, take_recorded_data
 from .subsets import SUBSETS
 from .variants import INTERPOLATIONS
 
-__all__ = ['get_args_parser', 'parse_args', 'ood_folder', 'PROG', 'LOGGER', 'AMP_DTYPES']
+__all__ = ['get_args_parser', 'parse_args', 'ood_folder', 'sanity_values', 'PROG', 'LOGGER', 'AMP_DTYPES',
+           'SANITY_MODES', 'SANITY_OPTIONS']
 
 PROG = 'timm-advnorm-validate'
 #: The logger of the command's progress and results (as timm's ``validate.py`` logs under ``validate``).
 LOGGER = 'validate_adv'
+#: ``--sanity``: probes sized to a budget, the complete battery, or none.
+SANITY_MODES = ('budget', 'full', 'off')
+#: The probes' options and the `plan.SanityBudget` field each sets.
+SANITY_OPTIONS = {'sanity_samples': 'samples', 'sanity_steps': 'steps', 'sanity_queries': 'queries'}
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
@@ -101,7 +106,13 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--separate-budgets', action='store_true',
                        help='Run PGD attacks that differ only in iterations each from its own random start, instead '
                             'of reading the shorter ones off one run of the longest.')
-    group.add_argument('--no-progress', action='store_true', help='No progress bars (batches, long attacks).')
+    group.add_argument('--no-progress', action='store_true',
+                       help='No progress bars (the evaluation\'s, in passes, and long attacks\').')
+    group.add_argument('--plan', action='store_true',
+                       help='Do not evaluate: build the evaluation, run its first batch on this device and print the '
+                            'plan (each stage\'s forward/backward passes and share of the cost, the sanity probes\' '
+                            'cost against the attacks\', the projected time). Every evaluation prints the same plan '
+                            'before it runs and records it in the results (plan).')
 
     group = parser.add_argument_group('Attacks')
     group.add_argument('--protocol', default=None, choices=list_protocols(),
@@ -150,12 +161,21 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                        help='Robustness metrics: margin thickness smoothness (default: the protocol\'s).')
     group.add_argument('--metric-samples', type=positive_int, default=None, metavar='N',
                        help='Compute thickness and smoothness on the first N samples only (default: every sample).')
-    group.add_argument('--sanity-samples', type=non_negative_int, default=64, metavar='N',
-                       help='Samples of the sanity probes (0 disables them).')
-    group.add_argument('--sanity-steps', type=positive_int, default=10, metavar='N',
-                       help='PGD iterations of the probes.')
-    group.add_argument('--sanity-queries', type=positive_int, default=400, metavar='N',
-                       help='Square queries of the black-box probe (NoFrost\'s budget).')
+    group.add_argument('--sanity', default=None, choices=SANITY_MODES,
+                       help='Sanity probes: budget (default) = at most a quarter of the requested attacks\' cost '
+                            '(forward/backward passes): fewer samples first, then fewer queries, iterations and ε '
+                            'points, and a probe that cannot run meaningfully within it is skipped and reported as not '
+                            'run; full = the complete battery (64 samples, PGD-10 over 5 ε, PGD-40, Square-400); '
+                            'off = none.')
+    group.add_argument('--sanity-samples', type=non_negative_int, default=None, metavar='N',
+                       help='Samples of the sanity probes (default 64, fewer under the budget); a value given replaces '
+                            'the budgeted one; 0 is --sanity off.')
+    group.add_argument('--sanity-steps', type=positive_int, default=None, metavar='N',
+                       help='PGD iterations of the probes\' ε-sweep, 4x as many for the iteration check (default 10, '
+                            'as few as 5 under the budget); a value given replaces the budgeted one.')
+    group.add_argument('--sanity-queries', type=positive_int, default=None, metavar='N',
+                       help='Square queries of the black-box probe (default NoFrost\'s 400, as few as 100 under the '
+                            'budget); a value given replaces the budgeted one.')
     group.add_argument('--strict-sanity', action='store_true', help='Exit with status 1 when a sanity check fails.')
 
     group = parser.add_argument_group('Output')
@@ -199,9 +219,26 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
     if args.verify_amp and not args.amp:
         parser.error('--verify-amp checks an --amp evaluation; add --amp')
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    _resolve_sanity(parser, args)
     _check_ood_args(parser, args)
     _check_setup_args(parser, args)
     return args
+
+
+def _resolve_sanity(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--sanity`` as given, else ``off`` for ``--sanity-samples 0`` and ``budget`` otherwise. The other probe
+    options are unused when the probes are off (a config file may set them for other runs)."""
+    if args.sanity_samples == 0:
+        if args.sanity not in (None, 'off'):
+            parser.error(f'--sanity-samples 0 turns the sanity probes off: it contradicts --sanity {args.sanity}')
+        args.sanity = 'off'
+    elif args.sanity is None:
+        args.sanity = 'budget'
+
+
+def sanity_values(args: argparse.Namespace) -> Dict[str, int]:
+    """The probe options given on the command line, by `plan.SanityBudget` field: the budget keeps them."""
+    return {field: getattr(args, name) for name, field in SANITY_OPTIONS.items() if getattr(args, name) is not None}
 
 
 def ood_folder(args: argparse.Namespace, dataset: OODDataset) -> Optional[str]:

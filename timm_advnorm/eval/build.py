@@ -9,7 +9,7 @@ preprocessing's provenance (`recorded`).
 """
 import argparse
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -27,14 +27,15 @@ from ..data.preprocessing import check_input_channels, explicit_preprocessing
 from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..hub.digest import branch_digests, state_dict_digest
-from .args import AMP_DTYPES, LOGGER, ood_folder
+from .args import AMP_DTYPES, LOGGER, ood_folder, sanity_values
 from .bn_stats import collect_bn_stats
 from .data import seeded_subset
 from .distributed import DistributedInfo, primary_first
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
-from .plan import EvalPlan, build_plan, ood_stage
+from .plan import EvalPlan, SanityBudget, build_plan, ood_stage
 from .protocols import Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol
 from .recorded import describe_record
+from .sanity_budget import fit_sanity
 from .stages import EvalContext, Stage
 from .state import EvalState, evaluation_fingerprint, open_state, state_path, weights_digest
 from .subsets import named_subset_order
@@ -316,8 +317,9 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     preprocessing.update(record)
     protocol = build_protocol(args)
     variants = model_variants(model, args.gammas, args.interpolations)
-    plan = build_plan(protocol, sanity_samples=args.sanity_samples, sanity_steps=args.sanity_steps,
-                      sanity_queries=args.sanity_queries, metrics=args.metrics, metric_samples=args.metric_samples,
+    probes = SanityBudget(**sanity_values(args)) if args.sanity != 'off' else SanityBudget(samples=0)
+    plan = build_plan(protocol, sanity_samples=probes.samples, sanity_steps=probes.steps,
+                      sanity_queries=probes.queries, metrics=args.metrics, metric_samples=args.metric_samples,
                       amp_samples=args.verify_amp, share_budgets=not args.separate_budgets, reduced_sanity=args.reduced)
     ctx = EvalContext(space=InputSpace.from_data_config(data_config), input_size=tuple(data_config['input_size']),
                       autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn,
@@ -328,11 +330,14 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     _check_imagenet_model(protocol, model)
 
     runs = create_runs(args, protocol, plan, data_config, dist_info, model.num_classes)
+    if args.sanity == 'budget':  # a share of the attacks' cost, which the subset's size sets
+        plan = fit_sanity(plan, len(runs[0].indices), pinned=sanity_values(args))
+        runs[0] = replace(runs[0], stages=plan.stages)
     model.to(dist_info.device)
     if args.channels_last:
         model.to(memory_format=torch.channels_last)
     state = None
-    if args.resume_state:
+    if args.resume_state and not args.plan:  # a plan evaluates one batch and keeps nothing
         fingerprint = evaluation_fingerprint(args, model_name, weights, protocol, variants, plan, runs, data_config,
                                              dist_info)
         state = open_state(state_path(args.resume_state, dist_info), fingerprint)

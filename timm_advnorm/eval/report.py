@@ -6,7 +6,8 @@ matplotlib, ends the run before hours of work and not after; nothing is created 
 replacing another run's files without ``--overwrite``; `log_results` prints the warnings that void numbers, then each
 attack as it ran (`schema.AttackResult.describe`: norm, ε, step and rule, iterations or queries, targeted or not,
 which iterate, reduced or not), then each variant's numbers under those labels: best-iterate accuracies, with the last
-PGD iterate's (the papers' convention) beside them where the protocol scores it.
+PGD iterate's (the papers' convention) beside them where the protocol scores it, and the sanity checks' verdict
+(`summary.sanity_text`).
 """
 import argparse
 import importlib
@@ -23,7 +24,7 @@ from .plots import PLOT_NAMES, write_plots
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .schema import AttackResult, EvalResults
 from .state import check_state_path, state_path
-from .summary import attack_title
+from .summary import attack_title, sanity_text
 
 __all__ = ['results_paths', 'check_outputs', 'write_outputs', 'log_results']
 
@@ -139,7 +140,8 @@ def _log_attacks(results: EvalResults) -> None:
 
 
 def log_results(results: EvalResults) -> None:
-    """The warnings that void numbers first, then each attack as it ran, then each variant's numbers."""
+    """The warnings that void numbers first, then each attack as it ran, then each variant's numbers, then the
+    verdict of the sanity checks (which ran, on how many samples, and which did not)."""
     for line in results.warnings:
         _logger.warning(line)
     _log_attacks(results)
@@ -158,3 +160,6 @@ def log_results(results: EvalResults) -> None:
         parts += [f'{key} {variant.scores[key]:.2f}' for key in variant.scores
                   if key == 'imagenet-c' or key in variant.ood]
         _logger.info('%s: %s', variant.name, ', '.join(parts))
+    sanity = sanity_text(results)
+    if sanity is not None:
+        _logger.info('Sanity checks: %s.', sanity)

@@ -647,7 +647,10 @@ def _preprocessing_line(facts: CardFacts) -> Optional[str]:
 
 
 def _sanity_line(results: EvalResults) -> Optional[str]:
-    """Whether the evaluation's sanity checks passed, and which failed on which variant (they print with results)."""
+    """The verdict of the evaluation's sanity checks: ``passed`` only when every check ran and passed; which ran on
+    what, which did not and which failed on which variant (they print with results)."""
+    if results.sanity_text is not None:
+        return f'- **Sanity checks:** {results.sanity_text}'
     if results.sanity_passed is None:
         return None
     if results.sanity_passed:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..eval import schema
+from ..eval.summary import sanity_text
 
 __all__ = ['AttackResult', 'EvalResults', 'parse_eval_results', 'read_eval_results', 'WORST_CASE']
 
@@ -132,6 +133,10 @@ class EvalResults:
         sanity_passed: Whether every sanity check passed, when recorded.
         sanity_failed: Names of the failed sanity checks, per variant.
         primary_variant: The variant of the model as it was loaded, when recorded.
+        sanity_status: The verdict of the sanity checks (``passed``, ``partial``, ``not run``, ``failed``), when
+            recorded.
+        sanity_text: The verdict with which checks ran on what and which did not (`eval.summary.sanity_text`), from
+            ``validate_adv.py`` results.
     """
 
     model: str
@@ -155,6 +160,8 @@ class EvalResults:
     sanity_passed: Optional[bool] = None
     sanity_failed: Dict[Optional[str], Tuple[str, ...]] = field(default_factory=dict)
     primary_variant: Optional[str] = None
+    sanity_status: Optional[str] = None
+    sanity_text: Optional[str] = None
 
     @property
     def variants(self) -> List[Optional[str]]:
@@ -228,7 +235,8 @@ def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalR
         headlines=headlines, headline_labels=labels, headline=protocol.headline, reduced=protocol.reduced,
         aggregation=protocol.aggregation, reference=protocol.reference, data_config=dict(results.data_config),
         precision=_precision(results.amp, precision_recorded), sanity_passed=results.sanity_passed,
-        sanity_failed=failed, primary_variant=results.primary_variant)
+        sanity_failed=failed, primary_variant=results.primary_variant, sanity_status=results.sanity_status,
+        sanity_text=sanity_text(results))
 
 
 def _first(entry: Mapping[str, Any], keys: Sequence[str]) -> Any:
@@ -330,6 +338,7 @@ def _parse_flat(data: Mapping[str, Any]) -> EvalResults:
         data_config=dict(data_config) if isinstance(data_config, Mapping) else {},
         precision=_precision(data.get('amp'), 'amp' in data),
         sanity_passed=_optional(data.get('sanity_passed'), bool),
+        sanity_status={True: 'passed', False: 'failed'}.get(_optional(data.get('sanity_passed'), bool)),
     )
 
 
