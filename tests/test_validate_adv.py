@@ -158,7 +158,7 @@ def test_bad_arguments_are_a_one_line_usage_error(capsys, extra):
         validate_adv.parse_args(['--model', 'test_mbn_resnet', *extra])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith('validate_adv.py: error:')
+    assert len(err) == 1 and err[0].startswith('timm-advnorm-validate: error:')
 
 
 def test_a_checkpoint_names_its_architecture_and_must_fit(digits_dir, tmp_path, capsys):
