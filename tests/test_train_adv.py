@@ -188,7 +188,8 @@ def test_evaluation_uses_the_preprocessing_the_checkpoint_was_trained_with(tmp_p
     results = json.loads((tmp_path / 'as_trained.json').read_text())
     assert results['data_config']['input_size'] == [3, 32, 32]
     assert results['data_config']['mean'] == pytest.approx([0.485, 0.456, 0.406])
-    assert results['preprocessing'] == {'source': 'the checkpoint', 'overridden': []}
+    assert results['preprocessing'] == {'source': 'the checkpoint', 'overridden': [], 'unlike_checkpoint': {},
+                                        'from_checkpoint': {'input_size': [3, 32, 32], 'val_split': 'validation'}}
     # the whole validation split as training validated it: the same clean accuracy, to the image
     assert results['variants'][0]['clean'] == pytest.approx(float(_summary(run)[0]['eval_top1']), abs=1e-3)
 
@@ -197,7 +198,10 @@ def test_evaluation_uses_the_preprocessing_the_checkpoint_was_trained_with(tmp_p
     results = json.loads((tmp_path / 'overridden.json').read_text())
     assert results['data_config']['input_size'] == [3, 48, 48]
     assert results['data_config']['mean'] == pytest.approx([0.485, 0.456, 0.406])
-    assert results['preprocessing'] == {'source': 'the checkpoint', 'overridden': ['--img-size']}
+    preprocessing = results['preprocessing']
+    assert preprocessing['source'] == 'the checkpoint' and preprocessing['overridden'] == ['--img-size']
+    assert preprocessing['unlike_checkpoint'] == {'--img-size': [[3, 32, 32], [3, 48, 48]]}
+    assert 'input_size' not in preprocessing['from_checkpoint']
 
 
 def test_vanilla_on_a_mixture_bn_model_neither_logs_nor_ranks_by_the_untrained_branch(tmp_path, digits_dir):
