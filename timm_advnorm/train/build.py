@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import Attack, InputSpace, create_attack
 from ..cli import AMP_DTYPES, check_pretrained_option
-from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
+from ..data import builtin_dataset, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import check_input_channels, record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..hub.checkpoint import check_finite_weights
@@ -227,17 +227,18 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     if args.log_wandb:
         import_wandb()  # missing, an error now rather than after the set-up
 
-    dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size or 32)
+    builtin = builtin_dataset(args.dataset)
+    dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size)
     train_root, val_root, search = _data_roots(dataset_name, root, args)
     check_write_target(planned_run_folder(args), '--output', {
         'the data folder': args.data_dir, 'the training data': root, 'the training split': train_root,
         'the validation split': val_root, 'the class map': args.class_map,
         'the initial checkpoint': args.initial_checkpoint})
-    num_classes = args.num_classes or (DIGITS_NUM_CLASSES if args.dataset == 'digits' else None)
+    num_classes = args.num_classes or (builtin.num_classes if builtin else None)
     if num_classes is None:
-        raise ValueError('--num-classes is required for datasets other than digits.')
-    if args.dataset == 'digits' and args.img_size is None:
-        args.img_size = 32
+        raise ValueError('--num-classes is required for datasets other than the built-in digits and mnist5k.')
+    if builtin and args.img_size is None:
+        args.img_size = builtin.img_size
     class_map = folder_class_map(args, train_root, val_root, search, num_classes)
 
     if args.pretrained and not args.initial_checkpoint:
