@@ -38,6 +38,7 @@ def builtin_dataset(name: str) -> Optional[BuiltinDataset]:
     """The built-in dataset `name` (``digits``, ``mnist5k``), or None for any other name."""
     return BUILTIN_DATASETS.get(name)
 
+
 #: Folder names timm's split search (``timm.data.dataset_factory._search_split``) accepts for one another.
 SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'))
 
