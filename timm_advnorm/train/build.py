@@ -32,7 +32,7 @@ from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_ch
 from ..task import AdversarialClassificationTask, get_task_class
 from ..write_guard import check_write_target
 from .accumulation import GradientAccumulation
-from .budget import RunBudget, count_budget, plan_budget
+from .budget import RunBudget, count_budget, plan_budget, plan_validation
 from .checks import check_args, check_resume_args, check_steps, resolve_device
 from .data_options import create_mixup, data_config_args, train_loader_kwargs
 from .datasets import create_split_datasets, folder_class_map
@@ -339,14 +339,20 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
 
 
 def plan_training(run: TrainingRun) -> RunBudget:
-    """``--plan``: the run's budget with one step measured, on the task before it is wrapped for distributed
-    training (for ``--plan-world-size`` processes, if given)."""
+    """``--plan``: the run's budget with one step and an epoch's validation measured, on the task before it is
+    wrapped for distributed training (for ``--plan-world-size`` processes, if given)."""
     args = run.args
-    return plan_budget(run.task, run.optimizer, _first_batch(run.loader_train, run.device),
-                       train_images=run.train_images, epochs=run.epochs,
-                       world_size=args.plan_world_size or args.world_size, model_name=args.model,
-                       amp_dtype=run.amp_dtype, clip_grad=args.clip_grad, clip_mode=args.clip_mode,
-                       channels_last=args.channels_last, loss_scaler=run.loss_scaler)
+    budget = plan_budget(run.task, run.optimizer, _first_batch(run.loader_train, run.device),
+                         train_images=run.train_images, epochs=run.epochs,
+                         world_size=args.plan_world_size or args.world_size, model_name=args.model,
+                         amp_dtype=run.amp_dtype, clip_grad=args.clip_grad, clip_mode=args.clip_mode,
+                         channels_last=args.channels_last, loss_scaler=run.loss_scaler)
+    val_images = len(run.loader_val.dataset)
+    return plan_validation(
+        budget, run.model, _val_attack(args, run.space, run.amp_dtype), _first_batch(run.loader_val, run.device),
+        _first_batch(run.loader_robust, run.device), batch_size=run.loader_val.batch_size, val_images=val_images,
+        robust_images=min(args.num_samples or val_images, val_images), branches=run.task.validated_branches,
+        models=2 if run.task.has_ema() else 1, amp_dtype=run.amp_dtype, channels_last=args.channels_last)
 
 
 def prepare_training(run: TrainingRun) -> TrainingStart:
