@@ -20,8 +20,8 @@ from ..signals import check_interrupted
 from ..task import AdversarialClassificationTask
 from .accumulation import GradientAccumulation, average_gradients
 
-__all__ = ['DivergenceError', 'LossScaler', 'NonFiniteGuard', 'Validation', 'attacked_batch_passes',
-           'check_finite_state', 'eval_metric_for', 'metric_names', 'train_one_epoch', 'validate']
+__all__ = ['DivergenceError', 'LossScaler', 'NonFiniteGuard', 'Validation', 'check_finite_state', 'eval_metric_for',
+           'metric_names', 'train_one_epoch', 'validate']
 
 _logger = logging.getLogger(__name__)
 
@@ -365,7 +365,7 @@ def _top1_correct(model: nn.Module, loader: Iterable, device: torch.device, amp_
     return correct, seen
 
 
-def attacked_batch_passes(attack: Attack) -> int:
+def _attacked_batch_passes(attack: Attack) -> int:
     """Passes of the model over an attacked batch, in units of a clean batch's forward: the attack's iterations (a
     forward and an input-gradient backward each) and the final forward; what the validation bar counts."""
     return getattr(attack, 'steps', 1) + 1
@@ -393,15 +393,15 @@ def validate(
 
     Args:
         progress: Show a progress bar (titled `desc`) with an ETA over the whole validation, counted in model passes
-            over a batch: one per clean batch, `attacked_batch_passes` per attacked one, so that the rate the ETA
-            comes from holds across both.
+            over a batch: one per clean batch, the attack's iterations + 1 per attacked one, so that the rate the ETA
+            comes from holds, roughly, across both.
     """
     model = unwrap_model(model)
     model.eval()
     robust_loader = loader if robust_loader is None else robust_loader
     names = metric_names(branches)
     counts = []
-    attacked_passes = attacked_batch_passes(attack)
+    attacked_passes = _attacked_batch_passes(attack)
     total = len(branches) * (len(loader) + attacked_passes * len(robust_loader))
     with progress_bar(show=progress, total=total, desc=desc, unit='pass', leave=False) as bar:
         for branch in branches:
