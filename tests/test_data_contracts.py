@@ -231,7 +231,7 @@ def test_training_from_a_checkpoint_of_other_classes_is_refused_naming_both_coun
     error = _error(run_train, 'train_adv.py', argv + ['--initial-checkpoint', checkpoint], capsys)
     assert 'has 3 classes but num_classes=4' in error, error
     error = _error(run_train, 'train_adv.py', argv + ['--resume', checkpoint], capsys)
-    assert '--num-classes (3, now 4)' in error, error
+    assert 'cannot change --num-classes: 3 -> 4' in error, error
     error = _error(run_train, 'train_adv.py', argv[:-2] + ['--num-classes', '3', '--resume', checkpoint], capsys)
     assert 'the model has 3 classes (--num-classes) but the data has 4 classes' in error, error
     assert not (tmp_path / 'runs').exists()
@@ -281,3 +281,49 @@ def test_the_decode_check_draws_no_random_number_of_the_run(tmp_path):
     state = torch.get_rng_state()
     keep_readable(dataset, False, 0, 'train on')
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def _decode_check_worker(rank: int, port: int, root: str) -> None:
+    """One rank of a two-process group: which images it decoded itself, and what it was told is unreadable."""
+    import json
+
+    import torch.distributed as dist
+    from timm.data import ImageDataset
+
+    from timm_advnorm.data import readable
+
+    decoded = []
+    own_check = readable.find_unreadable
+
+    def counting_check(dataset, indices, workers=0):
+        decoded.extend(indices)
+        return own_check(dataset, indices, workers)
+
+    readable.find_unreadable = counting_check
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    try:
+        dataset = ImageDataset(str(Path(root) / 'train'))
+        found = readable.find_unreadable_across_ranks(dataset, range(len(dataset)))
+    finally:
+        dist.destroy_process_group()
+    record = dict(decoded=decoded, found={str(i): name for i, (name, _) in found.items()})
+    (Path(root) / f'rank{rank}.json').write_text(json.dumps(record))
+
+
+def test_the_ranks_of_a_distributed_run_share_the_decode_check(tmp_path):
+    """Each rank decodes its share of the images, and every rank learns of every unreadable one: a run over many
+    GPUs pays one decoding pass, and all ranks refuse or skip the same files."""
+    import json
+
+    import torch.multiprocessing as mp
+    from ports import free_port
+
+    data = _image_folder(tmp_path, {'train': 'ab'})
+    (data / 'train' / 'a' / '0.png').write_bytes(b'not an image')  # index 0: rank 0's share
+    (data / 'train' / 'b' / '1.png').write_bytes(b'not an image')  # index PER_CLASS + 1: rank 1's share
+    mp.spawn(_decode_check_worker, args=(free_port(), str(data)), nprocs=2, join=True)
+    ranks = [json.loads((data / f'rank{r}.json').read_text()) for r in range(2)]
+    assert sorted(ranks[0]['decoded'] + ranks[1]['decoded']) == list(range(2 * PER_CLASS))
+    assert not set(ranks[0]['decoded']) & set(ranks[1]['decoded'])
+    expected = {'0': 'a/0.png', str(PER_CLASS + 1): 'b/1.png'}
+    assert ranks[0]['found'] == ranks[1]['found'] == expected

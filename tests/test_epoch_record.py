@@ -120,7 +120,7 @@ def test_a_kill_between_any_two_writes_of_an_epoch_record_is_completed_by_resumi
 
     uninterrupted = tmp_path / 'uninterrupted' / 'run'
     shutil.copytree(epoch_0 / 'run', uninterrupted)
-    assert main(tiny_train_argv(tiny, uninterrupted.parent, *each_epoch_best, '--epochs', '2',
+    assert main(tiny_train_argv(tiny, uninterrupted.parent, *each_epoch_best, '--epochs', '2', '--resume-with-changes',
                                 '--resume', str(uninterrupted / 'last.pth.tar'))) == 0
     expected_rows, expected_checkpoints = _rows(uninterrupted), _checkpoint_epochs(uninterrupted)
     assert [r['epoch'] for r in expected_rows] == ['0', '1']
@@ -130,7 +130,7 @@ def test_a_kill_between_any_two_writes_of_an_epoch_record_is_completed_by_resumi
     for at in itertools.count():
         folder = tmp_path / f'killed-{at}' / 'run'
         shutil.copytree(epoch_0 / 'run', folder)
-        argv = tiny_train_argv(tiny, folder.parent, *each_epoch_best, '--epochs', '2',
+        argv = tiny_train_argv(tiny, folder.parent, *each_epoch_best, '--epochs', '2', '--resume-with-changes',
                                '--resume', str(folder / 'last.pth.tar'))
         with monkeypatch.context() as patches:
             _KillAt(patches, at)
@@ -214,7 +214,7 @@ def test_a_resume_of_a_run_another_process_trains_is_refused(tiny, tmp_path, cap
         try:
             (folder / LOCK_FILE).write_text(f'{other.pid} {socket.gethostname()}\n')
             before = _snapshot(folder)
-            status, errors, err = _run(capsys, tiny_train_argv(tiny, out, '--epochs', '2',
+            status, errors, err = _run(capsys, tiny_train_argv(tiny, out, '--epochs', '2', '--resume-with-changes',
                                                                '--resume', str(folder / 'last.pth.tar')))
         finally:
             other.kill()

@@ -167,8 +167,8 @@ def test_a_malformed_protocol_is_refused(kwargs, message):
 
 
 def _argv(out: Path, *extra):
-    argv = ['--model', 'test_mbn_resnet', '--num-samples', 4, '-b', 4, '-j', 0, '--sanity-samples', 4,
-            '--sanity-steps', 2, '--sanity-queries', 5, '--no-progress', '--results-file', out / 'results.json', *extra]
+    argv = ['--model', 'test_mbn_resnet', '--num-samples', 4, '-b', 4, '-j', 0, '--sanity', 'full',
+            '--sanity-samples', 4, '--sanity-steps', 2, '--sanity-queries', 5, '--no-progress', '--results-file', out / 'results.json', *extra]
     return [str(a) for a in argv]
 
 

@@ -216,7 +216,9 @@ def test_the_iteration_plot_puts_accuracy_and_success_rate_on_axes_of_their_own(
     title = fig._suptitle.get_text().replace('\n', ' ')
     assert 'pgd-t-13' in title and '2-13 iterations' in title and 'ε=16/255' in title
     assert '(reduced)' in title and '64 samples' in title and 'variant adv' in title and 'pgd-t-2000' not in title
-    assert 'targeted, 2-13 iterations, step max(1/255, ε/N)' in title  # xie2020's recorded step and rule
+    # xie2020's recorded step and rule: max(1/255, ε/N) is 8/255 at 2 iterations, 16/13 at 13
+    assert 'targeted, 2-13 iterations, α = 1.231-8/255 (sign step, max(1/255, ε/N))' in title
+    assert 'best iterate' in title
 
 
 def test_the_eps_plot_is_the_sanity_probe_from_eps_zero_in_k_over_255():
@@ -246,7 +248,7 @@ def test_the_tradeoff_plot_names_the_robust_attack_with_its_budget():
     variants = [dict(summary, name=name, kind=kind, gamma=gamma)
                 for name, kind, gamma in (('clean', 'clean', 0.0), ('mix@0.5', 'mix', 0.5), ('adv', 'adv', 1.0))]
     title = figure_tradeoff(_results(protocol, variants))._suptitle.get_text().replace('\n', ' ')
-    assert 'pgd-t-13 (targeted, 13 iterations, step max(1/255, ε/N)' in title
+    assert 'pgd-t-13 (PGD-13 L∞, ε = 16/255, α = 1.231/255 (sign step, max(1/255, ε/N)), targeted, best iterate)' in title
     assert '(reduced)' in title and '64 samples' in title and 'variants clean, mix@0.5, adv' in title
 
 
@@ -282,7 +284,7 @@ def test_a_one_image_difference_is_drawn_inside_its_interval_not_as_a_crossing()
     assert high - low >= interval_high - interval_low >= 20 * 0.5  # the span of 20 images at least
     title = fig._suptitle.get_text().replace('\n', ' ')
     assert 'digits (validation), 200 samples' in title and 'one image = 0.5 points' in title
-    assert 'untargeted' in title and 'step not recorded' in title  # --attacks pgd records no step: said so
+    assert 'untargeted' in title and 'step not recorded' in title  # an older file that records no step: said so
 
 
 def test_the_step_is_named_as_recorded():
@@ -292,12 +294,20 @@ def test_the_step_is_named_as_recorded():
     def step(attack='pgd', steps=20, **kwargs):
         return step_text(AttackResult.from_dict(dict(label='a', attack=attack, steps=steps, kwargs=kwargs,
                                                      accuracy=0.0)))
-    assert step(step=2.0, step_rule='fixed') == '2/255'
-    assert step(step=1.0, step_rule='max') == 'max(1/255, ε/N)'
-    assert step('bim-linf', step=0.3825) == '0.383/255'  # BIM has no step rule
-    assert step(step=4.0) == '4/255 (rule not recorded)'  # PGD's default rule may have taken max(4, ε/N)
-    assert step() == 'not recorded'
+    # results written before steps were recorded: what their arguments say
+    assert step(step=2.0, step_rule='fixed') == 'step 2/255'
+    assert step(step=1.0, step_rule='max') == 'step max(1/255, ε/N)'
+    assert step('bim-linf', step=0.3825) == 'step 0.383/255'  # BIM has no step rule
+    assert step(step=4.0) == 'step 4/255 (rule not recorded)'  # PGD's default rule may have taken max(4, ε/N)
+    assert step() == 'step not recorded'
     assert step('apgd-ce') is None and step('square', steps=None) is None  # adaptive step; queries
+    # results that record it: the step taken and how, as every output names it
+    recorded = AttackResult.from_dict(dict(label='a', attack='pgd', steps=10, step=1.6,
+                                           step_rule='sign step, max(1/255, ε/N)', accuracy=0.0))
+    assert step_text(recorded) == 'α = 1.6/255 (sign step, max(1/255, ε/N))'
+    adaptive = AttackResult.from_dict(dict(label='a', attack='apgd-ce', steps=10, accuracy=0.0,
+                                           step_rule='adaptive step (from 2ε, halved at checkpoints)'))
+    assert step_text(adaptive) == 'adaptive step (from 2ε, halved at checkpoints)'
 
 
 def test_a_suite_whose_steps_differ_names_each_attacks_step():
@@ -306,7 +316,8 @@ def test_a_suite_whose_steps_differ_names_each_attacks_step():
     attacks = [AttackResult.from_dict(a) for a in _summary(get_protocol('galloway'))['attacks']]
     text = suite_text(attacks)
     assert text.startswith('gaussian-noise, bim-linf, bim-l2 (untargeted, 20 iterations, ')
-    assert 'step 0.382/255 (bim-linf), not recorded (bim-l2)' in text  # 7.65/20; BIM-L2 records no step
+    # 7.65/20, and BIM-L2's ε2/20 (ε2 = 7.65·√d = 424, d = 3·32·32 here), each with how it is taken
+    assert 'α = 0.3825/255 (sign step, ε/N) (bim-linf), α = 21.2/255 (L2 step, ε/N) (bim-l2)' in text
 
 
 def _tradeoff_variants(*extra):

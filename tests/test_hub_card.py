@@ -70,13 +70,16 @@ def run(tmp_path_factory):
     return folder
 
 
-def _card(run: Path, tmp_path: Path, *extra) -> str:
-    """Publish to a local folder only (no Hub repository) and return the card."""
+def _card(run: Path, tmp_path: Path, *extra, checkpoint: str = 'last.pth.tar') -> str:
+    """Publish to a local folder only (no Hub repository) and return the card, which names only the commands a
+    wheel installs."""
     out = tmp_path / 'published'
     args = get_args_parser().parse_args(
-        [str(run / 'last.pth.tar'), '--inference-branch', 'adv', '--local-dir', str(out), *map(str, extra)])
+        [str(run / checkpoint), '--inference-branch', 'adv', '--local-dir', str(out), *map(str, extra)])
     publish(args, DEFAULT_CARD_TEMPLATE.read_text())
-    return (out / 'README.md').read_text(encoding='utf-8')
+    card = (out / 'README.md').read_text(encoding='utf-8')
+    assert not any(script in card for script in ('train_adv.py', 'validate_adv.py', 'demo.sh', 'hub/publish.py'))
+    return card
 
 
 def _body(card: str) -> str:
@@ -89,8 +92,10 @@ def test_card_states_the_threat_model_and_data_as_run(run, tmp_path):
     assert '- **Protocol:** `xie2020` (Xie & Yuille, ICLR 2020, Sec. 3 and Table 7)' in body
     assert '- **Data:** `digits`, split `validation`, 64 images (subset seed 0)' in body
     assert '- **Threat model:** white-box, L∞ ε = 16/255, targeted, random target class' in body
+    # the branch the model loads on comes first
+    assert '| attack | threat model | budget | accuracy % [adv] | accuracy % [clean] |' in body
     assert '| pgd-t-2000 | white-box, L∞ ε = 16/255, targeted, random target class | 2000 iterations, step 1/255, ' \
-           'random start | 12.50 (success 50.00) | 37.50 (success 50.00) |' in body
+           'random start | 37.50 (success 50.00) | 12.50 (success 50.00) |' in body
     assert '| pgd-t-10 | white-box, L∞ ε = 16/255, targeted, random target class | 10 iterations, step 1.6/255' in body
     assert "**Robust accuracy on `adv`:** 37.50% (the protocol's headline), the branch the model loads on" in body
     assert '- **Preprocessing:** the model\'s own (above)' in body and 'reduced' not in body
@@ -121,17 +126,23 @@ def test_card_holds_no_path_of_the_publishing_machine(run, tmp_path):
 
 
 def test_model_index_parses_as_a_hub_model_card(run, tmp_path):
-    card = ModelCard(_card(run, tmp_path, '--results', run / 'results-full.json'))
+    """The model index holds the protocol's headline numbers only (pgd-t-2000 and clean, not pgd-t-10), the branch
+    the model loads on first; every attack is in the body's table."""
+    text = _card(run, tmp_path, '--results', run / 'results-full.json')
+    card = ModelCard(text)
     results = card.data.eval_results
-    assert card.data.model_name == 'published' and len(results) == 6
+    assert card.data.model_name == 'published'
     for result in results:
         assert (result.task_type, result.dataset_type, result.dataset_name) == (
             'image-classification', 'digits', 'digits')
         assert result.dataset_split == 'validation' and result.metric_type == 'accuracy'
-    values = {r.metric_name: r.metric_value for r in results}
-    assert values['xie2020: clean [adv]'] == 62.5
-    assert values['xie2020: pgd-t-2000 (white-box, L∞ ε = 16/255, targeted, random target class; 2000 iterations, '
-                  'step 1/255, random start) [adv]'] == 37.5
+    headline = ('xie2020: pgd-t-2000 (white-box, L∞ ε = 16/255, targeted, random target class; 2000 iterations, '
+                'step 1/255, random start)')
+    assert [(r.metric_name, r.metric_value) for r in results] == [
+        (f'{headline} [adv]', 37.5), ('xie2020: clean [adv]', 62.5),
+        (f'{headline} [clean]', 12.5), ('xie2020: clean [clean]', 75.0)]
+    assert '| pgd-t-10 |' in _body(text)
+    assert 'datasets' not in card.data.to_dict()  # the digits have no Hub dataset id
 
 
 def test_card_says_the_model_loads_on_its_inference_branch(run, tmp_path):
@@ -169,7 +180,10 @@ def test_card_describes_queries_targets_noise_and_a_different_preprocessing():
     assert '- **Threat model:** white-box, L∞ ε = 4/255, targeted; black-box, L∞ ε = 4/255, untargeted' in card
     assert '- **Preprocessing:** differs from the model\'s: mean [0.485, 0.456, 0.406] (model: [0.5, 0.5, 0.5])' in card
     meta = yaml.safe_load(card.split('---\n', 2)[1])
-    assert meta['model-index'][0]['results'][0]['dataset'] == dict(type='imagenet-1k', name='hfds/imagenet-1k')
+    assert meta['model-index'][0]['results'][0]['dataset'] == dict(type='ILSVRC/imagenet-1k', name='hfds/imagenet-1k')
+    # a model without branches: its headline (the worst case) and clean accuracy, unlabelled
+    assert [m['name'] for m in meta['model-index'][0]['results'][0]['metrics']] == [
+        'custom: worst case (per sample, the worst of the attacks above)', 'custom: clean']
 
 
 def test_results_without_threat_model_fields_still_render():
@@ -197,3 +211,89 @@ def test_results_read_the_run_budget_and_the_protocol_label():
     data['variants'][1]['sanity'] = dict(passed=False, failed=['outputs_not_random'])
     data['sanity_passed'] = False
     assert parse_eval_results(data).sanity_failed == {'adv': ('outputs_not_random',)}
+
+
+@pytest.fixture(scope='module')
+def method_runs(run):
+    """Checkpoints of the same weights recorded as trained by madry, vanilla and mbn, with every option the training
+    command records (those of every method among them)."""
+    from timm_advnorm.train.args import parse_args
+    saved = torch.load(run / 'last.pth.tar', weights_only=False)
+    for method in ('madry', 'vanilla', 'mbn'):
+        args, _ = parse_args(['-c', 'digits_demo_mbn', '--method', method])
+        torch.save(dict(saved, args=args), run / f'{method}.pth.tar')
+    return run
+
+
+def _recipe(card: str) -> dict:
+    return yaml.safe_load(card.split('## Training recipe', 1)[1].split('```yaml\n', 1)[1].split('```', 1)[0])
+
+
+_OTHER_METHODS = {'clean_ratio', 'adv_weight', 'p_adv', 'noise_weight', 'shuffle_bn', 'rescale_grads', 'star_views',
+                  'star_augment', 'deepaugment_net', 'tda_color_prob'}
+_ATTACK = {'attack', 'attack_eps', 'attack_step', 'attack_steps', 'attack_targeted', 'attack_step_rule',
+           'attack_clean_start_prob', 'attack_bn_stats'}
+
+
+@pytest.mark.parametrize('method, present, absent, papers', [
+    ('madry', _ATTACK, _OTHER_METHODS | {'alpha', 'pairing_weight'}, ['1706.06083', '1906.03787']),
+    ('vanilla', set(), _OTHER_METHODS | _ATTACK | {'alpha', 'pairing_weight'}, []),
+    ('mbn', _ATTACK | {'alpha', 'pairing_weight'}, _OTHER_METHODS, ['1906.03787', '1911.09665']),
+])
+def test_card_lists_only_the_options_and_papers_of_the_run_s_method(method_runs, tmp_path, method, present, absent,
+                                                                     papers):
+    card = _card(method_runs, tmp_path, checkpoint=f'{method}.pth.tar')
+    recipe = _recipe(card)
+    assert recipe['method'] == method and present <= set(recipe) and not absent & set(recipe)
+    assert {'epochs', 'lr', 'val_attack_steps', 'seed'} <= set(recipe)  # the command's own options stay
+    if papers:
+        listed = _body(card).split('- **Papers:**\n', 1)[1].split('\n- ', 1)[0].splitlines()
+        assert [line.rsplit('/', 1)[1] for line in listed] == papers
+    else:
+        assert '**Papers:**' not in card and 'arxiv' not in card
+    assert f'trained with the `{method}` method' in card
+
+
+def test_the_recipe_passes_back_to_the_training_command(method_runs, tmp_path):
+    from timm_advnorm.train.args import parse_args
+    recipe = _recipe(_card(method_runs, tmp_path, checkpoint='madry.pth.tar'))
+    (tmp_path / 'recipe.yaml').write_text(yaml.safe_dump(recipe))
+    args, _ = parse_args(['-c', str(tmp_path / 'recipe.yaml')])
+    recorded = vars(torch.load(method_runs / 'madry.pth.tar', weights_only=False)['args'])
+    assert all(getattr(args, key) == recorded[key] for key in recipe)
+
+
+def test_card_opens_with_the_headline_of_the_branch_the_model_loads_on(run, tmp_path):
+    body = _body(_card(run, tmp_path, '--results', run / 'results-full.json'))
+    assert body.split('\n\n')[2] == (
+        "**Headline:** 37.50% top-1 under xie2020: pgd-t-2000 (white-box, L∞ ε = 16/255, targeted, random target "
+        "class; 2000 iterations, step 1/255, random start); 62.50% on clean images. Evaluated on the `adv` branch, "
+        "the one the model loads on. Data: `digits`, split `validation`, 64 images (subset seed 0).")
+
+
+def test_card_gives_parameters_and_gmacs_as_timm_s_cards(run, tmp_path):
+    card = _card(run, tmp_path)
+    model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES)
+    params = sum(p.numel() for p in model.parameters())
+    assert f'  - Params (M): {params / 1e6:.3g}\n  - GMACs: ' in card and '  - Image size: 32 x 32' in card
+    assert '**Dataset:** scikit-learn\'s handwritten digits' in card and 'not a Hugging Face Hub dataset' in card
+
+
+def test_model_stats_count_parameters_and_multiply_accumulates():
+    from timm_advnorm.hub.model_stats import count_model_stats
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 8 * 6, 5)).train()
+    stats = count_model_stats(model, (3, 8, 6))
+    assert stats.params == (3 * 9 * 4 + 4) + (4 * 8 * 6 * 5 + 5)
+    assert stats.macs == 8 * 6 * 4 * 3 * 9 + 4 * 8 * 6 * 5  # one multiply-accumulate per weight use
+    assert stats.image_size == (8, 6) and model.training
+    assert stats.format() == '- Params (M): 0.00108\n- GMACs: 6.14e-06\n- Image size: 8 x 6'
+
+
+@pytest.mark.parametrize('dataset, hub_id', [
+    ('hfds/imagenet-1k', 'ILSVRC/imagenet-1k'), ('tfds/imagenet2012', 'ILSVRC/imagenet-1k'),
+    ('hfds/org/my-set', 'org/my-set'), ('torch/cifar10', 'uoft-cs/cifar10'), ('digits', None), ('', None),
+    ('folder', None), ('wds/shards', None)])
+def test_hub_dataset_ids(dataset, hub_id):
+    from timm_advnorm.hub import card
+    assert card.hub_dataset_id(dataset) == hub_id

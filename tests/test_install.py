@@ -1,6 +1,6 @@
 """The installed product: build the wheel, install it into a fresh virtual environment (reusing this environment's
-torch and other dependencies, no network) and run a short digits demo from a folder outside the checkout with only
-the console commands a user gets from ``pip install timm-advnorm``."""
+torch and other dependencies, no network) and run the digits demo (``timm-advnorm-demo --smoke``) and a publish from a
+folder outside the checkout with only the console commands a user gets from ``pip install timm-advnorm``."""
 import json
 import os
 import shutil
@@ -16,7 +16,7 @@ from timm_advnorm.write_guard import EXPORT_MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ('timm-advnorm-train', 'timm-advnorm-validate', 'timm-advnorm-publish', 'timm-advnorm-convert',
-            'timm-advnorm-deepaugment')
+            'timm-advnorm-deepaugment', 'timm-advnorm-study', 'timm-advnorm-demo')
 
 
 def _run(command, cwd: Path, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -83,27 +83,30 @@ def test_wheel_ships_the_commands_recipes_and_card_template(wheel):
 
 
 def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
+    """The README's demo (two trainings, two evaluations, the report) with tiny budgets, then a publish of its
+    adversarial run: every command a user is told to run is in the install."""
     venv, env = installed
     where = _run([venv / 'bin' / 'python', '-c', 'import timm_advnorm; print(timm_advnorm.__file__)'], tmp_path, env)
     assert Path(where.stdout.strip()).is_relative_to(venv), 'the installed copy must be the one imported'
 
     listing = _run(['timm-advnorm-train', '--list-recipes'], tmp_path, env)
     assert 'digits_demo_mbn' in listing.stdout
-    data = ['--dataset', 'digits', '--data-dir', tmp_path / 'data']
-    _run(['timm-advnorm-train', '-c', 'digits_demo_mbn', *data, '--epochs', '1', '--attack-steps', '1',
-          '--val-attack-steps', '1', '--num-samples', '32', '--output', tmp_path / 'runs', '--experiment', 'adv'],
-         tmp_path, env)
-    checkpoint = tmp_path / 'runs' / 'adv' / 'last.pth.tar'
-    assert checkpoint.is_file()
-    _run(['timm-advnorm-validate', '--checkpoint', checkpoint, *data, '--attacks', 'pgd', '--attack-steps', '2',
-          '--num-samples', '32', '--sanity-samples', '16', '--sanity-steps', '2', '--sanity-queries', '10',
-          '--workers', '0', '--no-progress', '--results-file', tmp_path / 'eval' / 'robust.json'], tmp_path, env)
-    results = json.loads((tmp_path / 'eval' / 'robust.json').read_text())
+    demo = _run(['timm-advnorm-demo', '--smoke', '--output', tmp_path / 'demo', '--data-dir', tmp_path / 'data'],
+                tmp_path, env)
+    report = (tmp_path / 'demo' / 'report.md').read_text()
+    assert demo.stdout.endswith(report)
+    assert [row.split(' | ')[:2] for row in report.splitlines()[2:]] == [
+        ['| adversarial (mbn)', variant] for variant in ('clean', 'mix@0.5', 'logits@0.5', 'adv')] + [
+        ['| clean (vanilla)', 'clean']]
+    assert '$ timm-advnorm-train -c digits_demo_mbn' in demo.stderr and '_adv.py' not in demo.stdout + demo.stderr
+    results = json.loads((tmp_path / 'demo' / 'adversarial' / 'robust.json').read_text())
     assert results['num_samples'] == 32
-    _run(['timm-advnorm-publish', checkpoint, '--inference-branch', 'adv', '--results', tmp_path / 'eval' /
-          'robust.json', '--local-dir', tmp_path / 'export'], tmp_path, env)
+    checkpoint = tmp_path / 'demo' / 'adversarial' / 'last.pth.tar'
+    _run(['timm-advnorm-publish', checkpoint, '--inference-branch', 'adv', '--results',
+          tmp_path / 'demo' / 'adversarial' / 'robust.json', '--local-dir', tmp_path / 'export'], tmp_path, env)
     assert {p.name for p in (tmp_path / 'export').iterdir()} == {
         'README.md', 'config.json', 'model.safetensors', EXPORT_MANIFEST}
+    assert '_adv.py' not in (tmp_path / 'export' / 'README.md').read_text()
 
 
 @pytest.mark.parametrize('command', [
@@ -113,6 +116,8 @@ def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
     ['python', '-m', 'timm_advnorm.hub.publish', '--help'],
     ['python', '-m', 'timm_advnorm.convert', '--help'],
     ['timm-advnorm-deepaugment', '--help'],
+    ['timm-advnorm-demo', '--help'],
+    ['python', '-m', 'timm_advnorm.demo', '--help'],
     ['python', '-m', 'timm_advnorm.augment.generate', '--help'],
 ])
 def test_every_command_and_module_form_answers_help(installed, tmp_path, command):

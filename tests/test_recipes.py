@@ -190,7 +190,8 @@ def test_help_shows_defaults_and_the_config_option(capsys):
     help_text = ' '.join(capsys.readouterr().out.split())
     assert '-c FILE, --config FILE' in help_text
     assert '--attack-steps ATTACK_STEPS Attack iterations (PGD-N). (default: 30)' in help_text
-    assert '--attack-eps ATTACK_EPS Attack budget on the 0-255 scale. (default: 16.0)' in help_text
+    assert ('--attack-eps ATTACK_EPS Attack budget on the 0-255 scale: 16 means 16/255 (a value in (0, 1) is refused '
+            'as one of the [0, 1] scale). (default: 16.0)') in help_text
 
 
 def test_agc_without_a_threshold_clips_with_timms_default_factor():
@@ -231,7 +232,7 @@ def test_train_config_values_are_held_to_the_options_types(tmp_path, capsys, tex
     path = tmp_path / 'bad.yaml'
     path.write_text(text)
     line = _usage_error(parse_args, ['-c', str(path)], capsys)
-    assert line.startswith(f'train_adv.py: error: config file {path}') and message in line, line
+    assert line.startswith(f'timm-advnorm-train: error: config file {path}') and message in line, line
 
 
 @pytest.mark.parametrize('text, message', [
@@ -248,7 +249,7 @@ def test_validate_config_values_are_held_to_the_options_types(tmp_path, capsys, 
     path.write_text(text)
     line = _usage_error(parse_validate_args, ['-c', str(path), '--model', 'test_mbn_resnet', '--dataset', 'digits'],
                         capsys)
-    assert line.startswith(f'validate_adv.py: error: config file {path}') and message in line, line
+    assert line.startswith(f'timm-advnorm-validate: error: config file {path}') and message in line, line
 
 
 def test_config_values_convert_as_the_command_line_would(tmp_path):
@@ -275,5 +276,5 @@ def test_the_arguments_a_run_saves_are_a_valid_config(tmp_path):
 
 def test_usage_errors_are_one_line_with_a_help_hint(capsys):
     line = _usage_error(parse_args, ['--lr', 'fast'], capsys)
-    assert line.startswith('train_adv.py: error: argument --lr: ') and line.endswith('fast (see --help)'), line
+    assert line.startswith('timm-advnorm-train: error: argument --lr: ') and line.endswith('fast (see --help)'), line
     assert _usage_error(parse_args, ['-c'], capsys).endswith('argument -c/--config: expected one argument (see --help)')

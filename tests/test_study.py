@@ -73,7 +73,8 @@ def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_
     assert float(finding['gap']) == pytest.approx(gap)
     assert finding['held'].startswith('yes' if gap > 0 else 'no')
     assert (study_dir / 'study.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-    assert read_cell(cells[0]).robust.startswith('pgd (untargeted, 2 iterations, step 4/255')  # what the plot names
+    robust = read_cell(cells[0]).robust  # what the plot names: the attack as every output describes it
+    assert robust.startswith('pgd (PGD-2 L∞, ε = ') and 'α = 4/255 (sign step' in robust and 'untargeted' in robust
 
 
 def _group(ratio, *accuracies):
@@ -146,7 +147,11 @@ def test_dry_run_lists_commands_and_budget_without_training(tmp_path, digits_dir
     out = tmp_path / 'out'
     assert main([str(_study(tmp_path, digits_dir)), '--output', str(out), '--dry-run']) == 0
     text = capsys.readouterr().out
-    assert text.count('train_adv.py ') == 2 and text.count('validate_adv.py ') == 2
+    # the commands a wheel installs, never the checkout's scripts
+    lines = text.splitlines()
+    assert sum(line.startswith('  timm-advnorm-train ') for line in lines) == 2
+    assert sum(line.startswith('  timm-advnorm-validate ') for line in lines) == 2
+    assert '_adv.py' not in text
     # one epoch of 1438 digits in whole batches of 64 (22 steps): 1 pass per image (vanilla), 2 (madry, PGD-1)
     assert '1 passes/image x 1,408 images x 1 epochs = 1,408 passes' in text
     assert '2 passes/image x 1,408 images x 1 epochs = 2,816 passes' in text

@@ -52,7 +52,8 @@ def test_mbn_run_writes_summary_checkpoint_and_args(tmp_path, digits_dir):
 
 def test_resume_continues_from_the_next_epoch(tmp_path, digits_dir):
     run = _train(tmp_path, digits_dir, '--method', 'madry')
-    _train(tmp_path, digits_dir, '--method', 'madry', '--epochs', '2', '--resume', str(run / 'last.pth.tar'))
+    _train(tmp_path, digits_dir, '--method', 'madry', '--epochs', '2', '--resume-with-changes',
+           '--resume', str(run / 'last.pth.tar'))
     assert [row['epoch'] for row in _summary(run)] == ['0', '1']
 
 

@@ -74,10 +74,12 @@ def test_a_diverging_run_stops_on_one_line_and_keeps_its_last_good_checkpoints_t
     assert sorted(p.name for p in folder.iterdir()) == [
         'args.yaml', 'budget.yaml', 'checkpoint-0.pth.tar', 'last.pth.tar', 'model_best.pth.tar', 'summary.csv']
 
-    # the optimizer state carries the diverging learning rate: a new one needs --no-resume-opt, as the error says
-    assert '--no-resume-opt' in errors[0]
+    # the optimizer state carries the diverging learning rate: a new one needs --no-resume-opt, and a change of the
+    # recorded recipe --resume-with-changes, as the error says
+    assert '--resume-with-changes --no-resume-opt' in errors[0]
     resume = ['--resume', str(folder / 'last.pth.tar'), '--epochs', '2']
-    status, errors, err = _run(capsys, _argv(digits_dir, out, *resume, '--no-resume-opt', '--lr', '0.05'))
+    status, errors, err = _run(capsys, _argv(digits_dir, out, *resume, '--resume-with-changes', '--no-resume-opt',
+                                             '--lr', '0.05'))
     assert status == 0, err
     assert _summary_epochs(folder) == ['0', '1']
     last = _checkpoint(folder / 'last.pth.tar')

@@ -8,8 +8,11 @@ import argparse
 import math
 from typing import Optional, Union
 
-__all__ = ['Number', 'finite_float', 'non_negative_float', 'positive_float', 'probability', 'fraction',
-           'open_fraction', 'non_negative_int', 'positive_int', 'seed_int']
+from .attacks.space import scale_255_text
+
+__all__ = ['Number', 'PixelScale', 'finite_float', 'non_negative_float', 'positive_float', 'probability', 'fraction',
+           'open_fraction', 'non_negative_int', 'positive_int', 'seed_int', 'pixel_budget', 'pixel_step',
+           'positive_pixel_step']
 
 
 class Number:
@@ -60,6 +63,33 @@ class Number:
         return above and below
 
 
+class PixelScale(Number):
+    """An argparse ``type`` for a budget or step on the 0-255 pixel scale: a finite number >= 0 that is not a value
+    of the [0, 1] scale (``argument --attack-eps: got 0.031, but budgets are on the 0-255 scale; did you mean 8
+    (= 8/255)?``).
+
+    Read on the 0-255 scale, ε = 0.031 attacks with 0.031/255 of the pixel range: no attack, and the clean accuracy
+    reported as robust accuracy. 0 stays allowed (a sweep's clean point; no adversary).
+
+    Args:
+        smallest: Values in (0, `smallest`) are refused as [0, 1]-scale values.
+        noun: What the option holds, for the message (``budgets``, ``steps``).
+        positive: Refuse 0 too (a step that never moves).
+    """
+
+    def __init__(self, smallest: float, noun: str, positive: bool = False):
+        super().__init__(float, low=0, low_open=positive)
+        self.smallest, self.noun = smallest, noun
+
+    def __call__(self, text: str) -> float:
+        number = super().__call__(text)
+        if 0 < number < self.smallest:
+            meant = scale_255_text(number)
+            raise argparse.ArgumentTypeError(f'got {text}, but {self.noun} are on the 0-255 scale; did you mean '
+                                             f'{meant} (= {meant}/255)?')
+        return number
+
+
 finite_float = Number(float)
 non_negative_float = Number(float, low=0)
 positive_float = Number(float, low=0, low_open=True)
@@ -69,3 +99,10 @@ open_fraction = Number(float, low=0, high=1, low_open=True, high_open=True)
 non_negative_int = Number(int, low=0)
 positive_int = Number(int, low=1)
 seed_int = Number(int, low=0, high=2 ** 32 - 1)  # numpy's seed range
+#: ε on the 0-255 scale: 0, or at least 1 (one grey level; every paper's budget is 1/255 or more).
+pixel_budget = PixelScale(1.0, 'budgets')
+#: A step on the 0-255 scale: 0, or at least 0.1. Steps below one grey level are legitimate (Galloway's BIM step
+#: ε/20 is 0.3825, NoFrost's min(1.25ε, ε+4)/N with ε=8 and N=20 is 0.5), but one below a tenth of a grey level is a
+#: [0, 1]-scale step (2/255 = 0.0078, 0.01).
+pixel_step = PixelScale(0.1, 'steps')
+positive_pixel_step = PixelScale(0.1, 'steps', positive=True)

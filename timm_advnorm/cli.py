@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import yaml
@@ -23,8 +23,8 @@ from .arg_types import finite_float, positive_float, positive_int
 from .signals import Interrupted, signals_as_interrupts
 
 __all__ = ['AMP_DTYPES', 'USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'add_preprocessing_args',
-           'check_device', 'check_normalization_lengths', 'check_pretrained_option', 'one_line', 'parse_with_config',
-           'run_cli', 'show_progress']
+           'check_device', 'check_normalization_lengths', 'check_pretrained_option', 'given_options', 'one_line',
+           'parse_with_config', 'run_cli', 'show_progress']
 
 _logger = logging.getLogger(__name__)
 
@@ -281,6 +281,20 @@ def parse_with_config(
         config = _read_config(parser, path, text)
         parser.set_defaults(**config)
     return parser.parse_args(argv), config
+
+
+def given_options(parser: ArgumentParser, argv: Optional[Sequence[str]], config: Mapping[str, Any]) -> Set[str]:
+    """The destinations of the options this invocation sets: given on the command line `argv` or by its ``-c`` file
+    (`config`, as `parse_with_config` returns it), not left at their defaults.
+
+    `argv` is parsed again into a namespace that already holds every destination (argparse then sets no default),
+    so an option given with its default value counts as given.
+    """
+    unset = object()
+    namespace = argparse.Namespace(**{action.dest: unset for action in parser._actions
+                                      if action.dest != argparse.SUPPRESS})
+    parser.parse_args(argv, namespace=namespace)
+    return {dest for dest, value in vars(namespace).items() if value is not unset} | set(config)
 
 
 def _device_available(kind: str) -> bool:

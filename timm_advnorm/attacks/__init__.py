@@ -5,7 +5,7 @@ Importing this package registers every attack class with `create_attack`.
 from .core import attack_context, cross_entropy_per_sample, input_gradient, is_fooled, random_targets
 from .registry import (
     check_training_attack, create_attack, create_training_attack, list_attacks, register_attack, training_attacks)
-from .space import PIXEL_SCALE, InputSpace
+from .space import PIXEL_SCALE, BudgetScaleWarning, InputSpace, PixelBudget
 from .base import (
     Attack, l2_direction, pixel_l2_norm, project, project_l2, project_linf, random_l2_start, random_linf_start)
 from .fgsm import FGSM

@@ -256,10 +256,15 @@ def apgd_targeted(
     return best.x.to(x_in.dtype)
 
 
+#: How APGD steps (`Attack.step_description`): no size of its own, it adapts.
+APGD_STEP_DESCRIPTION = 'adaptive step (from 2ε, halved at checkpoints)'
+
+
 class _APGD(EvalAttack):
     """Shared configuration of the untargeted APGD classes."""
 
     loss: str = 'ce'
+    step_description = APGD_STEP_DESCRIPTION
 
     def __init__(
             self,
@@ -328,6 +333,7 @@ class APGDT(EvalAttack):
     """
 
     accepts_targets = True
+    step_description = APGD_STEP_DESCRIPTION
 
     def __init__(
             self,

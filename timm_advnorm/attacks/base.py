@@ -20,10 +20,10 @@ from tqdm import tqdm
 
 from .core import BN_STATS, attack_context, random_targets
 from .fold_bn import BatchNormFolder
-from .space import InputSpace
+from .space import InputSpace, check_budget_scale
 
 __all__ = [
-    'Attack', 'NORMS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project', 'random_linf_start',
+    'Attack', 'NORMS', 'STEP_DIRECTIONS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project', 'random_linf_start',
     'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
     'num_classes_of', 'forward_logits', 'iterations',
 ]
@@ -31,6 +31,8 @@ __all__ = [
 _logger = logging.getLogger(__name__)
 
 NORMS = ('linf', 'l2')
+#: The direction of a gradient step in each norm, as `Attack.step_description` names it.
+STEP_DIRECTIONS = {'linf': 'sign step', 'l2': 'L2 step'}
 
 T = TypeVar('T')
 
@@ -184,7 +186,8 @@ class Attack:
 
     Args:
         space: The model's input normalization (`InputSpace.from_model(model)`).
-        eps: Perturbation budget on the 0-255 pixel scale (Xie & Yuille 2020: 16).
+        eps: Perturbation budget on the 0-255 pixel scale (Xie & Yuille 2020: 16). A budget in (0, 1) warns
+            (`space.check_budget_scale`: 8/255 = 0.031 given on the [0, 1] scale) unless given as a `PixelBudget`.
         bn_stats: ``running`` (eval mode; standard adversarial training and every evaluation) or ``batch`` (BN uses
             the attacked batch's statistics, Fast AdvProp); running statistics are never changed either way.
         autocast_dtype: Forward under autocast at this dtype (bf16 is safe: loss and perturbation stay fp32).
@@ -202,11 +205,14 @@ class Attack:
             Square); the evaluator sets it when a person is watching.
         trains: Whether the attack can make training examples: the last iterate of every sample, on running or batch
             statistics (`EvalAttack` subclasses cannot: they keep best iterates and drop fooled samples).
+        best_iterate: Whether it returns per sample the first iterate that fools the model (evaluation) rather than
+            the last iterate.
     """
 
     targeted: bool = False
     progress: bool = False
     trains: bool = True
+    best_iterate: bool = False
 
     def __init__(
             self,
@@ -221,6 +227,7 @@ class Attack:
             raise TypeError(f'space must be an InputSpace, got {type(space).__name__}.')
         if eps < 0:
             raise ValueError(f'eps must be >= 0 (0-255 scale), got {eps}.')
+        check_budget_scale(eps)
         if bn_stats not in BN_STATS:
             raise ValueError(f'bn_stats must be one of {BN_STATS}, got {bn_stats!r}.')
         if autocast_dtype == torch.float16:
@@ -284,6 +291,20 @@ class Attack:
             if self.fold_bn and self.bn_stats == 'running':
                 model = self._fold(model, x)
             return perturb(model, x, y, targets)
+
+    @property
+    def step_size(self) -> Optional[float]:
+        """The size of every step on the 0-255 scale, after any rule that sets it; None for an attack without a step
+        of fixed size (query-based, APGD's adaptive step, noise)."""
+        return None
+
+    @property
+    def step_description(self) -> Optional[str]:
+        """How the attack steps, in words, for results and titles: the direction (``sign step``: along the sign of
+        the input gradient, the L∞ step; ``L2 step``: along the unit pixel-scale L2 gradient) and, where the attack
+        sets the size itself, how (``sign step, max(1/255, ε/N)``, ``sign step, ε/N``); None for an attack whose
+        iterations are not steps of its own (a composite like AutoAttack, noise)."""
+        return None
 
     def extra_repr(self) -> str:
         """Configuration summary for logs; subclasses append their own fields."""

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn as nn
 
-from .base import NORMS
+from .base import NORMS, STEP_DIRECTIONS
 from .eval_attack import EvalAttack, pgd_correct_only
 from .registry import register_attack
 from .space import InputSpace
@@ -94,6 +94,16 @@ class _BIM(EvalAttack):
             raise ValueError(f'BIM needs steps >= 1 and step >= 0, got {steps}, {step}.')
         self.steps = int(steps)
         self.step = None if step is None else float(step)
+
+    @property
+    def step_size(self) -> float:
+        """`step`, or ``eps / steps`` by default (Galloway et al.)."""
+        return self.eps / self.steps if self.step is None else self.step
+
+    @property
+    def step_description(self) -> str:
+        """``sign step`` or ``L2 step``, with ``ε/N`` when the size is the default."""
+        return STEP_DIRECTIONS[self.norm] + (', ε/N' if self.step is None else '')
 
     def perturb(self, model, x, y, targets):
         return bim(model, x, y, space=self.space, eps=self.eps, steps=self.steps, step=self.step, norm=self.norm,

@@ -101,6 +101,16 @@ class CWLinf(EvalAttack):
         self.confidence = float(confidence)
         self.random_start = random_start
 
+    @property
+    def step_size(self) -> float:
+        """`step`, or ``eps / 4`` by default."""
+        return self.eps / 4 if self.step is None else self.step
+
+    @property
+    def step_description(self) -> str:
+        """``sign step`` (on the CW margin loss), with ``ε/4`` by default."""
+        return 'sign step' + (', ε/4' if self.step is None else '')
+
     def perturb(self, model, x, y, targets):
         return cw_linf(model, x, y, space=self.space, eps=self.eps, steps=self.steps, step=self.step,
                        confidence=self.confidence, random_start=self.random_start, generator=self.generator,

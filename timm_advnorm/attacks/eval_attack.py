@@ -102,6 +102,8 @@ class EvalAttack(Attack):
     accepts_targets: bool = False
     #: Evaluation semantics (best iterate, fooled samples dropped, running statistics) make no training examples.
     trains: bool = False
+    #: Per sample the first iterate that fools the model, else the best candidate (`best_iterate.BestIterate`).
+    best_iterate: bool = True
     #: What the attack uses of the model: ``white-box`` (gradients), ``black-box`` (output queries only) or ``noise``
     #: (nothing: it perturbs every sample and has no ε budget). Evaluation treats them differently (`AttackSpec`).
     threat: str = 'white-box'

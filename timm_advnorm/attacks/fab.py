@@ -219,6 +219,7 @@ class FABT(EvalAttack):
     """
 
     accepts_targets = True
+    step_description = 'projection onto the linearized boundary'
 
     def __init__(
             self,

@@ -120,6 +120,16 @@ class MIFGSM(EvalAttack):
         self.step = None if step is None else float(step)
         self.decay = float(decay)
 
+    @property
+    def step_size(self) -> float:
+        """`step`, or ``eps / steps`` by default."""
+        return self.eps / self.steps if self.step is None else self.step
+
+    @property
+    def step_description(self) -> str:
+        """``momentum sign step`` (the sign of the accumulated normalized gradients), with ``ε/N`` by default."""
+        return 'momentum sign step' + (', ε/N' if self.step is None else '')
+
     def perturb(self, model, x, y, targets):
         return mifgsm(model, x, y, space=self.space, eps=self.eps, steps=self.steps, step=self.step,
                       decay=self.decay, autocast_dtype=self.autocast_dtype)

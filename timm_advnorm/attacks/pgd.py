@@ -32,7 +32,7 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
-    NORMS, Attack, bernoulli, forward_logits, hard_labels, iterations, l2_direction, normal, project_l2, project_linf,
+    NORMS, STEP_DIRECTIONS, Attack, bernoulli, forward_logits, hard_labels, iterations, l2_direction, normal, project_l2, project_linf,
     random_l2_start, random_linf_start)
 from .best_iterate import BestIterate
 from .core import LossFn, cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
@@ -450,6 +450,12 @@ class PGD(Attack):
         if self.step_rule == 'max':
             return max(self.step, self.eps / self.steps)
         return self.step
+
+    @property
+    def step_description(self) -> str:
+        """``sign step`` (L∞) or ``L2 step``, with ``max(1/255, ε/N)`` under the ``max`` rule."""
+        direction = STEP_DIRECTIONS[self.norm]
+        return f'{direction}, max({self.step:g}/255, ε/N)' if self.step_rule == 'max' else direction
 
     def perturb(
             self,

@@ -5,17 +5,67 @@ Users state ε and step sizes as the papers do (ε=16, step 1 on the 0-255 scale
 range of channel c is ``[(0 - mean_c) / std_c, (1 - mean_c) / std_c]``. L2 budgets are measured on the [0, 1] pixel
 scale (ε given on the 0-255 scale is divided by 255), so an L2 attack rescales its perturbation by ``std`` before
 taking norms.
+
+A budget in (0, 1) on this scale is next to no attack (0.031 is 0.031/255 of the pixel range) and almost always a
+[0, 1]-scale value given by mistake (8/255 = 0.031): attacks built with one warn (`check_budget_scale`) unless the
+caller states the scale with `PixelBudget` (``eps=PixelBudget(0.5)``: half a grey level, on purpose).
 """
+import sys
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, Sequence
 
 import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, resolve_data_config
 
-__all__ = ['InputSpace', 'PIXEL_SCALE']
+__all__ = ['InputSpace', 'PIXEL_SCALE', 'PixelBudget', 'BudgetScaleWarning', 'check_budget_scale', 'scale_255_text']
 
 PIXEL_SCALE = 255.0
+#: Where this package's code lives: a warning points at the first caller outside it.
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+class PixelBudget(float):
+    """A budget stated on the 0-255 scale on purpose: ``create_attack('pgd', space=space, eps=PixelBudget(0.5))``
+    attacks with half a grey level (0.5/255 of the pixel range) without the warning a plain 0.5 gets
+    (`check_budget_scale`). It is a float in every other respect."""
+
+    def __repr__(self) -> str:
+        return f'PixelBudget({float(self)!r})'
+
+
+class BudgetScaleWarning(UserWarning):
+    """A budget in (0, 1) read on the 0-255 scale: probably a [0, 1]-scale value (8/255 = 0.031) given by mistake."""
+
+
+def scale_255_text(fraction: float) -> str:
+    """What a [0, 1]-scale value reads as on the 0-255 scale, as a user would write it: ``8`` for 0.031 (8/255 is
+    0.0314), ``7.65`` for 0.03 (Galloway's ε∞), ``2.55`` for 0.01; a whole number when within 2 % of one."""
+    value = fraction * PIXEL_SCALE
+    whole = round(value)
+    return f'{whole:d}' if whole >= 1 and abs(value - whole) <= 0.02 * value else f'{value:.3g}'
+
+
+def _caller_stacklevel() -> int:
+    """The `warnings.warn` stacklevel, seen from the function calling this one, of the first frame outside this
+    package: the user's call, however deep inside the package the warning is raised."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def check_budget_scale(eps: float, name: str = 'eps') -> None:
+    """Warn (`BudgetScaleWarning`) when 0 < `eps` < 1 and `eps` is not a `PixelBudget`: on the 0-255 scale such a
+    budget is next to no attack, and its accuracy would pass for robust accuracy. The warning names the probable
+    meaning (``eps=0.031`` -> ``8 (= 8/255)``) and points at the caller's line outside this package."""
+    if 0 < eps < 1 and not isinstance(eps, PixelBudget):
+        meant = scale_255_text(eps)
+        warnings.warn(f'{name}={eps:g} is read on the 0-255 scale, {eps:g}/255 of the pixel range: next to no attack. '
+                      f'Did you mean {name}={meant} (= {meant}/255)? Pass {name}=PixelBudget({eps:g}) to state the '
+                      f'0-255 scale.', BudgetScaleWarning, stacklevel=_caller_stacklevel())
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,7 @@ class Square(EvalAttack):
     """
 
     threat = 'black-box'
+    step_description = 'random ±ε squares (no gradient)'
 
     def __init__(
             self,

@@ -11,6 +11,7 @@ import logging
 from typing import Dict, List, Sequence, Tuple
 
 import torch
+import torch.distributed as dist
 from PIL import Image, UnidentifiedImageError
 from timm.data import ImageDataset
 from timm.data.readers.reader import Reader
@@ -18,7 +19,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..cli import one_line
 
-__all__ = ['find_unreadable', 'readable_subset', 'checked_indices', 'keep_readable', 'ReaderSubset']
+__all__ = ['find_unreadable', 'find_unreadable_across_ranks', 'readable_subset', 'checked_indices',
+           'judge_unreadable', 'keep_readable', 'ReaderSubset']
 
 _logger = logging.getLogger(__name__)
 
@@ -112,7 +114,7 @@ def readable_subset(dataset: Dataset, order: Sequence[int], num_samples: int, sk
 def checked_indices(dataset: Dataset, order: Sequence[int], num_samples: int, skip_unreadable: bool, workers: int,
                     purpose: str) -> Tuple[List[int], List[Dict[str, str]]]:
     """`readable_subset`, with its unreadable images refused by name or, when `skip_unreadable`, left out with a
-    warning naming them.
+    warning naming them (`judge_unreadable`).
 
     Args:
         purpose: What the images are for, completing "images to ..." in the messages (``'evaluate'``, ``'train on'``).
@@ -124,6 +126,24 @@ def checked_indices(dataset: Dataset, order: Sequence[int], num_samples: int, sk
         ValueError: Unreadable images without `skip_unreadable`, or no readable image at all.
     """
     indices, unreadable = readable_subset(dataset, order, num_samples, skip_unreadable, workers)
+    return judge_unreadable(dataset, indices, unreadable, skip_unreadable, purpose)
+
+
+def judge_unreadable(dataset: Dataset, indices: List[int], unreadable: Dict[int, Tuple[str, str]],
+                     skip_unreadable: bool, purpose: str) -> Tuple[List[int], List[Dict[str, str]]]:
+    """Refuse the `unreadable` images found among those to use by name or, when `skip_unreadable`, warn naming them.
+
+    Args:
+        indices: The dataset indices to use (without the unreadable ones when `skip_unreadable`).
+        unreadable: ``{index: (file name, reason)}`` of `find_unreadable`.
+        purpose: What the images are for, completing "images to ..." in the messages (``'evaluate'``, ``'train on'``).
+
+    Returns:
+        `indices`, and the skipped files as ``{file, error}`` entries (file names relative to the root).
+
+    Raises:
+        ValueError: Unreadable images without `skip_unreadable`, or no readable image at all.
+    """
     named = [f'{name} ({error})' for name, error in unreadable.values()]
     listed = ', '.join(named[:_LISTED_FILES]) + (f' and {len(named) - _LISTED_FILES} more'
                                                   if len(named) > _LISTED_FILES else '')
@@ -136,6 +156,20 @@ def checked_indices(dataset: Dataset, order: Sequence[int], num_samples: int, sk
     if unreadable:
         _logger.warning('Skipped %d unreadable images in %s: %s.', len(unreadable), where, listed)
     return indices, [dict(file=name, error=error) for name, error in unreadable.values()]
+
+
+def find_unreadable_across_ranks(dataset: Dataset, indices: Sequence[int],
+                                 workers: int = 0) -> Dict[int, Tuple[str, str]]:
+    """`find_unreadable` with the decoding shared by the ranks of a distributed run: each rank decodes every
+    world-size-th image and all ranks get the whole answer, so a run over many GPUs pays for one decoding pass of
+    its data, not one per rank, and every rank makes the same decision about the same files."""
+    indices = list(indices)
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return find_unreadable(dataset, indices, workers)
+    found = find_unreadable(dataset, indices[dist.get_rank()::dist.get_world_size()], workers)
+    gathered: List[Dict[int, Tuple[str, str]]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, found)
+    return dict(sorted((index, entry) for part in gathered for index, entry in part.items()))
 
 
 class ReaderSubset(Reader):
@@ -158,7 +192,8 @@ class ReaderSubset(Reader):
 
 
 def keep_readable(dataset: Dataset, skip_unreadable: bool, workers: int, purpose: str) -> None:
-    """Decode every image of `dataset` (`checked_indices`); with `skip_unreadable`, take the unreadable ones out of it.
+    """Decode every image of `dataset`, shared among the ranks of a distributed run (`find_unreadable_across_ranks`),
+    and refuse the unreadable ones by name (`judge_unreadable`) or, with `skip_unreadable`, take them out of it.
 
     From then on the dataset never loads another image in place of one it cannot read.
     """
@@ -168,6 +203,8 @@ def keep_readable(dataset: Dataset, skip_unreadable: bool, workers: int, purpose
     _logger.info('Decoding the %d images to %s in %s, to find unreadable files.', len(dataset), purpose,
                  getattr(dataset.reader, 'root', None) or 'the dataset')
     with torch.random.fork_rng(devices=[]):  # its loader draws a seed: the run's random numbers stay as without it
-        indices, skipped = checked_indices(dataset, range(len(dataset)), 0, skip_unreadable, workers, purpose)
+        unreadable = find_unreadable_across_ranks(dataset, range(len(dataset)), workers)
+    indices = [index for index in range(len(dataset)) if not (skip_unreadable and index in unreadable)]
+    indices, skipped = judge_unreadable(dataset, indices, unreadable, skip_unreadable, purpose)
     if skipped:
         dataset.reader = ReaderSubset(dataset.reader, indices)

@@ -8,6 +8,8 @@ and report (`assemble`, `report`). Each piece is usable on its own:
 * `ood`: the out-of-distribution sets (ImageNet-R, ImageNet-A, ImageNet-Sketch) and the 200-class restriction;
 * `variants`: what is evaluated (a model, or a mixture-BN branch / interpolation over γ);
 * `plan` and `stages`: the work per batch (clean pass, attacks, sanity probes, metrics, AMP reference);
+* `cost` and `sanity_budget`: what that work costs in passes of the model (the plan printed before a run, and its
+  time projected from the first batch), and the sanity probes sized to a share of the attacks' cost;
 * `evaluator`, `state`, `distributed`, `data`: the loop, its resumable state file, torchrun sharding, the seeded
   subset;
 * `summary`, `sanity`, `metrics`, `bn_stats`, `intervals`: the reported numbers, their precision and checks;

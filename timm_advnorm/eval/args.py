@@ -1,4 +1,5 @@
-"""The command line of ``validate_adv.py``: its parser, and the usage errors found before anything is loaded.
+"""The command line of ``timm-advnorm-validate`` (``validate_adv.py`` in a checkout): its parser, and the usage
+errors found before anything is loaded.
 
 `parse_args` reads the options (with defaults from a ``-c`` YAML file) and refuses, as one ``usage: ... error:``
 line, what argparse cannot see: options that do not go together, counts out of range, a device that is none, mean or
@@ -6,25 +7,31 @@ std of the wrong length, a dataset root that is needed but not given, and out-of
 protocol does not read or lacks.
 """
 import argparse
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 from timm.utils import ParseKwargs
 
-from ..arg_types import non_negative_int, positive_int, probability, seed_int
+from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability, seed_int
 from ..cli import (
     AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, check_device, check_normalization_lengths,
-    parse_with_config)
+    given_options, parse_with_config)
 from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from .protocols import PROTOCOLS, get_protocol, list_protocols
+from .recorded import DataRecord, take_recorded_data
 from .subsets import SUBSETS
 from .variants import INTERPOLATIONS
 
-__all__ = ['get_args_parser', 'parse_args', 'ood_folder', 'PROG', 'LOGGER', 'AMP_DTYPES']
+__all__ = ['get_args_parser', 'parse_args', 'ood_folder', 'sanity_values', 'PROG', 'LOGGER', 'AMP_DTYPES',
+           'SANITY_MODES', 'SANITY_OPTIONS']
 
-PROG = 'validate_adv.py'
+PROG = 'timm-advnorm-validate'
 #: The logger of the command's progress and results (as timm's ``validate.py`` logs under ``validate``).
 LOGGER = 'validate_adv'
+#: ``--sanity``: probes sized to a budget, the complete battery, or none.
+SANITY_MODES = ('budget', 'full', 'off')
+#: The probes' options and the `plan.SanityBudget` field each sets.
+SANITY_OPTIONS = {'sanity_samples': 'samples', 'sanity_steps': 'steps', 'sanity_queries': 'queries'}
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
@@ -38,7 +45,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('data', nargs='?', metavar='DIR', help='Dataset root (same as --data-dir).')
     group.add_argument('--data-dir', metavar='DIR', help='Dataset root.')
     group.add_argument('--dataset', default='', metavar='NAME',
-                       help='"digits" (built in, no download) or any timm dataset name (default: image folder).')
+                       help='"digits" (built in, no download) or any timm dataset name (default: a train_adv.py '
+                            '--checkpoint\'s, else an image folder).')
     group.add_argument('--val-split', default='validation', metavar='NAME',
                        help='Split to evaluate; of a folder dataset, a subfolder that must exist (val, valid, '
                             'validation, eval, evaluation stand for one another; \'\' is the root).')
@@ -68,7 +76,10 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--model', '-m', default=None, metavar='NAME',
                        help='timm model name, hf-hub:ORG/NAME or local-dir:PATH (default: the checkpoint\'s arch).')
     group.add_argument('--pretrained', action='store_true', help='Load the model\'s pretrained weights.')
-    group.add_argument('--checkpoint', default='', metavar='PATH', help='Checkpoint to evaluate.')
+    group.add_argument('--checkpoint', default='', metavar='PATH',
+                       help='Checkpoint to evaluate. Of a train_adv.py checkpoint, the dataset (with its root, split '
+                            'and class map), preprocessing and inference branch its run recorded are used unless '
+                            'given here; the log says which, and names each option given against the record.')
     group.add_argument('--use-ema', action='store_true', help='Evaluate the EMA weights of the checkpoint.')
     group.add_argument('--branch', default=None, choices=('clean', 'adv'),
                        help='Evaluate one branch of a mixture-BN checkpoint as the plain timm model.')
@@ -95,17 +106,25 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--separate-budgets', action='store_true',
                        help='Run PGD attacks that differ only in iterations each from its own random start, instead '
                             'of reading the shorter ones off one run of the longest.')
-    group.add_argument('--no-progress', action='store_true', help='No progress bars (batches, long attacks).')
+    group.add_argument('--no-progress', action='store_true',
+                       help='No progress bars (the evaluation\'s, in passes, and long attacks\').')
+    group.add_argument('--plan', action='store_true',
+                       help='Do not evaluate: build the evaluation, run its first batch on this device and print the '
+                            'plan (each stage\'s forward/backward passes and share of the cost, the sanity probes\' '
+                            'cost against the attacks\', the projected time). Every evaluation prints the same plan '
+                            'before it runs and records it in the results (plan).')
 
     group = parser.add_argument_group('Attacks')
     group.add_argument('--protocol', default=None, choices=list_protocols(),
                        help='Named protocol (default: xie2020 unless --attacks is given).')
     group.add_argument('--attacks', nargs='+', default=None, metavar='NAME',
                        help='Registered attack names to run instead of a protocol.')
-    group.add_argument('--attack-eps', type=float, default=None, metavar='EPS',
-                       help='Budget on the 0-255 scale (default: the protocol\'s; 16 with --attacks).')
-    group.add_argument('--attack-step', type=float, default=None, metavar='STEP',
-                       help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s).')
+    group.add_argument('--attack-eps', type=pixel_budget, default=None, metavar='EPS',
+                       help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks). '
+                            'A value in (0, 1) is refused as one of the [0, 1] scale.')
+    group.add_argument('--attack-step', type=pixel_step, default=None, metavar='STEP',
+                       help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s). A value in '
+                            '(0, 0.1) is refused as one of the [0, 1] scale.')
     group.add_argument('--attack-steps', type=int, nargs='+', default=None, metavar='N',
                        help='Iterations (default: the protocol\'s or the attack\'s); with --attacks, several counts '
                             'make a sweep (one run per attack when they share a step: see --separate-budgets).')
@@ -113,7 +132,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                        help='Threat-model norm (default: the protocol\'s or the attack\'s).')
     group.add_argument('--attack-targeted', action='store_true',
                        help='With --attacks: targeted, the target uniform among the other classes.')
-    for alias, dest, options in (('--eps', 'attack_eps', dict(type=float)), ('--step', 'attack_step', dict(type=float)),
+    for alias, dest, options in (('--eps', 'attack_eps', dict(type=pixel_budget)),
+                                 ('--step', 'attack_step', dict(type=pixel_step)),
                                  ('--steps', 'attack_steps', dict(type=int, nargs='+')),
                                  ('--norm', 'attack_norm', dict(choices=('linf', 'l2'))),
                                  ('--targeted', 'attack_targeted', dict(action='store_true'))):
@@ -141,12 +161,21 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                        help='Robustness metrics: margin thickness smoothness (default: the protocol\'s).')
     group.add_argument('--metric-samples', type=positive_int, default=None, metavar='N',
                        help='Compute thickness and smoothness on the first N samples only (default: every sample).')
-    group.add_argument('--sanity-samples', type=non_negative_int, default=64, metavar='N',
-                       help='Samples of the sanity probes (0 disables them).')
-    group.add_argument('--sanity-steps', type=positive_int, default=10, metavar='N',
-                       help='PGD iterations of the probes.')
-    group.add_argument('--sanity-queries', type=positive_int, default=400, metavar='N',
-                       help='Square queries of the black-box probe (NoFrost\'s budget).')
+    group.add_argument('--sanity', default=None, choices=SANITY_MODES,
+                       help='Sanity probes: budget (default) = at most a quarter of the requested attacks\' cost '
+                            '(forward/backward passes): fewer samples first, then fewer queries, iterations and ε '
+                            'points, and a probe that cannot run meaningfully within it is skipped and reported as not '
+                            'run; full = the complete battery (64 samples, PGD-10 over 5 ε, PGD-40, Square-400); '
+                            'off = none.')
+    group.add_argument('--sanity-samples', type=non_negative_int, default=None, metavar='N',
+                       help='Samples of the sanity probes (default 64, fewer under the budget); a value given replaces '
+                            'the budgeted one; 0 is --sanity off.')
+    group.add_argument('--sanity-steps', type=positive_int, default=None, metavar='N',
+                       help='PGD iterations of the probes\' ε-sweep, 4x as many for the iteration check (default 10, '
+                            'as few as 5 under the budget); a value given replaces the budgeted one.')
+    group.add_argument('--sanity-queries', type=positive_int, default=None, metavar='N',
+                       help='Square queries of the black-box probe (default NoFrost\'s 400, as few as 100 under the '
+                            'budget); a value given replaces the budgeted one.')
     group.add_argument('--strict-sanity', action='store_true', help='Exit with status 1 when a sanity check fails.')
 
     group = parser.add_argument_group('Output')
@@ -163,13 +192,20 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argparse.Namespace:
-    """Parse `argv`, with defaults from the ``-c`` YAML file if given (command-line values win)."""
+    """Parse `argv`, with defaults from the ``-c`` YAML file if given (command-line values win).
+
+    With a ``train_adv.py`` ``--checkpoint``, the data options it records are the defaults of those neither gives
+    (`recorded.take_recorded_data`; not for a protocol that runs on an out-of-distribution set); what was taken and
+    what was given against the record is kept as ``args.data_record``.
+    """
     parser = get_args_parser(prog)
-    args, _ = parse_with_config(parser, argv)
+    args, config = parse_with_config(parser, argv)
     if not args.model and not args.checkpoint:
         parser.error('give --model, --checkpoint, or both')
     if args.attacks and args.protocol:
         parser.error('give either --protocol or --attacks, not both')
+    args.data_record = (take_recorded_data(args, given_options(parser, argv, config))
+                        if args.checkpoint and not _runs_on_ood(args) else DataRecord())
     if (args.attack_kwargs or args.attack_targeted or args.cascade) and not args.attacks:
         parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')
     if isinstance(args.attack_steps, int):  # a single count from a YAML config
@@ -183,9 +219,26 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
     if args.verify_amp and not args.amp:
         parser.error('--verify-amp checks an --amp evaluation; add --amp')
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    _resolve_sanity(parser, args)
     _check_ood_args(parser, args)
     _check_setup_args(parser, args)
     return args
+
+
+def _resolve_sanity(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--sanity`` as given, else ``off`` for ``--sanity-samples 0`` and ``budget`` otherwise. The other probe
+    options are unused when the probes are off (a config file may set them for other runs)."""
+    if args.sanity_samples == 0:
+        if args.sanity not in (None, 'off'):
+            parser.error(f'--sanity-samples 0 turns the sanity probes off: it contradicts --sanity {args.sanity}')
+        args.sanity = 'off'
+    elif args.sanity is None:
+        args.sanity = 'budget'
+
+
+def sanity_values(args: argparse.Namespace) -> Dict[str, int]:
+    """The probe options given on the command line, by `plan.SanityBudget` field: the budget keeps them."""
+    return {field: getattr(args, name) for name, field in SANITY_OPTIONS.items() if getattr(args, name) is not None}
 
 
 def ood_folder(args: argparse.Namespace, dataset: OODDataset) -> Optional[str]:

@@ -4,7 +4,7 @@ Each variant gets its reported numbers (`summary.summarize_variant`) and its san
 numbers are those of the model as loaded (a mixture-BN model on the branch its checkpoint records, `primary_variant`),
 on best iterates and, where the protocol scores it, on the last PGD iterate (the papers' convention);
 the warnings that void numbers come first, and what ran (data, subset, preprocessing, protocol, precision, ranks,
-timings) is recorded with them.
+the plan and timings) is recorded with them, with one verdict of the sanity checks over every variant.
 """
 import argparse
 import time
@@ -19,7 +19,9 @@ from .plan import EvalPlan
 from .records import ResultTable
 from .runner import RunOutcome
 from .sanity import run_sanity_checks, summarize_checks
-from .schema import ITERATE_CONVENTIONS, BNStats, EvalResults, ProtocolInfo, SanityResult, VariantResult
+from .schema import (
+    ITERATE_CONVENTIONS, BNStats, EvalResults, ProtocolInfo, SanityResult, VariantResult, combined_sanity_status,
+    passed_flag)
 from .subsets import robustbench_model_info
 from .summary import amp_report, results_warnings, summarize_variant
 from .variants import Variant
@@ -32,7 +34,8 @@ def _variant_result(table: ResultTable, variant: Variant, plan: EvalPlan, num_cl
     """A variant's reported numbers with its sanity checks."""
     summary = summarize_variant(table, variant, plan, input_size)
     checks = run_sanity_checks(table, variant.name, plan, num_classes, input_size)
-    return replace(summary, sanity=SanityResult(**summarize_checks(checks), checks=checks))
+    probes_ran = plan.sanity is not None and bool(plan.sanity.probes)
+    return replace(summary, sanity=SanityResult(**summarize_checks(checks, probes_ran), checks=checks))
 
 
 def assemble_results(args: argparse.Namespace, setup: EvalSetup, table: ResultTable, outcome: RunOutcome,
@@ -58,6 +61,7 @@ def assemble_results(args: argparse.Namespace, setup: EvalSetup, table: ResultTa
     amp = args.amp_dtype if args.amp else None
     amp_check = amp_report(table, primary.name, setup.plan, args.amp_tolerance) if args.verify_amp else None
     data_config = setup.data_config
+    sanity = combined_sanity_status([v.sanity.status for v in variants])
     results = EvalResults(
         warnings=results_warnings(variants, amp, amp_check), model=setup.model_name, checkpoint=args.checkpoint,
         weights_digest=setup.weights_digest, branch_weights_digests=setup.branch_weights_digests or None,
@@ -71,9 +75,10 @@ def assemble_results(args: argparse.Namespace, setup: EvalSetup, table: ResultTa
         world_size=world_size, inference_branch=inference_branch, primary_variant=primary.name, top1=primary.clean,
         robust_top1=primary.robust, robust_top1_last_iterate=primary.robust_last_iterate,
         conventions=None if primary.robust_last_iterate is None else dict(ITERATE_CONVENTIONS),
-        sanity_passed=all(v.sanity.passed for v in variants),
+        sanity_passed=passed_flag(sanity), sanity_status=sanity,
         masked_gradients_suspected=any(v.sanity.masked_gradients_suspected for v in variants), amp_check=amp_check,
         variants=variants, bn_stats=BNStats(layers=summarize_bn_stats(setup.bn_stats)) if setup.bn_stats else None,
+        plan=outcome.cost.to_dict(),
         eval_seconds=round(outcome.seconds, 3), units_computed=outcome.units_computed,
         images_per_second=round(sum(len(run.indices) for run in runs) * len(variants) / max(outcome.seconds, 1e-9), 3),
         total_seconds=round(time.perf_counter() - started, 3), robustbench_model_info=None)

@@ -3,11 +3,13 @@
 `build_evaluation` does it all in an order that finds bad input (a model, a protocol, attack arguments, a BN layer,
 data and unreadable images, a state file of another evaluation) before anything is evaluated, and returns the
 `EvalSetup` the runner and the results read. The model is evaluated in eval mode with its own preprocessing (the
-checkpoint's record, an export's config or the registry's defaults) unless the command line overrides a value.
+checkpoint's record, an export's config or the registry's defaults) unless the command line overrides a value; what a
+training checkpoint's record set (data, preprocessing, inference branch) is said in one line, and recorded with the
+preprocessing's provenance (`recorded`).
 """
 import argparse
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -25,13 +27,15 @@ from ..data.preprocessing import check_input_channels, explicit_preprocessing
 from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..hub.digest import branch_digests, state_dict_digest
-from .args import AMP_DTYPES, LOGGER, ood_folder
+from .args import AMP_DTYPES, LOGGER, ood_folder, sanity_values
 from .bn_stats import collect_bn_stats
 from .data import seeded_subset
 from .distributed import DistributedInfo, primary_first
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
-from .plan import EvalPlan, build_plan, ood_stage
+from .plan import EvalPlan, SanityBudget, build_plan, ood_stage
 from .protocols import Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol
+from .recorded import describe_record
+from .sanity_budget import fit_sanity
 from .stages import EvalContext, Stage
 from .state import EvalState, evaluation_fingerprint, open_state, state_path, weights_digest
 from .subsets import named_subset_order
@@ -257,7 +261,9 @@ class EvalSetup:
         model: The model, on its device, in eval mode.
         model_name: Its architecture.
         data_config: The preprocessing evaluated.
-        preprocessing: Where it came from (``source``) and the options that overrode it (``overridden``).
+        preprocessing: Where it came from (``source``), the options that overrode it (``overridden``) and, for a
+            training checkpoint, what its record set (``from_checkpoint``) and what was given against it
+            (``unlike_checkpoint``, option: [recorded, given]).
         protocol: The protocol, with the command line's overrides and reduction.
         variants: What is evaluated (the model, or mixture-BN branches and interpolations).
         plan: The stages per batch.
@@ -302,10 +308,18 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     _logger.info('Preprocessing %s, from %s%s.', _shown(data_config), preprocessing['source'],
                  f" with {', '.join(preprocessing['overridden'])} from the command line"
                  if preprocessing['overridden'] else '')
+    said, against, record = describe_record(args, args.data_record, model, data_config,
+                                            resolve_data_config({}, model=model, use_test_size=True))
+    if said:
+        _logger.info(said + '.')
+    if against:
+        _logger.warning(against + '.')
+    preprocessing.update(record)
     protocol = build_protocol(args)
     variants = model_variants(model, args.gammas, args.interpolations)
-    plan = build_plan(protocol, sanity_samples=args.sanity_samples, sanity_steps=args.sanity_steps,
-                      sanity_queries=args.sanity_queries, metrics=args.metrics, metric_samples=args.metric_samples,
+    probes = SanityBudget(**sanity_values(args)) if args.sanity != 'off' else SanityBudget(samples=0)
+    plan = build_plan(protocol, sanity_samples=probes.samples, sanity_steps=probes.steps,
+                      sanity_queries=probes.queries, metrics=args.metrics, metric_samples=args.metric_samples,
                       amp_samples=args.verify_amp, share_budgets=not args.separate_budgets, reduced_sanity=args.reduced)
     ctx = EvalContext(space=InputSpace.from_data_config(data_config), input_size=tuple(data_config['input_size']),
                       autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn,
@@ -316,11 +330,14 @@ def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> Ev
     _check_imagenet_model(protocol, model)
 
     runs = create_runs(args, protocol, plan, data_config, dist_info, model.num_classes)
+    if args.sanity == 'budget':  # a share of the attacks' cost, which the subset's size sets
+        plan = fit_sanity(plan, len(runs[0].indices), pinned=sanity_values(args))
+        runs[0] = replace(runs[0], stages=plan.stages)
     model.to(dist_info.device)
     if args.channels_last:
         model.to(memory_format=torch.channels_last)
     state = None
-    if args.resume_state:
+    if args.resume_state and not args.plan:  # a plan evaluates one batch and keeps nothing
         fingerprint = evaluation_fingerprint(args, model_name, weights, protocol, variants, plan, runs, data_config,
                                              dist_info)
         state = open_state(state_path(args.resume_state, dist_info), fingerprint)

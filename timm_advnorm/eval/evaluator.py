@@ -5,15 +5,22 @@ inner ones. Each finished (variant, stage, batch) unit becomes a record; with an
 the next unit starts and skipped when the state already holds it. Randomness (attack starts, Square's search) is
 seeded per unit from the evaluation seed and the unit's key, so a resumed or sharded run draws the same numbers
 as an uninterrupted single-process one.
+
+A progress bar, when given, advances by each unit's passes of the model (`cost.stage_passes`), so that one bar over
+the whole evaluation (`runner`) moves with the work and its ETA holds. The evaluator times each stage's computed units
+(`seconds`, `rows`): the first batch's times project the evaluation's (`cost.EvalCost.measured`).
 """
 import hashlib
 import logging
+import time
+from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
 from tqdm import tqdm
 
+from .cost import stage_passes
 from .data import target_offsets
 from .ood import ClassSubset
 from .records import Record, make_record
@@ -46,7 +53,7 @@ class RobustEvaluator:
         device: Where inputs go.
         state: Resumable record store, optional.
         channels_last: Feed inputs in channels-last memory format.
-        progress: Show a progress bar.
+        bar: A progress bar to advance by the passes of each finished unit (computed or read back).
         classes: Score and attack every variant as a classifier of these of its classes only (`ClassSubset`: an
             ImageNet model on ImageNet-R's 200 classes); ``None``: all.
     """
@@ -63,7 +70,7 @@ class RobustEvaluator:
             device: torch.device,
             state: Optional[EvalState] = None,
             channels_last: bool = False,
-            progress: bool = False,
+            bar: Optional[tqdm] = None,
             classes: Optional[Sequence[int]] = None,
     ):
         names = [stage.name for stage in stages]
@@ -74,14 +81,17 @@ class RobustEvaluator:
         self.stages = list(stages)
         self.ctx = ctx
         self.seed = seed
-        self.device = device
+        self.device = torch.device(device)
         self.state = state
         self.channels_last = channels_last
-        self.progress = progress
+        self.bar = bar
+        self.passes = {stage.name: stage_passes(stage).total for stage in self.stages}
         self.offsets = target_offsets(num_samples, num_classes, seed).to(device)
         self.num_classes = num_classes
         self.classes = None if classes is None else torch.as_tensor(classes, dtype=torch.long, device=device)
         self.computed = 0
+        self.seconds: Dict[str, float] = defaultdict(float)
+        self.rows: Dict[str, int] = defaultdict(int)
 
     def _batch(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor) -> Batch:
         x = x.to(self.device, non_blocking=True)
@@ -100,11 +110,18 @@ class RobustEvaluator:
         record = self.state.get(variant.name, stage.name, start) if self.state is not None else None
         if record is None:
             seed = derive_seed(self.seed, variant.name, stage.seed_name or stage.name, start)
+            started = time.perf_counter()
             columns = stage.run(net, batch.select(rows), previous, self.ctx, seed)
+            if self.device.type == 'cuda':  # the time of the work, not of its launch
+                torch.cuda.synchronize(self.device)
+            self.seconds[stage.name] += time.perf_counter() - started
+            self.rows[stage.name] += int(rows.sum())
             record = make_record(variant.name, stage.name, start, columns)
             self.computed += 1
             if self.state is not None:
                 self.state.append(record)
+        if self.bar is not None:
+            self.bar.update(self.passes[stage.name] * int(rows.sum()))
         previous[stage.name] = {name: torch.as_tensor(values) for name, values in record['columns'].items()}
         return record
 
@@ -114,8 +131,7 @@ class RobustEvaluator:
         modes = [(module, module.training) for module in self.model.modules()]
         self.model.eval()
         try:
-            bar = tqdm(loader, desc='robust eval', unit='batch', disable=not self.progress, dynamic_ncols=True)
-            for x, y, positions in bar:
+            for x, y, positions in loader:
                 batch = self._batch(x, y, positions)
                 start = int(batch.positions[0])
                 for variant in self.variants:
@@ -123,7 +139,8 @@ class RobustEvaluator:
                         net = net if self.classes is None else ClassSubset(net, self.classes)
                         previous: Dict[str, Columns] = {}
                         for stage in self.stages:
-                            bar.set_postfix_str(f'{variant.name}/{stage.name}')
+                            if self.bar is not None:
+                                self.bar.set_postfix_str(f'{variant.name}/{stage.name}', refresh=False)
                             record = self._run_unit(net, variant, stage, batch, start, previous)
                             if record is not None:
                                 records.append(record)

@@ -4,11 +4,12 @@ PGD attacks of a protocol that differ only in their iteration count (Xie & Yuill
 at step 1) run once, at the longest budget; the shorter budgets' results are read off that run (`BudgetStage`),
 which is exactly each shorter attack from the same start.
 
-Besides the protocol's attacks, every evaluation runs sanity probes on a small prefix of the subset: an untargeted
-PGD ε-sweep from the clean image (no random start, so zero gradients cannot hide behind noise) up to a budget no
-honest classifier survives, the same PGD with 4x the iterations, a black-box Square probe when the protocol has no
-black-box attack, the input-gradient norm and a determinism probe. A reduced (smoke-test) evaluation shrinks the
-probes too (`reduce_sanity`: fewer samples, iterations, queries and ε points), each check keeping what it compares.
+Besides the protocol's attacks, an evaluation runs sanity probes on a small prefix of the subset (`SANITY_PROBES`): the
+input-gradient norm, a determinism probe, an untargeted PGD from the clean image (no random start, so zero gradients
+cannot hide behind noise) at a budget no honest classifier survives and over an ε-sweep up to it, the same PGD with
+4x the iterations, and a black-box Square probe when the protocol has no black-box attack. A reduced (smoke-test)
+evaluation shrinks the probes too (`reduce_sanity`: fewer samples, iterations, queries and ε points), each check
+keeping what it compares; by default a budget sizes them further (`sanity_budget.fit_sanity`).
 Optionally it also runs the NoFrost §4.3 robustness metrics and an fp32 reference of the clean pass and first
 white-box attack, to check a bf16 evaluation against full precision.
 
@@ -18,7 +19,7 @@ clean pass each (`ood_stage`).
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..attacks import PGD, InputSpace, list_attacks
+from ..attacks import PGD, InputSpace, PixelBudget, list_attacks
 from .metrics import METRICS, smoothness_attack, thickness_attack
 from .protocols import AttackSpec, Protocol
 from .schema import SanityProbe
@@ -26,10 +27,15 @@ from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
     ThicknessStage, attack_norm, build_attack)
 
-__all__ = ['SanityPlan', 'SanityBudget', 'EvalPlan', 'build_plan', 'reduce_sanity', 'ood_stage', 'SANITY_EPS_FACTORS',
-           'SANITY_LARGE_EPS', 'REDUCED_SANITY_SAMPLES', 'REDUCED_SANITY_STEPS', 'REDUCED_SANITY_QUERIES',
-           'REDUCED_SANITY_EPS_FACTORS', 'SANITY_STEP_FACTOR']
+__all__ = ['SanityPlan', 'SanityBudget', 'EvalPlan', 'build_plan', 'reduce_sanity', 'sanity_stages', 'ood_stage',
+           'SANITY_PROBES', 'SANITY_EPS_FACTORS', 'SANITY_LARGE_EPS', 'REDUCED_SANITY_SAMPLES', 'REDUCED_SANITY_STEPS',
+           'REDUCED_SANITY_QUERIES', 'REDUCED_SANITY_EPS_FACTORS', 'SANITY_STEP_FACTOR']
 
+#: The sanity probes, most telling per pass first: the input gradient (``gradients_not_masked``), two identical
+#: forwards (``outputs_deterministic``), PGD at `SANITY_LARGE_EPS` (``accuracy_falls_to_zero``), the rest of the
+#: ε-sweep (``accuracy_decreases_with_eps``), PGD with 4x the iterations (``more_iterations_do_not_help``) and Square
+#: (``blackbox_not_stronger``). A budget that cannot fit them all drops them from the end: each needs those before it.
+SANITY_PROBES = ('gradient', 'determinism', 'huge-eps', 'eps-sweep', 'iterations', 'blackbox')
 #: Multiples of the protocol's ε in the sanity sweep.
 SANITY_EPS_FACTORS = (0.5, 1.0, 2.0, 4.0)
 #: A reduced evaluation's probes run on at most this many samples: 0 of 16 may survive the huge budget.
@@ -51,7 +57,7 @@ SANITY_STEP_FACTOR = 2.5
 
 @dataclass(frozen=True)
 class SanityPlan:
-    """Names of the sanity stages, for `sanity.run_sanity_checks`.
+    """Names of the sanity stages and what they are, for `sanity.run_sanity_checks`.
 
     Attributes:
         samples: Size of the sanity prefix of the subset.
@@ -62,6 +68,9 @@ class SanityPlan:
         steps: PGD iterations of the sweep (the iteration check runs 4x as many).
         queries: Queries of the Square probe, when one runs (`blackbox`).
         reduced: Whether the probes were shrunk for a smoke test (`reduce_sanity`).
+        probes: The probes that run (of `SANITY_PROBES`).
+        mode: How they were sized: ``full`` (as asked) or ``budget`` (`sanity_budget.fit_sanity`).
+        not_run: The probes the budget could not fit.
     """
 
     samples: int
@@ -72,13 +81,20 @@ class SanityPlan:
     steps: int = 0
     queries: int = 0
     reduced: bool = False
+    probes: Tuple[str, ...] = SANITY_PROBES
+    mode: str = 'full'
+    not_run: Tuple[str, ...] = ()
 
     def probe(self, samples: int) -> SanityProbe:
         """What the probes ran, for results: on `samples` samples (those of the prefix evaluated), the attack and its
-        budgets, and whether they were reduced."""
+        budgets, whether they were reduced, how they were sized and the probes the budget left out."""
         return SanityProbe(samples=samples, attack='pgd', norm='linf', random_start=False, steps=self.steps,
-                           more_steps=4 * self.steps, eps=self.eps, sweep_eps=[eps for eps, _ in self.sweep],
-                           blackbox_queries=self.queries if self.blackbox is not None else None, reduced=self.reduced)
+                           more_steps=4 * self.steps if self.more_iterations else None, eps=self.eps,
+                           sweep_eps=[eps for eps, _ in self.sweep],
+                           blackbox_queries=self.queries if self.blackbox is not None else None, reduced=self.reduced,
+                           step=SANITY_STEP_FACTOR * self.eps / self.steps if self.steps else None,
+                           step_rule=f'sign step, {SANITY_STEP_FACTOR:g}ε/N', mode=self.mode,
+                           not_run=list(self.not_run))
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,7 @@ class SanityBudget:
         queries: Square queries of the black-box probe.
         eps_factors: Multiples of the protocol's ε swept (`SANITY_LARGE_EPS` is always added).
         reduced: Shrunk for a smoke test (`reduce_sanity`).
+        probes: The probes to run (of `SANITY_PROBES`, in its order).
     """
 
     samples: int = 64
@@ -98,6 +115,7 @@ class SanityBudget:
     queries: int = 400
     eps_factors: Tuple[float, ...] = SANITY_EPS_FACTORS
     reduced: bool = False
+    probes: Tuple[str, ...] = SANITY_PROBES
 
 
 def reduce_sanity(budget: SanityBudget) -> SanityBudget:
@@ -113,7 +131,8 @@ def reduce_sanity(budget: SanityBudget) -> SanityBudget:
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """The stages of an evaluation and the role of the non-protocol ones."""
+    """The stages of an evaluation and the role of the non-protocol ones (`sanity_budget`: what the sanity stages were
+    built from; None without probes)."""
 
     protocol: Protocol
     stages: Tuple[Stage, ...]
@@ -121,6 +140,7 @@ class EvalPlan:
     metrics: Tuple[str, ...] = ()
     amp_pairs: Tuple[Tuple[str, str], ...] = field(default_factory=tuple)
     amp_samples: int = 0
+    sanity_budget: Optional[SanityBudget] = None
 
     def check_attacks(self, ctx: EvalContext) -> None:
         """Build every attack once, so an unknown name or argument fails now, not hours into the evaluation."""
@@ -159,7 +179,7 @@ def _budget_key(spec: AttackSpec) -> Optional[Tuple]:
     if spec.attack != 'pgd' or spec.eps_rule != 'fixed':
         return None
     try:
-        attack = PGD(InputSpace(), eps=spec.eps, **spec.kwargs)
+        attack = PGD(InputSpace(), eps=PixelBudget(spec.eps), **spec.kwargs)
     except (TypeError, ValueError):
         return None  # `EvalPlan.check_attacks` reports it
     others = tuple(sorted((k, repr(v)) for k, v in spec.kwargs.items() if k not in ('steps', 'step', 'step_rule')))
@@ -195,26 +215,43 @@ def _attack_stages(protocol: Protocol, share_budgets: bool) -> List[Stage]:
     return stages
 
 
-def _sanity_stages(protocol: Protocol, budget: SanityBudget) -> Tuple[List[Stage], SanityPlan]:
+def sanity_stages(protocol: Protocol, budget: SanityBudget, mode: str = 'full',
+                  not_run: Sequence[str] = ()) -> Tuple[List[Stage], SanityPlan]:
+    """The stages of the probes of `budget` for `protocol`, and their names for the checks.
+
+    Args:
+        protocol: The attack suite (the probes center on its first L∞ white-box budget).
+        budget: The probes to run and what they spend.
+        mode: How `budget` was sized, for the record.
+        not_run: The probes a budget left out, for the record.
+    """
     eps = _probe_eps(protocol)
-    samples, steps, queries = budget.samples, budget.steps, budget.queries
-    sweep_eps = sorted({min(f * eps, 255.0) for f in budget.eps_factors} | {SANITY_LARGE_EPS})
-    stages: List[Stage] = [GradientProbe(limit=samples), DeterminismProbe(limit=samples)]
+    samples, steps, queries, probes = budget.samples, budget.steps, budget.queries, budget.probes
+    stages: List[Stage] = []
+    if 'gradient' in probes:
+        stages.append(GradientProbe(limit=samples))
+    if 'determinism' in probes:
+        stages.append(DeterminismProbe(limit=samples))
+    sweep_eps = {SANITY_LARGE_EPS} if 'huge-eps' in probes else set()
+    if 'eps-sweep' in probes:
+        sweep_eps |= {min(f * eps, 255.0) for f in budget.eps_factors}
     sweep = []
-    for value in sweep_eps:
+    for value in sorted(sweep_eps):
         name = f'sanity/pgd-{steps}-eps{value:g}'
         stages.append(AttackStage(_probe_pgd(name, value, steps), limit=samples))
         sweep.append((value, name))
-    fewer = f'sanity/pgd-{steps}-eps{eps:g}'
-    more = f'sanity/pgd-{4 * steps}-eps{eps:g}'
-    stages.append(AttackStage(_probe_pgd(more, eps, 4 * steps), limit=samples))
+    more_iterations = None
+    if 'iterations' in probes:  # against the sweep's point at ε (every sweep has the factor 1)
+        more_iterations = (f'sanity/pgd-{steps}-eps{eps:g}', f'sanity/pgd-{4 * steps}-eps{eps:g}')
+        stages.append(AttackStage(_probe_pgd(more_iterations[1], eps, 4 * steps), limit=samples))
     blackbox = None
     has_blackbox = any(spec.threat == 'black-box' for spec in protocol.attacks)
-    if not has_blackbox and 'square' in list_attacks() and queries > 0:
+    if 'blackbox' in probes and not has_blackbox and 'square' in list_attacks() and queries > 0:
         blackbox = f'sanity/square-{queries}-eps{eps:g}'
         spec = AttackSpec(blackbox, 'square', eps, dict(n_queries=queries), threat='black-box')
         stages.append(AttackStage(spec, limit=samples))
-    return stages, SanityPlan(samples, eps, tuple(sweep), (fewer, more), blackbox, steps, queries, budget.reduced)
+    return stages, SanityPlan(samples, eps, tuple(sweep), more_iterations, blackbox, steps, queries, budget.reduced,
+                              tuple(probes), mode, tuple(not_run))
 
 
 def ood_stage(dataset: str) -> CleanStage:
@@ -234,7 +271,8 @@ def build_plan(
         share_budgets: bool = True,
         reduced_sanity: bool = False,
 ) -> EvalPlan:
-    """The stages of an evaluation.
+    """The stages of an evaluation, with the complete battery of sanity probes (`sanity_budget.fit_sanity` sizes
+    them to a budget).
 
     Args:
         protocol: The attack suite.
@@ -256,13 +294,14 @@ def build_plan(
         if name not in METRICS:
             raise ValueError(f'Unknown metric {name!r}, expected one of {METRICS}.')
     stages: List[Stage] = [CleanStage(), *_attack_stages(protocol, share_budgets)]
-    sanity = None
-    budget = SanityBudget(sanity_samples, sanity_steps, sanity_queries)
+    sanity, budget = None, SanityBudget(sanity_samples, sanity_steps, sanity_queries)
     if reduced_sanity:
         budget = reduce_sanity(budget)
     if budget.samples > 0:
-        sanity_stages, sanity = _sanity_stages(protocol, budget)
-        stages.extend(sanity_stages)
+        probes, sanity = sanity_stages(protocol, budget)
+        stages.extend(probes)
+    else:
+        budget = None
     if 'thickness' in metrics:
         stages.append(ThicknessStage(thickness_attack(), limit=metric_samples))
     if 'smoothness' in metrics:
@@ -279,4 +318,4 @@ def build_plan(
                                       limit=amp_samples, full_precision=True,
                                       seed_name=getattr(checked, 'source', checked.name)))
             amp_pairs.append((reference.label, name))
-    return EvalPlan(protocol, tuple(stages), sanity, metrics, tuple(amp_pairs), amp_samples)
+    return EvalPlan(protocol, tuple(stages), sanity, metrics, tuple(amp_pairs), amp_samples, budget)

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..attacks.registry import attack_arguments
 from .bn_stats import default_bn_layer
+from .describe import NORM_NAMES, pixels_text, step_phrase
 from .intervals import wilson_interval
 from .plan import SANITY_STEP_FACTOR
 from .results import OutputFiles
@@ -44,7 +45,6 @@ PathLike = Union[str, Path]
 PLOT_NAMES = ('accuracy_vs_iterations.png', 'accuracy_vs_eps.png', 'gamma_tradeoff.png', 'bn_stats.png')
 #: A suite with more attacks than this is named by its size in titles, not by its attacks.
 MAX_NAMED_ATTACKS = 6
-NORM_NAMES = {'linf': 'L∞', 'l2': 'L2'}
 #: Title characters per inch of figure width (matplotlib's 'medium' font), where title lines are wrapped.
 TITLE_CHARS_PER_INCH = 14
 #: At most this many layer names label the depth axis of the BN plot (every k-th layer beyond).
@@ -120,23 +120,26 @@ def _arguments(attack: Optional[str]) -> Optional[Dict[str, Any]]:
 
 
 def step_text(attack: AttackResult) -> Optional[str]:
-    """The step of an iterative attack as its results record it: ``2/255``, ``max(1/255, ε/N)`` (Xie & Yuille's
-    rule), ``not recorded`` when its arguments hold none, ``4/255 (rule not recorded)`` when the attack has a step
-    rule that they do not name; None for an attack without a step of its own (one-step, query-based, noise, APGD's
-    adaptive step)."""
+    """The step of an attack as its results record it: ``α = 2/255 (sign step)``, ``adaptive step (from 2ε, halved
+    at checkpoints)`` (`describe.step_phrase`, as every output names it). In results written before steps were
+    recorded, what the attack's arguments say: ``step 2/255``, ``step max(1/255, ε/N)`` (Xie & Yuille's rule), ``step
+    not recorded`` when they hold none, ``step 4/255 (rule not recorded)`` when the attack has a step rule they do not
+    name, and None for an attack without a step of its own (one-step, query-based, noise, APGD's adaptive step)."""
+    if attack.step_rule is not None:
+        return step_phrase(attack.step, attack.step_rule)
     arguments = _arguments(attack.attack)
     if attack.steps is None or (arguments is not None and 'step' not in arguments):
         return None
     step = attack.kwargs.get('step')
     if not isinstance(step, (int, float)) or isinstance(step, bool):
-        return 'not recorded'
+        return 'step not recorded'
     fixed = f'{step:.3g}/255'
     rule = attack.kwargs.get('step_rule')
     if rule == 'max':
-        return f'max({fixed}, ε/N)'
+        return f'step max({fixed}, ε/N)'
     if rule is None and (arguments is None or 'step_rule' in arguments):
-        return f'{fixed} (rule not recorded)'
-    return fixed
+        return f'step {fixed} (rule not recorded)'
+    return f'step {fixed}'
 
 
 def _targeted_text(attacks: Sequence[AttackResult]) -> Optional[str]:
@@ -148,21 +151,29 @@ def _targeted_text(attacks: Sequence[AttackResult]) -> Optional[str]:
 
 
 def _step_sizes_text(attacks: Sequence[AttackResult]) -> Optional[str]:
-    """The steps of `attacks` (`step_text`): ``1/255`` when they share it, else each with the attacks that take it
-    (``0.383/255 (bim-linf), not recorded (bim-l2)``); None when none has a step."""
+    """The steps of `attacks` (`step_text`): one text when they share it (attacks that share a rule but not a size,
+    as a sweep under ``max(1/255, ε/N)``, give their range: ``α = 1.231-8/255 (sign step, max(1/255, ε/N))``), else
+    each with the attacks that take it (``α = 0.3825/255 (sign step, ε/N) (bim-linf), α = 21.2/255 (L2 step, ε/N)
+    (bim-l2)``); None when none has a step."""
     by_step: Dict[str, List[str]] = defaultdict(list)
+    sized: Dict[str, List[AttackResult]] = defaultdict(list)
     for attack in attacks:
-        text = step_text(attack)
-        if text:
-            by_step[text].append(attack.label)
+        if attack.step is not None and attack.step_rule is not None:
+            sized[attack.step_rule].append(attack)
+        elif step_text(attack):
+            by_step[step_text(attack)].append(attack.label)
+    for rule, group in sized.items():
+        low, high = min(a.step for a in group), max(a.step for a in group)
+        size = pixels_text(low) if low == high else f'{low:.4g}-{pixels_text(high)}'
+        by_step[f'α = {size} ({rule})'] += [a.label for a in group]
     if len(by_step) <= 1:
         return next(iter(by_step), None)
     return ', '.join(f"{text} ({', '.join(labels)})" for text, labels in by_step.items())
 
 
 def _budget_text(attacks: Sequence[AttackResult]) -> str:
-    """The budgets of `attacks`: targeted or not, iterations, step, queries, ε per norm, noise σ
-    (``targeted, 13 iterations, step max(1/255, ε/N), L∞ ε=16/255``)."""
+    """The budgets of `attacks`: targeted or not, iterations, step, queries, ε per norm, which iterate, noise σ
+    (``targeted, 13 iterations, α = 1.231/255 (sign step, max(1/255, ε/N)), L∞ ε=16/255, best iterate``)."""
     parts = []
     targeted = _targeted_text(attacks)
     if targeted:
@@ -173,12 +184,15 @@ def _budget_text(attacks: Sequence[AttackResult]) -> str:
         parts.append(_count(steps, 'iterations'))
     step_sizes = _step_sizes_text(attacks)
     if step_sizes:
-        parts.append(f'step {step_sizes}')
+        parts.append(step_sizes)
     if queries:
         parts.append(_count(queries, 'queries'))
     for norm in dict.fromkeys(a.norm for a in attacks if a.norm):
         eps = sorted({a.eps for a in attacks if a.norm == norm})
         parts.append(f"{NORM_NAMES.get(norm, norm)}\N{NO-BREAK SPACE}ε={', '.join(eps_text(e) for e in eps)}")
+    iterates = [a.iterate for a in attacks if a.iterate]
+    if iterates:
+        parts.append(' and '.join(dict.fromkeys(iterates)) + ' iterate')
     for scale in dict.fromkeys(a.sigma_scale for a in attacks if a.sigma is not None):
         sigmas = sorted({a.sigma for a in attacks if a.sigma_scale == scale})
         parts.append(f"noise σ={', '.join(f'{s:g}' for s in sigmas)} on {scale}")
@@ -190,8 +204,12 @@ def _budget_text(attacks: Sequence[AttackResult]) -> str:
 
 
 def suite_text(attacks: Sequence[AttackResult]) -> str:
-    """Attacks by the names of what ran, with their budgets
-    (``pgd-t-13 (targeted, 13 iterations, step max(1/255, ε/N), L∞ ε=16/255)``)."""
+    """Attacks by the names of what ran, with their budgets: one attack as every output names it
+    (`AttackResult.describe`: ``pgd-20 (PGD-20 L∞, ε = 8/255, α = 2/255 (sign step), untargeted, best iterate)``),
+    several by their shared budgets (``pgd-t-2, ..., pgd-t-13 (targeted, 2-13 iterations, α = 1.231-8/255 (sign step,
+    max(1/255, ε/N)), L∞ ε=16/255, best iterate)``)."""
+    if len(attacks) == 1:
+        return f'{attacks[0].label} ({attacks[0].describe()})'
     noun = 'corruptions' if all(a.attack == 'corruption' for a in attacks) else 'attacks'
     names = ', '.join(a.label for a in attacks) if len(attacks) <= MAX_NAMED_ATTACKS else f'{len(attacks)} {noun}'
     budget = _budget_text(attacks)

@@ -44,17 +44,18 @@ Galloway's ε2 = ε∞·√d is that too once `resolve_eps` applied the rule).
 """
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..attacks.bim import galloway_l2_eps
 from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
-from ..attacks.registry import attack_arguments, attack_threat
+from ..attacks.registry import attack_arguments, attack_threat, create_attack
+from ..attacks.space import InputSpace, PixelBudget, check_budget_scale
 from .ood import OOD_DATASETS
 
 __all__ = [
     'AttackSpec', 'Protocol', 'PROTOCOLS', 'AGGREGATIONS', 'THREATS', 'get_protocol', 'list_protocols',
     'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES', 'budget_label',
-    'LAST_ITERATE_ATTACKS',
+    'LAST_ITERATE_ATTACKS', 'Stepping', 'stepping',
 ]
 
 AGGREGATIONS = ('independent', 'cascade')
@@ -211,6 +212,8 @@ def _fraction_step(eps: float, steps: int) -> float:
 
 
 STEP_RULES = {'nofrost': _nofrost_step, 'fraction': _fraction_step}
+#: How each step rule sets the step, in words (`stepping`).
+STEP_RULE_TEXT = {'nofrost': 'min(1.25ε, ε+4)/N', 'fraction': 'ε/N'}
 
 
 def _with_step(spec: AttackSpec) -> AttackSpec:
@@ -424,7 +427,8 @@ def protocol_from_attacks(
 
     Args:
         attacks: Registered attack names; repeating a name is an error (give one spec per configuration).
-        eps: Budget on the 0-255 scale (noise has none).
+        eps: Budget on the 0-255 scale (noise has none); one in (0, 1) warns (`check_budget_scale`) unless it is a
+            `PixelBudget`.
         attack_kwargs: Constructor arguments (``step``, ``norm``, ``targeted``, ...) for the attacks that take them.
         aggregation: See `Protocol`.
         steps: Iterations of the attacks that have iterations: one count, or several for a sweep, one spec per
@@ -434,6 +438,7 @@ def protocol_from_attacks(
         ValueError: Unknown attack, non-finite `eps` or step, repeated counts, or an option no attack takes.
     """
     _check_finite('eps', eps)
+    check_budget_scale(eps)
     kwargs = dict(attack_kwargs or {})
     counts = [int(n) for n in steps]
     if len(set(counts)) != len(counts):
@@ -462,7 +467,8 @@ def override_protocol(
     """Change budgets of every attack that has the knob; the protocol keeps its name but no longer its paper's budget.
 
     ε applies to every attack with a budget; `step`, `steps` and `norm` only where the attack's configuration has
-    them (an explicit `step` also disables the spec's step rule, otherwise the rule recomputes the step). Labels
+    them (an explicit `step` also disables the spec's step rule, otherwise the rule recomputes the step); an `eps` in
+    (0, 1) warns as `protocol_from_attacks` does. Labels
     stay; a spec whose iterations change remembers its label's budget, so that `AttackSpec.run_label` names the
     one that runs.
 
@@ -475,6 +481,8 @@ def override_protocol(
     for option in ('eps', 'step'):
         if option in options:
             _check_finite(option, options[option])
+    if eps is not None:
+        check_budget_scale(eps)
     for option, value in options.items():
         if not any(_takes(spec, option) for spec in protocol.attacks):
             names = ', '.join(dict.fromkeys(spec.attack for spec in protocol.attacks))
@@ -540,3 +548,34 @@ def resolve_eps(spec: AttackSpec, input_size: Sequence[int]) -> float:
     if spec.eps_rule == 'sqrt_dim':
         return galloway_l2_eps(spec.eps, input_size)
     return spec.eps
+
+
+class Stepping(NamedTuple):
+    """How the attack of a spec steps, for results (`schema.AttackResult`).
+
+    Attributes:
+        step: The size of every step on the 0-255 scale, after any rule (None: no fixed size).
+        rule: How it steps, in words (`Attack.step_description`, with the spec's step rule when it set the step).
+        iterate: ``best`` or ``last``: the iterate the attack returns.
+    """
+
+    step: Optional[float]
+    rule: Optional[str]
+    iterate: Optional[str]
+
+
+def stepping(spec: AttackSpec, input_size: Sequence[int]) -> Stepping:
+    """How the attack of `spec` steps, read off the configured attack itself (its defaults and rules included: the
+    step of ``--attacks pgd`` is PGD's ``max(1/255, ε/N)``, BIM-L2's its ε/20); all None for noise.
+
+    Raises:
+        ValueError, TypeError: The registry does not know the attack or it rejects the spec's arguments.
+    """
+    if spec.threat == 'noise':
+        return Stepping(None, None, None)
+    attack = create_attack(spec.attack, space=InputSpace(), eps=PixelBudget(resolve_eps(spec, input_size)),
+                           **spec.kwargs)
+    rule = attack.step_description
+    if rule is not None and spec.step_rule is not None:
+        rule += f', {STEP_RULE_TEXT[spec.step_rule]}'
+    return Stepping(attack.step_size, rule, 'best' if attack.best_iterate else 'last')

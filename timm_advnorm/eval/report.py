@@ -4,8 +4,10 @@ Every output is probed before the evaluation (`check_outputs`), so that a path t
 matplotlib, ends the run before hours of work and not after; nothing is created by the probe. After it,
 `write_outputs` publishes the CSV, the BN statistics, the plots and the JSON (`schema.EvalResults.to_dict`), never
 replacing another run's files without ``--overwrite``; `log_results` prints the warnings that void numbers, then each
-variant's numbers, named by what ran: best-iterate accuracies, with the last PGD iterate's (the papers' convention)
-beside them where the protocol scores it.
+attack as it ran (`schema.AttackResult.describe`: norm, ε, step and rule, iterations or queries, targeted or not,
+which iterate, reduced or not), then each variant's numbers under those labels: best-iterate accuracies, with the last
+PGD iterate's (the papers' convention) beside them where the protocol scores it, and the sanity checks' verdict
+(`summary.sanity_text`).
 """
 import argparse
 import importlib
@@ -22,7 +24,7 @@ from .plots import PLOT_NAMES, write_plots
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .schema import AttackResult, EvalResults
 from .state import check_state_path, state_path
-from .summary import attack_title
+from .summary import attack_title, sanity_text
 
 __all__ = ['results_paths', 'check_outputs', 'write_outputs', 'log_results']
 
@@ -121,10 +123,28 @@ def _details(attack: AttackResult) -> str:
     return f' ({"; ".join(details)})' if details else ''
 
 
+def _log_attacks(results: EvalResults) -> None:
+    """One line per attack that ran, by the label the numbers use: ``pgd-20: PGD-20 L∞, ε = 8/255, α = 2/255 (sign
+    step), untargeted, best iterate``, and one for the sanity probes' ε-sweep (corruptions are named by their labels,
+    ``fog-3``)."""
+    described: Dict[str, str] = {}
+    for variant in results.variants:
+        for attack in variant.attacks:
+            if attack.corruption is None:
+                described.setdefault(attack.label, attack.describe(results.protocol.reduced))
+    for label, text in described.items():
+        _logger.info('%s: %s', label, text)
+    probe = next((variant.sanity_probe for variant in results.variants if variant.sanity_probe), None)
+    if probe is not None:
+        _logger.info('sanity ε-sweep: %s, on %s samples', probe.describe(), probe.samples)
+
+
 def log_results(results: EvalResults) -> None:
-    """The warnings that void numbers first, then each variant's numbers, named by what ran."""
+    """The warnings that void numbers first, then each attack as it ran, then each variant's numbers, then the
+    verdict of the sanity checks (which ran, on how many samples, and which did not)."""
     for line in results.warnings:
         _logger.warning(line)
+    _log_attacks(results)
     for variant in results.variants:
         first = next(iter(variant.scores))  # 'clean', or the out-of-distribution set the protocol runs on
         parts = [f'{first} {variant.clean:.2f}']
@@ -140,3 +160,6 @@ def log_results(results: EvalResults) -> None:
         parts += [f'{key} {variant.scores[key]:.2f}' for key in variant.scores
                   if key == 'imagenet-c' or key in variant.ood]
         _logger.info('%s: %s', variant.name, ', '.join(parts))
+    sanity = sanity_text(results)
+    if sanity is not None:
+        _logger.info('Sanity checks: %s.', sanity)

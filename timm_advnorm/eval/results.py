@@ -10,8 +10,12 @@ The CSV says what ran (`CSV_FIELDS`): ``attack`` is the name of the budget that 
 protocol's name for it (``protocol_attack``: ``pgd-t-2000``); iterations and queries have their own columns;
 ``eps_255`` is the budget as a norm (``norm``) of the perturbation in 0-255 pixel units, k meaning k/255 on the
 [0, 1] scale, for L2 too, and ``eps_rule`` says how it was set (``sqrt_dim``: Galloway's ε∞·√d, already applied);
-noise rows have no norm nor ε but their ``noise`` model and, for Gaussian noise, ``sigma`` on ``sigma_scale``; the
-clean accuracy on an out-of-distribution set of the protocol is a row named by the set (``imagenet-r``).
+``step_255`` is the size of every step on the same scale and ``step_rule`` how the attack steps (``sign step,
+max(1/255, ε/N)``; empty in rows of results written before steps were recorded), ``iterate`` which iterate
+``accuracy`` is on (``best``, ``last``), ``reduced`` whether the protocol's budgets were reduced for a smoke test, and
+``description`` the attack in one line as every other output names it (`schema.AttackResult.describe`: ``PGD-20 L∞,
+ε = 8/255, α = 2/255 (sign step), untargeted, best iterate``); noise rows have no norm, ε nor step but their ``noise``
+model and, for Gaussian noise, ``sigma`` on ``sigma_scale``; the clean accuracy on an out-of-distribution set of the protocol is a row named by the set (``imagenet-r``).
 ``accuracy`` and ``success_rate`` are on the best iterate (per sample the first iterate that fools the model);
 ``accuracy_last_iterate`` and ``success_rate_last_iterate`` on the last PGD iterate of the same run, the papers'
 convention, where the protocol scores it (``xie2020``, ``nofrost``; empty otherwise).
@@ -32,11 +36,12 @@ __all__ = ['OutputFiles', 'kept_name', 'check_writable', 'check_folder_writable'
            'write_csv', 'csv_rows', 'json_text', 'csv_text', 'CSV_FIELDS']
 
 CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'protocol_attack', 'threat', 'norm', 'eps_255', 'eps_rule',
-              'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy', 'success_rate',
-              'accuracy_last_iterate', 'success_rate_last_iterate', 'samples')
+              'step_255', 'step_rule', 'steps', 'queries', 'targeted', 'iterate', 'noise', 'sigma', 'sigma_scale',
+              'accuracy', 'success_rate', 'accuracy_last_iterate', 'success_rate_last_iterate', 'samples', 'reduced',
+              'description')
 #: `AttackResult` fields copied into a row under their own name.
-_COPIED = ('threat', 'norm', 'eps_rule', 'steps', 'queries', 'targeted', 'noise', 'sigma', 'sigma_scale', 'accuracy',
-           'success_rate', 'accuracy_last_iterate', 'success_rate_last_iterate')
+_COPIED = ('threat', 'norm', 'eps_rule', 'step_rule', 'steps', 'queries', 'targeted', 'iterate', 'noise', 'sigma',
+           'sigma_scale', 'accuracy', 'success_rate', 'accuracy_last_iterate', 'success_rate_last_iterate')
 #: ``os.link`` errors of file systems without hard links (FAT, some FUSE and object-store mounts).
 _NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 
@@ -245,12 +250,14 @@ def write_json(path: PathLike, data: Mapping[str, Any]) -> None:
 def csv_rows(results: EvalResults) -> List[Dict[str, Any]]:
     """One row per (variant, clean / attack / worst case / out-of-distribution set) of `results` (columns: see the
     module docstring; an out-of-distribution set's row is named by the set, with its own sample count)."""
-    rows = []
+    rows, reduced = [], results.protocol.reduced
     for variant in results.variants:
-        base = dict(model=results.model, variant=variant.name, gamma=variant.gamma, samples=variant.samples)
+        base = dict(model=results.model, variant=variant.name, gamma=variant.gamma, samples=variant.samples,
+                    reduced=reduced)
         rows.append(dict(base, attack='clean', accuracy=variant.clean))
         for attack in variant.attacks:
             rows.append(dict(base, attack=attack.label, protocol_attack=attack.protocol_label, eps_255=attack.eps,
+                             step_255=attack.step, description=attack.describe(reduced),
                              **{key: getattr(attack, key) for key in _COPIED}))
         if variant.worst_case is not None:
             rows.append(dict(base, attack='worst-case', accuracy=variant.worst_case))

@@ -22,6 +22,9 @@ A check that tolerates noise says how many samples moved each way (`Flips`), so 
 from a pass with nothing to tolerate. Failing `MASKING_CHECKS` flags the variant as suspected of gradient masking:
 its robust accuracy is then an upper bound at best. Checks never change the numbers; they are reported next to
 them, and `check_warnings` phrases the failures for the user.
+
+A check whose probe did not run (probes off, or left out by the sanity budget, `sanity_budget.fit_sanity`) is
+reported as skipped, saying why; the verdict (`summarize_checks`) is ``passed`` only when every check ran and passed.
 """
 import math
 from dataclasses import dataclass
@@ -32,7 +35,8 @@ import numpy as np
 from .plan import EvalPlan
 from .protocols import AttackSpec, resolve_eps
 from .records import ResultTable
-from .schema import SanityCheck
+from .sanity_budget import SANITY_SHARE
+from .schema import SanityCheck, passed_flag, sanity_status
 from .stages import BudgetStage, attack_norm
 
 __all__ = ['Flips', 'SanityThresholds', 'run_sanity_checks', 'MASKING_CHECKS', 'summarize_checks',
@@ -147,7 +151,22 @@ def _verdict(name: str, comparisons: Sequence[Flips], thresholds: SanityThreshol
     told = '; '.join(c.describe(thresholds) for c in shown)
     message = (failed if rising else passed) + (f' ({told})' if told else '')
     return SanityCheck(name, FAIL if rising else PASS, message,
-                       dict(comparisons=[c.to_dict(thresholds) for c in comparisons]))
+                       dict(comparisons=[c.to_dict(thresholds) for c in comparisons]),
+                       samples=min(c.samples for c in comparisons))
+
+
+def _not_run(plan: EvalPlan, probe: str) -> str:
+    """Why a check whose `probe` (of `plan.SANITY_PROBES`) did not run was skipped."""
+    if plan.sanity is None:
+        return 'not run: the sanity probes were off'
+    if probe in plan.sanity.not_run:
+        return (f'not run: its probe does not fit the sanity budget, at most {SANITY_SHARE:.0%} of the requested '
+                f'attacks\' cost (--sanity full runs it)')
+    return f'not run: no {probe} probe'
+
+
+def _ran(plan: EvalPlan, probe: str) -> bool:
+    return plan.sanity is not None and probe in plan.sanity.probes
 
 
 def _outputs_not_random(table, variant, num_classes) -> SanityCheck:
@@ -160,23 +179,24 @@ def _outputs_not_random(table, variant, num_classes) -> SanityCheck:
     return SanityCheck(
         'outputs_not_random', PASS if ok else FAIL,
         f'clean accuracy {accuracy:.3f} {">" if ok else "<="} chance {chance:.3f} + 3 SE ({threshold:.3f})',
-        dict(accuracy=accuracy, chance=chance, threshold=threshold, samples=n, num_classes=num_classes))
+        dict(accuracy=accuracy, chance=chance, threshold=threshold, samples=n, num_classes=num_classes), samples=n)
 
 
-def _deterministic(table, variant, thresholds) -> SanityCheck:
+def _deterministic(table, variant, plan, thresholds) -> SanityCheck:
     change = table.column(variant, 'sanity/determinism', 'change')
     if change is None:
-        return SanityCheck('outputs_deterministic', SKIP, 'no determinism probe')
+        return SanityCheck('outputs_deterministic', SKIP, _not_run(plan, 'determinism'))
     worst = float(np.max(change))
     ok = worst <= thresholds.determinism
     return SanityCheck('outputs_deterministic', PASS if ok else FAIL,
-                       f'largest relative logit change between identical forwards {worst:.2e}', dict(max_change=worst))
+                       f'largest relative logit change between identical forwards {worst:.2e}', dict(max_change=worst),
+                       samples=len(change))
 
 
-def _gradients(table, variant, thresholds) -> SanityCheck:
+def _gradients(table, variant, plan, thresholds) -> SanityCheck:
     columns = table.get(variant, 'sanity/gradient')
     if columns is None:
-        return SanityCheck('gradients_not_masked', SKIP, 'no gradient probe')
+        return SanityCheck('gradients_not_masked', SKIP, _not_run(plan, 'gradient'))
     norms = columns['grad_norm'].astype(float)
     # a misclassified sample may legitimately sit on a flat region; judge the correctly classified ones
     correct = table.get(variant, 'clean')
@@ -189,10 +209,13 @@ def _gradients(table, variant, thresholds) -> SanityCheck:
     return SanityCheck(
         'gradients_not_masked', PASS if ok else FAIL,
         f'{fraction:.1%} of samples have a zero or non-finite input gradient',
-        dict(masked_fraction=fraction, median_grad_norm=float(np.nanmedian(norms)) if len(norms) else None))
+        dict(masked_fraction=fraction, median_grad_norm=float(np.nanmedian(norms)) if len(norms) else None),
+        samples=len(norms))
 
 
 def _falls_to_zero(table, variant, plan, thresholds) -> SanityCheck:
+    if not _ran(plan, 'huge-eps'):
+        return SanityCheck('accuracy_falls_to_zero', SKIP, _not_run(plan, 'huge-eps'))
     eps, stage = plan.sanity.sweep[-1]
     correct = table.column(variant, stage, 'correct')
     accuracy = float(np.mean(correct))
@@ -200,10 +223,12 @@ def _falls_to_zero(table, variant, plan, thresholds) -> SanityCheck:
     return SanityCheck(
         'accuracy_falls_to_zero', PASS if ok else FAIL,
         f'accuracy {accuracy:.3f} ({int(np.sum(correct))} of {len(correct)} samples) under untargeted PGD at '
-        f'eps={eps:g}/255', dict(eps=eps, accuracy=accuracy, samples=len(correct)))
+        f'eps={eps:g}/255', dict(eps=eps, accuracy=accuracy, samples=len(correct)), samples=len(correct))
 
 
 def _decreases_with_eps(table, variant, plan, thresholds) -> SanityCheck:
+    if not _ran(plan, 'eps-sweep'):
+        return SanityCheck('accuracy_decreases_with_eps', SKIP, _not_run(plan, 'eps-sweep'))
     sweep = plan.sanity.sweep
     comparisons = [_flips(table, variant, a, b, f'eps {e:g}/255 -> {f:g}/255')
                    for (e, a), (f, b) in zip(sweep, sweep[1:])]
@@ -249,7 +274,9 @@ def _more_iterations(table, variant, plan, thresholds) -> SanityCheck:
                 comparisons.append(_flips(table, variant, a.label, b.label, f'{a.run_label} -> {b.run_label}',
                                           exact=_one_run(plan, a.label, b.label)))
     if not comparisons:
-        return SanityCheck('more_iterations_do_not_help', SKIP, 'no attacks differing in iterations')
+        why = _not_run(plan, 'iterations') if plan.sanity is None or 'iterations' in plan.sanity.not_run else \
+            'no attacks differing in iterations'
+        return SanityCheck('more_iterations_do_not_help', SKIP, why)
     return _verdict('more_iterations_do_not_help', comparisons, thresholds,
                     'accuracy never rises with more iterations', 'accuracy rises with more iterations')
 
@@ -281,13 +308,15 @@ def _blackbox(table, variant, plan, thresholds) -> SanityCheck:
     if plan.sanity is not None and plan.sanity.blackbox is not None:
         comparisons.append(_against_whitebox(table, variant, plan.sanity.blackbox, plan.sanity.more_iterations, name))
     if not comparisons:
-        return SanityCheck('blackbox_not_stronger', SKIP, 'no black-box attack ran')
+        why = _not_run(plan, 'blackbox') if plan.sanity is None or 'blackbox' in plan.sanity.not_run else \
+            'no black-box attack ran'
+        return SanityCheck('blackbox_not_stronger', SKIP, why)
     return _verdict('blackbox_not_stronger', comparisons, thresholds, 'black-box attacks do not beat white-box ones',
                     'a black-box attack beats the white-box ones: gradients are likely masked')
 
 
 def _within_budget(table, variant, plan, input_size, thresholds) -> SanityCheck:
-    violations, checked = [], 0
+    violations, checked, samples = [], 0, 0
     for stage in plan.stages:
         spec = getattr(stage, 'spec', None)
         if spec is None or spec.threat == 'noise' or not table.has(variant, stage.name):
@@ -299,12 +328,14 @@ def _within_budget(table, variant, plan, input_size, thresholds) -> SanityCheck:
         eps = resolve_eps(spec, input_size)
         size = float(np.max(columns[norm], initial=0.0))
         checked += 1
+        samples = max(samples, len(columns[norm]))
         if size > eps * (1.0 + 1e-4) + thresholds.budget:
             violations.append(dict(stage=stage.name, norm=norm, eps=eps, max_perturbation=size))
     if not checked:
         return SanityCheck('perturbation_within_budget', SKIP, 'no bounded attack ran')
     return SanityCheck('perturbation_within_budget', FAIL if violations else PASS,
-                       f'{len(violations)} of {checked} attacks exceed their budget', dict(violations=violations))
+                       f'{len(violations)} of {checked} attacks exceed their budget', dict(violations=violations),
+                       samples=samples)
 
 
 def run_sanity_checks(
@@ -315,24 +346,20 @@ def run_sanity_checks(
         input_size: Sequence[int],
         thresholds: SanityThresholds = SanityThresholds(),
 ) -> List[SanityCheck]:
-    """Every sanity check for `variant`; checks whose probes did not run are reported as skipped."""
-    checks = [_outputs_not_random(table, variant, num_classes), _deterministic(table, variant, thresholds),
-              _gradients(table, variant, thresholds)]
-    if plan.sanity is not None:
-        checks += [_falls_to_zero(table, variant, plan, thresholds),
-                   _decreases_with_eps(table, variant, plan, thresholds)]
-    else:
-        checks += [SanityCheck('accuracy_falls_to_zero', SKIP, 'sanity probes disabled'),
-                   SanityCheck('accuracy_decreases_with_eps', SKIP, 'sanity probes disabled')]
-    checks += [_more_iterations(table, variant, plan, thresholds), _blackbox(table, variant, plan, thresholds),
-               _within_budget(table, variant, plan, input_size, thresholds)]
-    return checks
+    """Every sanity check for `variant`; checks whose probes did not run are reported as skipped, saying why."""
+    return [_outputs_not_random(table, variant, num_classes), _deterministic(table, variant, plan, thresholds),
+            _gradients(table, variant, plan, thresholds), _falls_to_zero(table, variant, plan, thresholds),
+            _decreases_with_eps(table, variant, plan, thresholds), _more_iterations(table, variant, plan, thresholds),
+            _blackbox(table, variant, plan, thresholds), _within_budget(table, variant, plan, input_size, thresholds)]
 
 
-def summarize_checks(checks: Sequence[SanityCheck]) -> Dict[str, Any]:
-    """``passed`` (no failure), ``masked_gradients_suspected`` and the failed check names."""
+def summarize_checks(checks: Sequence[SanityCheck], probes_ran: bool = True) -> Dict[str, Any]:
+    """The verdict of `checks`: ``status`` (`schema.SANITY_STATUSES`: ``passed`` only when every check ran and
+    passed; ``not run`` when the sanity probes did not, `probes_ran`), ``passed`` (True when passed, False when
+    failed, None otherwise), the failed check names and ``masked_gradients_suspected``."""
     failed = [c.name for c in checks if c.status == FAIL]
-    return dict(passed=not failed, failed=failed,
+    status = sanity_status([c.status for c in checks], probes_ran)
+    return dict(status=status, passed=passed_flag(status), failed=failed,
                 masked_gradients_suspected=any(name in MASKING_CHECKS for name in failed))
 
 

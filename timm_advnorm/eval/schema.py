@@ -25,11 +25,13 @@ or of another type reads as not recorded (None, False or empty), so a hand-edite
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from .describe import describe_attack
 
 __all__ = ['EvalResults', 'VariantResult', 'AttackResult', 'ProtocolInfo', 'SanityResult', 'SanityCheck',
            'SanityProbe', 'EpsPoint', 'OODAccuracy', 'AmpCheck', 'AmpComparison', 'BNStats', 'read_results',
-           'ITERATE_CONVENTIONS']
+           'ITERATE_CONVENTIONS', 'SANITY_STATUSES', 'sanity_status', 'combined_sanity_status', 'passed_flag']
 
 #: What the robust numbers of results that score the last iterate are (`EvalResults.conventions`).
 ITERATE_CONVENTIONS = {
@@ -38,6 +40,41 @@ ITERATE_CONVENTIONS = {
     'robust_top1_last_iterate': 'last PGD iterate of the same run: the papers\' convention (compare with their '
                                 'tables)',
 }
+
+#: The verdict of an evaluation's sanity checks: ``passed`` only when every check ran and passed, ``partial`` when
+#: some did not run and those that ran passed, ``not run`` when the sanity probes did not run, ``failed`` when any
+#: check failed.
+SANITY_STATUSES = ('passed', 'partial', 'not run', 'failed')
+
+
+def sanity_status(statuses: Sequence[str], probes_ran: bool) -> str:
+    """The verdict (`SANITY_STATUSES`) of checks of these statuses (``pass``, ``fail``, ``skip``), when the sanity
+    probes ran or not: a failure is a failure even without probes (a check on the protocol's own attacks)."""
+    if 'fail' in statuses:
+        return 'failed'
+    if not probes_ran:
+        return 'not run'
+    return 'passed' if statuses and all(status == 'pass' for status in statuses) else 'partial'
+
+
+def combined_sanity_status(statuses: Sequence[Optional[str]]) -> Optional[str]:
+    """The verdict of several variants: ``failed`` if any failed, ``passed`` or ``not run`` if all are, else
+    ``partial``; None when none is recorded."""
+    known = [status for status in statuses if status is not None]
+    if not known:
+        return None
+    if 'failed' in known:
+        return 'failed'
+    for status in ('passed', 'not run'):
+        if all(s == status for s in known):
+            return status
+    return 'partial'
+
+
+def passed_flag(status: Optional[str]) -> Optional[bool]:
+    """The older ``passed`` flag of a verdict: true only when passed, false when failed, null otherwise."""
+    return {'passed': True, 'failed': False}.get(status)
+
 
 #: Field metadata: the key is written only when the value is not None.
 _UNLESS_NONE = {'written': 'unless none'}
@@ -192,15 +229,21 @@ class ProtocolInfo(_Record):
 class AttackResult(_Record):
     """Accuracy under one attack (or noise, or a corruption) of one variant, named and sized by what ran.
 
-    An attack has a norm and ε (`eps_scale` ``0-255``, `eps_rule` ``fixed`` or ``sqrt_dim``); noise has instead a
-    `noise` model: ``gaussian`` with `sigma` on `sigma_scale` and `clipped`, or ``imagenet-c`` with `corruption` and
-    `severity`. Size fields that do not apply are None and not written.
+    An attack has a norm and ε (`eps_scale` ``0-255``, `eps_rule` ``fixed`` or ``sqrt_dim``), its step (`step`,
+    `step_rule`) and the iterate it is scored on (`iterate`); noise has instead a `noise` model: ``gaussian`` with
+    `sigma` on `sigma_scale` and `clipped`, or ``imagenet-c`` with `corruption` and `severity`. Size fields that do not
+    apply are None and not written. `describe` names the attack in one line, for every output.
 
     Attributes:
         label: The attack as it ran (``pgd-t-13`` when a reduced run shrank the protocol's ``pgd-t-2000``).
         protocol_label: The protocol's label for it.
         attack: Registered attack name.
         threat: ``white-box``, ``black-box`` or ``noise``.
+        step: The size of every step on the 0-255 scale, after any rule (None: the attack has no fixed size, or
+            results written before steps were recorded).
+        step_rule: How it steps (`Attack.step_description`: ``sign step, max(1/255, ε/N)``, ``L2 step, ε/N``,
+            ``adaptive step (from 2ε, halved at checkpoints)``); None in results written before it was recorded.
+        iterate: ``best`` (per sample the first iterate that fools the model) or ``last``: what `accuracy` is on.
         steps: Iterations that ran (None for query-based attacks and noise).
         queries: Queries that ran, for a query-based attack.
         targeted: Whether it aimed at a target class.
@@ -225,6 +268,9 @@ class AttackResult(_Record):
     eps: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     eps_scale: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
     eps_rule: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
+    step: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
+    step_rule: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
+    iterate: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
     noise: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
     sigma: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     sigma_scale: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
@@ -250,6 +296,25 @@ class AttackResult(_Record):
             del data['success_rate']
         return data
 
+    def describe(self, reduced: bool = False) -> str:
+        """The attack as it ran, in one line (`describe.describe_attack`): ``PGD-20 L∞, ε = 8/255, α = 2/255 (sign
+        step), untargeted, best iterate``, and ``reduced`` when the protocol was (`reduced`); noise as what it is
+        (``gaussian noise, σ = 0.5 on the normalized scale``, ``imagenet-c fog, severity 3``)."""
+        if self.threat == 'noise':
+            if self.sigma is not None:
+                what = f'{self.noise} noise, σ = {self.sigma:g}' + (f' on the {self.sigma_scale} scale'
+                                                                    if self.sigma_scale else '')
+            elif self.corruption is not None:
+                what = f'{self.noise} {self.corruption}, severity {self.severity}'
+            else:
+                what = self.attack or self.label
+            return what + (', reduced' if reduced else '')
+        targeted = True if 'n_target_classes' in self.kwargs else self.targeted  # APGD-T, FAB-T
+        return describe_attack(
+            attack=self.attack, label=self.label, norm=self.norm, eps=self.eps, step=self.step,
+            step_rule=self.step_rule, iterations=self.steps, queries=self.queries, targeted=targeted,
+            iterate=self.iterate, reduced=reduced, eps_note='ε∞·√d' if self.eps_rule == 'sqrt_dim' else None)
+
     @classmethod
     def from_dict(cls, data: Any, variant: str = '') -> 'AttackResult':
         where = f' of variant {variant}' if variant else ''
@@ -257,7 +322,8 @@ class AttackResult(_Record):
         label = _name(data, 'label', f'an attack{where}')
         return cls(label=label, protocol_label=_text(data, 'protocol_label'), attack=_text(data, 'attack'),
                    threat=_text(data, 'threat'), norm=_text(data, 'norm'), eps=_real(data, 'eps'),
-                   eps_scale=_text(data, 'eps_scale'), eps_rule=_text(data, 'eps_rule'), noise=_text(data, 'noise'),
+                   eps_scale=_text(data, 'eps_scale'), eps_rule=_text(data, 'eps_rule'), step=_real(data, 'step'),
+                   step_rule=_text(data, 'step_rule'), iterate=_text(data, 'iterate'), noise=_text(data, 'noise'),
                    sigma=_real(data, 'sigma'), sigma_scale=_text(data, 'sigma_scale'), clipped=_flag(data, 'clipped'),
                    corruption=_text(data, 'corruption'), severity=_integer(data, 'severity'),
                    steps=_integer(data, 'steps'), queries=_integer(data, 'queries'), targeted=_flag(data, 'targeted'),
@@ -313,6 +379,10 @@ class SanityProbe(_Record):
         sweep_eps: The ε of the sweep.
         blackbox_queries: Queries of the black-box probe, when one ran.
         reduced: Whether the probes were shrunk for a smoke test.
+        step: The sweep's step at `eps` (0-255 scale); at every ε it is `step_rule`'s (None in older results).
+        step_rule: How the probes step (``sign step, 2.5ε/N``).
+        mode: How they were sized: ``budget`` (at most a share of the attacks' cost) or ``full``; None in older files.
+        not_run: The probes the budget could not fit (``blackbox``, ``iterations``, ...).
     """
 
     samples: Optional[int]
@@ -325,6 +395,17 @@ class SanityProbe(_Record):
     sweep_eps: List[float]
     blackbox_queries: Optional[int]
     reduced: bool
+    step: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
+    step_rule: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
+    mode: Optional[str] = None
+    not_run: List[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """The ε-sweep's attack in one line (`describe.describe_attack`): ``PGD-10 L∞, ε = 8/255, α = 2/255 (sign
+        step, 2.5ε/N), untargeted, best iterate``, ε being the one the probes center on."""
+        return describe_attack(attack=self.attack, label='sanity probe', norm=self.norm, eps=self.eps, step=self.step,
+                               step_rule=self.step_rule, iterations=self.steps, targeted=False, iterate='best',
+                               reduced=self.reduced)
 
     @classmethod
     def from_dict(cls, data: Any) -> 'SanityProbe':
@@ -332,7 +413,9 @@ class SanityProbe(_Record):
         return cls(samples=_integer(data, 'samples'), attack=_text(data, 'attack'), norm=_text(data, 'norm'),
                    random_start=_flag(data, 'random_start'), steps=_integer(data, 'steps'),
                    more_steps=_integer(data, 'more_steps'), eps=_real(data, 'eps'), sweep_eps=_list(data, 'sweep_eps'),
-                   blackbox_queries=_integer(data, 'blackbox_queries'), reduced=_flag(data, 'reduced') is True)
+                   blackbox_queries=_integer(data, 'blackbox_queries'), reduced=_flag(data, 'reduced') is True,
+                   step=_real(data, 'step'), step_rule=_text(data, 'step_rule'), mode=_text(data, 'mode'),
+                   not_run=[str(name) for name in _list(data, 'not_run')])
 
 
 @dataclass
@@ -341,21 +424,24 @@ class SanityCheck(_Record):
 
     Attributes:
         name: The check (``accuracy_falls_to_zero``, ...).
-        status: ``pass``, ``fail`` or ``skip``.
+        status: ``pass``, ``fail`` or ``skip`` (not run: its message says why).
         message: What it found, for a reader.
         details: Its numbers.
+        samples: Samples it judged (the fewest of its comparisons); None when it did not run.
     """
 
     name: str
     status: str
     message: str
     details: Dict[str, Any] = field(default_factory=dict)
+    samples: Optional[int] = field(default=None, metadata=_UNLESS_NONE)
 
     @classmethod
     def from_dict(cls, data: Any) -> 'SanityCheck':
         data = _object(data, 'A sanity check')
         return cls(name=_name(data, 'name', 'a sanity check'), status=_text(data, 'status') or '',
-                   message=_text(data, 'message') or '', details=_dict(data, 'details'))
+                   message=_text(data, 'message') or '', details=_dict(data, 'details'),
+                   samples=_integer(data, 'samples'))
 
 
 @dataclass(kw_only=True)
@@ -363,23 +449,32 @@ class SanityResult(_Record):
     """The sanity checks of one variant and their verdict.
 
     Attributes:
-        passed: Whether none failed.
+        status: The verdict (`SANITY_STATUSES`).
+        passed: True when every check ran and passed, False when one failed, None otherwise (older files: whether
+            none failed; their `status` is read off their checks).
         failed: Names of the failed checks.
         masked_gradients_suspected: Whether a failed check points at gradient masking (`sanity.MASKING_CHECKS`).
         checks: Every check.
     """
 
+    status: Optional[str] = None
     passed: Optional[bool]
     failed: List[str]
     masked_gradients_suspected: Optional[bool]
     checks: List[SanityCheck]
 
     @classmethod
-    def from_dict(cls, data: Any) -> 'SanityResult':
+    def from_dict(cls, data: Any, probes_ran: bool = True) -> 'SanityResult':
+        """Read a variant's ``sanity``; `probes_ran` (whether the variant records a ``sanity_probe``) gives the
+        status of an older file that recorded none."""
         data = _object(data, 'A variant\'s "sanity"')
-        return cls(passed=_flag(data, 'passed'), failed=[str(name) for name in _list(data, 'failed')],
-                   masked_gradients_suspected=_flag(data, 'masked_gradients_suspected'),
-                   checks=[SanityCheck.from_dict(check) for check in _objects(data, 'checks')])
+        checks = [SanityCheck.from_dict(check) for check in _objects(data, 'checks')]
+        status = _text(data, 'status')
+        if status not in SANITY_STATUSES:
+            status = sanity_status([check.status for check in checks], probes_ran) if checks else None
+        return cls(status=status, passed=passed_flag(status) if status else _flag(data, 'passed'),
+                   failed=[str(name) for name in _list(data, 'failed')],
+                   masked_gradients_suspected=_flag(data, 'masked_gradients_suspected'), checks=checks)
 
 
 @dataclass(kw_only=True)
@@ -443,7 +538,8 @@ class VariantResult(_Record):
                    eps_sweep=[EpsPoint.from_dict(point) for point in _objects(data, 'eps_sweep')],
                    sanity_probe=SanityProbe.from_dict(probe) if isinstance(probe, Mapping) else None,
                    corruption_errors=_dict(data, 'corruption_errors') or None,
-                   sanity=SanityResult.from_dict(sanity) if isinstance(sanity, Mapping) else None)
+                   sanity=SanityResult.from_dict(sanity, isinstance(probe, Mapping))
+                   if isinstance(sanity, Mapping) else None)
 
 
 @dataclass(kw_only=True)
@@ -538,11 +634,16 @@ class EvalResults(_Record):
         robust_top1_last_iterate: Its robust accuracy on the last PGD iterate, the papers' convention
             (`VariantResult.robust_last_iterate`); None (not written) for protocols that do not score it.
         conventions: What the robust numbers are, for a reader of the file: written with the last-iterate numbers.
-        sanity_passed: Whether every variant passed every sanity check.
+        sanity_passed: True when every check of every variant ran and passed, False when one failed, None otherwise
+            (`sanity_status` says which).
+        sanity_status: The verdict of every variant's sanity checks (`SANITY_STATUSES`); older files that lack it
+            read it off their variants' checks.
         masked_gradients_suspected: Whether any variant is suspected of gradient masking.
         amp_check: The check of low precision against fp32, with ``--verify-amp``.
         variants: Per evaluated variant.
         bn_stats: Clean vs adversarial BN statistics, for a mixture-BN model.
+        plan: What the evaluation was to cost before it ran (`cost.EvalCost.to_dict`): each stage's passes and share,
+            the sanity probes' share of the attacks' cost, the time projected from the first batch.
         eval_seconds: Seconds spent evaluating.
         units_computed: Units of work computed (not read back from a state file).
         images_per_second: Images times variants per second of evaluation.
@@ -576,10 +677,12 @@ class EvalResults(_Record):
     robust_top1_last_iterate: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     conventions: Optional[Dict[str, str]] = field(default=None, metadata=_UNLESS_NONE)
     sanity_passed: Optional[bool]
+    sanity_status: Optional[str] = None
     masked_gradients_suspected: Optional[bool]
     amp_check: Optional[AmpCheck]
     variants: List[VariantResult]
     bn_stats: Optional[BNStats]
+    plan: Optional[Dict[str, Any]] = field(default=None, metadata=_UNLESS_NONE)
     eval_seconds: Optional[float]
     units_computed: Optional[int]
     images_per_second: Optional[float]
@@ -601,6 +704,10 @@ class EvalResults(_Record):
             raise ValueError(f'The "variants" of the results must be a list, got {variants!r}.')
         amp_check, bn_stats, info = data.get('amp_check'), data.get('bn_stats'), data.get('robustbench_model_info')
         plots = data.get('plots')
+        variants = [VariantResult.from_dict(variant) for variant in variants]
+        status = _text(data, 'sanity_status')
+        if status not in SANITY_STATUSES:  # an older file: its variants' checks say what ran
+            status = combined_sanity_status([v.sanity.status for v in variants if v.sanity is not None])
         return cls(
             warnings=[str(line) for line in _list(data, 'warnings')], model=model,
             checkpoint=_text(data, 'checkpoint'), weights_digest=_text(data, 'weights_digest'),
@@ -616,11 +723,11 @@ class EvalResults(_Record):
             robust_top1=_accuracy(data, 'robust_top1', 'The "robust_top1"'),
             robust_top1_last_iterate=_accuracy(data, 'robust_top1_last_iterate', 'The "robust_top1_last_iterate"'),
             conventions={str(k): str(v) for k, v in _dict(data, 'conventions').items()} or None,
-            sanity_passed=_flag(data, 'sanity_passed'),
+            sanity_passed=passed_flag(status) if status else _flag(data, 'sanity_passed'), sanity_status=status,
             masked_gradients_suspected=_flag(data, 'masked_gradients_suspected'),
             amp_check=AmpCheck.from_dict(amp_check) if isinstance(amp_check, Mapping) else None,
-            variants=[VariantResult.from_dict(variant) for variant in variants],
-            bn_stats=BNStats.from_dict(bn_stats) if isinstance(bn_stats, Mapping) else None,
+            variants=variants, bn_stats=BNStats.from_dict(bn_stats) if isinstance(bn_stats, Mapping) else None,
+            plan=_dict(data, 'plan') or None,
             eval_seconds=_real(data, 'eval_seconds'), units_computed=_integer(data, 'units_computed'),
             images_per_second=_real(data, 'images_per_second'), total_seconds=_real(data, 'total_seconds'),
             robustbench_model_info=dict(info) if isinstance(info, Mapping) else None,

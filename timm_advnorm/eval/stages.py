@@ -10,7 +10,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ..attacks import InputSpace, attack_context, create_attack, cross_entropy_per_sample, input_gradient
+from ..attacks import (
+    InputSpace, PixelBudget, attack_context, create_attack, cross_entropy_per_sample, input_gradient)
 from ..attacks.space import PIXEL_SCALE
 from .metrics import boundary_thickness, decision_margin, smoothness_kl
 from .protocols import AttackSpec, resolve_eps
@@ -124,9 +125,13 @@ class CleanStage(Stage):
 
 
 def build_attack(spec: AttackSpec, ctx: EvalContext, seed: int, autocast_dtype: Optional[torch.dtype] = None):
-    """The configured attack of `spec` (a clear error if the registry does not know it or rejects its arguments)."""
+    """The configured attack of `spec` (a clear error if the registry does not know it or rejects its arguments).
+
+    Its ε is on the 0-255 scale by the spec's contract (`PixelBudget`: the sanity sweep's half of ε = 1 is 0.5 on
+    purpose); a [0, 1]-scale value is caught where users give it (the command line, `protocol_from_attacks`).
+    """
     try:
-        attack = create_attack(spec.attack, space=ctx.space, eps=resolve_eps(spec, ctx.input_size),
+        attack = create_attack(spec.attack, space=ctx.space, eps=PixelBudget(resolve_eps(spec, ctx.input_size)),
                                autocast_dtype=autocast_dtype, seed=seed, fold_bn=ctx.fold_bn, **spec.kwargs)
     except TypeError as e:
         raise ValueError(

@@ -83,5 +83,5 @@ def robustbench_model_info(results: EvalResults, pretrained_cfg: Mapping[str, An
         dataset='imagenet' if results.subset == 'robustbench' else results.dataset, venue=None,
         architecture=results.model, eps=f'{eps:g}/255', clean_acc=results.top1, reported=None,
         autoattack_acc=results.robust_top1,
-        footnote=f'timm-advnorm validate_adv.py --protocol robustbench (APGD-CE, APGD-T, FAB-T, Square as a cascade) '
+        footnote=f'timm-advnorm-validate --protocol robustbench (APGD-CE, APGD-T, FAB-T, Square as a cascade) '
                  f'on {images}{budgets}; variant {results.primary_variant}.')

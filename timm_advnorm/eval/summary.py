@@ -33,15 +33,16 @@ import numpy as np
 from ..attacks.noise import noise_settings
 from .corruption_error import corruption_errors
 from .plan import EvalPlan, SanityPlan, ood_stage
-from .protocols import AttackSpec, Protocol, resolve_eps
+from .protocols import AttackSpec, Protocol, resolve_eps, stepping
 from .records import ResultTable
 from .sanity import check_warnings
-from .schema import AmpCheck, AmpComparison, AttackResult, EpsPoint, OODAccuracy, VariantResult
+from .schema import (
+    AmpCheck, AmpComparison, AttackResult, EpsPoint, EvalResults, OODAccuracy, SanityProbe, VariantResult)
 from .stages import AttackStage, attack_norm
 from .variants import Variant
 
 __all__ = ['summarize_variant', 'amp_report', 'attack_title', 'headline', 'headline_label', 'round_percent',
-           'results_warnings', 'scores', 'EPS_SCALE']
+           'results_warnings', 'sanity_text', 'scores', 'EPS_SCALE']
 
 #: The scale of every ε in results: a norm of the perturbation in 0-255 pixel units (k means k/255 on [0, 1]).
 EPS_SCALE = '0-255'
@@ -62,15 +63,17 @@ def _distribution(values: np.ndarray) -> Dict[str, float]:
 
 
 def _size_fields(spec: AttackSpec, input_size: Sequence[int]) -> Dict[str, Any]:
-    """How large a perturbation the attack was allowed: its norm and ε, or for noise what the noise is.
+    """How large a perturbation the attack was allowed: its norm, ε and step (`stepping`), or for noise what the
+    noise is.
 
     ε is the budget the attack was built with (`resolve_eps`, on the `EPS_SCALE`; ``eps_rule`` ``sqrt_dim``:
     Galloway's ε∞·√d, the spec's ε being ε∞). Noise has no norm nor ε: Gaussian noise states its σ and the scale σ
     is on (`noise_settings`), a corruption its name and severity.
     """
     if spec.threat != 'noise':
+        step, rule, iterate = stepping(spec, input_size)
         return dict(norm=attack_norm(spec), eps=resolve_eps(spec, input_size), eps_scale=EPS_SCALE,
-                    eps_rule=spec.eps_rule)
+                    eps_rule=spec.eps_rule, step=step, step_rule=rule, iterate=iterate)
     if spec.attack == 'gaussian-noise':
         return noise_settings(spec.kwargs)
     if spec.attack == 'corruption':
@@ -200,7 +203,7 @@ def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, inpu
         if values is not None:
             metrics[metric] = _distribution(values)
     sweep, probe = [], None
-    if plan.sanity is not None:
+    if plan.sanity is not None and plan.sanity.probes:
         sweep = _eps_sweep(table, name, plan.sanity)
         probe = plan.sanity.probe(int(np.sum(clean['position'] < plan.sanity.samples)))
     corrupted = {(a.kwargs['corruption'], a.kwargs['severity']): a.accuracy
@@ -266,3 +269,47 @@ def results_warnings(variants: Sequence[VariantResult], amp: Optional[str] = Non
                      f"{amp_check.tolerance:g} points on {amp_check.samples} samples: numbers below may be off by as "
                      f"much.")
     return lines
+
+
+def _probe_text(probe: SanityProbe) -> str:
+    """What the sanity probes ran, in one clause (``probes (--sanity budget) on 16 samples: PGD-7 ...``)."""
+    mode = f' (--sanity {probe.mode})' if probe.mode else ''
+    ran = []
+    if probe.sweep_eps:
+        sweep = ', '.join(f'{eps:g}' for eps in probe.sweep_eps)
+        ran.append(f'untargeted PGD-{probe.steps} from the clean image at ε {sweep}/255')
+    if probe.more_steps:
+        ran.append(f'PGD-{probe.more_steps} at ε {probe.eps:g}/255')
+    if probe.blackbox_queries:
+        ran.append(f'Square with {probe.blackbox_queries} queries at ε {probe.eps:g}/255')
+    return f"probes{mode} on {probe.samples} samples" + (f": {', '.join(ran)}" if ran else '')
+
+
+def sanity_text(results: EvalResults) -> Optional[str]:
+    """The verdict of the sanity checks in one line, for the console and the model card: the status, how many checks
+    ran, which failed (on which variant), which did not run and why, and what the probes ran on; None when the
+    results record no checks."""
+    checked = [v for v in results.variants if v.sanity is not None and v.sanity.checks]
+    if not checked:
+        return None
+    checks = [check for v in checked for check in v.sanity.checks]
+    names = list(dict.fromkeys(check.name for check in checks))
+    ran = {check.name for check in checks if check.status in ('pass', 'fail')}
+    parts = [f'{results.sanity_status}: {len(ran)} of {len(names)} checks ran']
+    failed: Dict[str, List[str]] = {}  # the failed checks, and the variants each failed on
+    for v in checked:
+        for name in v.sanity.failed:
+            failed.setdefault(name, []).append(v.name)
+    if failed:
+        parts.append('failed: ' + '; '.join(f"{name} on {', '.join(variants)}" for name, variants in failed.items()))
+    reasons: Dict[str, List[str]] = {}
+    for check in checks:
+        if check.status not in ('pass', 'fail') and check.name not in ran:
+            reason = check.message.removeprefix('not run: ')
+            if check.name not in reasons.setdefault(reason, []):
+                reasons[reason].append(check.name)
+    parts += [f"not run: {', '.join(skipped)} ({reason})" for reason, skipped in reasons.items()]
+    probe = next((v.sanity_probe for v in checked if v.sanity_probe is not None), None)
+    if probe is not None and probe.samples:
+        parts.append(_probe_text(probe))
+    return '; '.join(parts)

@@ -10,7 +10,7 @@ where a source is a ``train_adv.py`` checkpoint, a state dict (``.pth``/``.safet
 pretrained=True)`` (after ``import timm_advnorm`` for this plugin's architectures); a whole mixture-BN export comes
 back routed to the inference branch its ``config.json`` records (``model_args.inference_branch``).
 
-Publishing: ``python hub/publish.py`` (see `timm_advnorm.hub.publish`).
+Publishing: ``timm-advnorm-publish`` (see `timm_advnorm.hub.publish`).
 """
 from .card import CardFacts, render_model_card
 from .checkpoint import MODEL_CONFIG_ARG, Checkpoint, read_checkpoint, split_source, strip_wrapper_prefixes

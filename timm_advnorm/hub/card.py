@@ -1,8 +1,12 @@
-"""Model cards for published checkpoints: recipe, evaluation protocol, robust accuracies, and how to load.
+"""Model cards for published checkpoints: the headline, model details, how to load, the evaluation and the recipe.
 
 The card's layout lives in a Markdown template (``model_card_template.md``) with `string.Template` placeholders;
-this module renders the sections that fill them. The YAML front matter carries Hugging Face ``model-index``
-metadata, so the Hub shows the accuracies next to the model.
+this module renders the sections that fill them. The card opens with its headline: the accuracy under the protocol's
+headline attack (and on clean images) of the variant the model loads as. The YAML front matter carries Hugging Face
+``model-index`` metadata for the headline numbers only, that variant first, so the Hub shows them next to the model;
+every other attack is in the evaluation's table. Model details are given as timm's cards give them (parameters,
+GMACs, image size, the papers, the data set with its Hub id where it has one); the papers and the recipe are those
+of the run's training method alone (`timm_advnorm.task.method_papers`, `timm_advnorm.task.unused_options`).
 
 A card states what was run, no more: the threat model and budget of every attack as they ran, the data and split,
 whether the protocol was reduced for a smoke test (then said first, and never called the protocol's result),
@@ -12,21 +16,25 @@ the first iterate that fools the model); where the evaluation also scored the la
 convention, the card gives it beside them, named as such, so that a reader compares the right number with the
 papers' tables.
 """
+import argparse
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath, PureWindowsPath
 from string import Template
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import yaml
 
+from ..task import TASKS, method_papers, unused_options
 from .checkpoint import MODEL_CONFIG_ARG, split_source
+from .model_stats import ModelStats
 from .results import WORST_CASE, AttackResult, EvalResults
 
-__all__ = ['CardFacts', 'render_model_card', 'front_matter', 'results_table', 'LAST_ITERATE_NAME']
+__all__ = ['CardFacts', 'render_model_card', 'front_matter', 'results_table', 'hub_dataset_id', 'LAST_ITERATE_NAME']
 
 PLACEHOLDERS = (
-    'front_matter', 'title', 'summary', 'usage', 'inference', 'preprocessing', 'recipe', 'evaluation')
+    'front_matter', 'title', 'headline', 'summary', 'details', 'usage', 'inference', 'preprocessing', 'recipe',
+    'evaluation')
 _DATA_KEYS = ('input_size', 'interpolation', 'crop_pct', 'crop_mode', 'mean', 'std')
 _NORMS = {'linf': 'L∞', 'l2': 'L2', 'l1': 'L1'}
 # Attack arguments the budget and threat-model columns spell out; any other argument is listed as ``key=value``.
@@ -36,6 +44,18 @@ _DESCRIBED_KWARGS = ('steps', 'n_queries', 'step', 'step_rule', 'n_restarts', 'n
 _COUNTS = (('n_restarts', 'restart', 'restarts'), ('n_target_classes', 'target class', 'target classes'))
 # Prefixes of timm's dataset readers (``hfds/imagenet-1k``): the rest is the data set's own name.
 _READER_PREFIXES = ('hfds/', 'hfids/', 'tfds/', 'wds/', 'torch/')
+# Readers that load from the Hugging Face Hub: the rest of their name is a Hub dataset id.
+_HUB_READER_PREFIXES = ('hfds/', 'hfids/')
+# Hugging Face Hub ids of data sets known by other names (timm's readers' names, after their prefix).
+_HUB_DATASETS = {
+    'imagenet': 'ILSVRC/imagenet-1k', 'imagenet-1k': 'ILSVRC/imagenet-1k', 'imagenet2012': 'ILSVRC/imagenet-1k',
+    'cifar10': 'uoft-cs/cifar10', 'cifar100': 'uoft-cs/cifar100'}
+# Data sets without a Hub id, as the card names them.
+_DATASET_NAMES = {
+    'digits': "scikit-learn's handwritten digits (`sklearn.datasets.load_digits`, rendered as an image folder); not "
+              "a Hugging Face Hub dataset",
+    '': 'an image folder (`--data-dir`); the run does not record which data set it holds',
+    'folder': 'an image folder; the results do not record which data set it holds'}
 #: How the card names the accuracy on the last PGD iterate, beside the best iterate's.
 LAST_ITERATE_NAME = "last iterate (papers' convention)"
 
@@ -64,6 +84,7 @@ class CardFacts:
         provenance: For converted third-party weights, where they came from (format, file, checksum).
         tf_same_padding: The weights expect TensorFlow "SAME" padding at strided layers (converted TF models).
         license: SPDX-style license identifier for the front matter.
+        stats: Parameters, multiply-accumulates and image size of the published model (`count_model_stats`).
     """
 
     title: str
@@ -84,16 +105,29 @@ class CardFacts:
     provenance: Optional[Dict[str, Any]] = None
     tf_same_padding: bool = False
     license: str = 'other'
+    stats: Optional[ModelStats] = None
+
+
+def _inference_variant(facts: CardFacts) -> Optional[str]:
+    """The evaluated variant the published model loads as: the exported branch, the branch a mixture-BN model loads
+    routed to, or the one the results name as the model as loaded; else their first."""
+    variants = facts.results.variants
+    for variant in (facts.branch, facts.inference_branch, facts.results.primary_variant):
+        if variant is not None and variant in variants:
+            return variant
+    return variants[0] if variants else None
 
 
 def _shown_entries(facts: CardFacts) -> List[AttackResult]:
-    """Results of the published model: when one branch is exported and the results name it, that branch only."""
+    """Results of the published model, the variant it loads as first: when one branch is exported and the results
+    name it, that branch only."""
     if facts.results is None:
         return []
     entries = list(facts.results.entries)
     if facts.branch is not None and any(e.variant == facts.branch for e in entries):
         entries = [e for e in entries if e.variant in (facts.branch, None)]
-    return entries
+    first = _inference_variant(facts)
+    return sorted(entries, key=lambda e: e.variant != first)  # stable: file order otherwise
 
 
 def _labelled(entries: List[AttackResult]) -> List[AttackResult]:
@@ -162,14 +196,19 @@ def _iterations(entry: AttackResult) -> Optional[str]:
 
 
 def _budget(entry: AttackResult) -> str:
-    """Iterations or queries that ran, step, restarts, targets and any other argument of one row's attack."""
+    """The attack as ``validate_adv.py`` names it (`AttackResult.description`: norm, ε, step and rule, iterations or
+    queries, targeted or not, which iterate, reduced) or, for results from elsewhere, the iterations or queries and
+    step as recorded; then restarts, targets, random start and any other argument of one row's attack."""
     if entry.is_clean or entry.name == WORST_CASE:
         return ''
     kwargs = entry.kwargs
-    parts = [part for part in (_iterations(entry),) if part]
-    step = _step(entry)
-    if step is not None:
-        parts.append(f'step {_number(step)}/255')
+    if entry.description is not None:
+        parts = [entry.description]
+    else:
+        parts = [part for part in (_iterations(entry),) if part]
+        step = _step(entry)
+        if step is not None:
+            parts.append(f'step {_number(step)}/255')
     for key, one, many in _COUNTS:
         if key in kwargs:
             parts.append(f'{kwargs[key]} {one if kwargs[key] == 1 else many}')
@@ -216,17 +255,62 @@ def _dataset_id(dataset: str) -> str:
     return next((dataset[len(p):] for p in _READER_PREFIXES if dataset.startswith(p)), dataset)
 
 
-def _metrics(results: EvalResults, entries: List[AttackResult]) -> List[Dict[str, Any]]:
-    """The model-index metrics: each row's accuracy, and after it its last-iterate accuracy where scored, named as
-    the papers' convention."""
+def hub_dataset_id(dataset: str) -> Optional[str]:
+    """The Hugging Face Hub id of a data set as the commands name it (``--dataset``), when it has one:
+    ``ILSVRC/imagenet-1k`` for ``hfds/imagenet-1k`` or ``tfds/imagenet2012``, the id itself after ``hfds/``; None
+    for the digits, an image folder or a data set not on the Hub."""
+    name = _dataset_id(dataset)
+    if name.lower() in _HUB_DATASETS:
+        return _HUB_DATASETS[name.lower()]
+    return name if dataset.startswith(_HUB_READER_PREFIXES) else None
+
+
+def _dataset_line(dataset: str) -> str:
+    """The data set as the card's model details state it: its Hub id linked, or what it is and that it has none."""
+    hub_id = hub_dataset_id(dataset)
+    if hub_id is not None:
+        return f'[{hub_id}](https://huggingface.co/datasets/{hub_id})'
+    return _DATASET_NAMES.get(dataset, f'`{dataset}` (no Hugging Face Hub id known)')
+
+
+def _headline_entry(results: EvalResults, variant: Optional[str]) -> Optional[AttackResult]:
+    """The row whose accuracy is `variant`'s headline robust accuracy: the protocol's headline attack or worst case;
+    None when the headline is no single row (a mean over attacks)."""
+    if variant not in results.headlines:
+        return results.strongest(variant)
+    label = results.headline_labels.get(variant, results.headline)
+    return next((e for e in results.entries if e.variant == variant and not e.is_clean and (
+        label in (e.protocol_label or e.name, e.name) or (label == 'worst-case' and e.name == WORST_CASE))), None)
+
+
+def _headline_metrics(results: EvalResults, variant: Optional[str], label: Optional[str]) -> List[Dict[str, Any]]:
+    """The model-index metrics of one variant: its headline robust accuracy (then on the last iterate, where
+    scored) and its clean accuracy; `label` tells variants apart."""
+    suffix = f' [{label}]' if label else ''
     metrics = []
-    for e in entries:
-        metrics.append({'type': 'accuracy', 'name': _metric_name(results, e), 'value': round(e.accuracy, 2)})
-        last = e.accuracy_last_iterate
-        if last is not None:
-            metrics.append({'type': 'accuracy', 'name': f'{_metric_name(results, e)}, {LAST_ITERATE_NAME}',
-                            'value': round(last, 2)})
+    robust = results.robust_accuracy(variant)
+    if robust is not None:
+        entry = _headline_entry(results, variant)
+        name = (f'{_protocol_name(results)}: robust accuracy ({results.headline}){suffix}' if entry is None
+                else _metric_name(results, replace(entry, variant=label)))
+        metrics.append({'type': 'accuracy', 'name': name, 'value': round(robust, 2)})
+        if entry is not None and entry.accuracy_last_iterate is not None:
+            metrics.append({'type': 'accuracy', 'name': f'{name}, {LAST_ITERATE_NAME}',
+                            'value': round(entry.accuracy_last_iterate, 2)})
+    clean = next((e for e in results.entries if e.is_clean and e.variant == variant), None)
+    if clean is not None:
+        metrics.append({'type': 'accuracy', 'name': _metric_name(results, replace(clean, variant=label)),
+                        'value': round(clean.accuracy, 2)})
     return metrics
+
+
+def _metrics(facts: CardFacts) -> List[Dict[str, Any]]:
+    """The model-index metrics: the protocol's headline numbers of each shown variant, the one the model loads as
+    first (the evaluation's table holds every attack)."""
+    variants = list(dict.fromkeys(e.variant for e in _shown_entries(facts)))
+    labelled = len(variants) > 1
+    return [metric for variant in variants
+            for metric in _headline_metrics(facts.results, variant, variant if labelled else None)]
 
 
 def _marked_metrics(facts: CardFacts, metrics: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -250,10 +334,13 @@ def front_matter(facts: CardFacts) -> str:
         'pipeline_tag': 'image-classification',
         'tags': ['image-classification', 'timm', 'timm-advnorm', 'adversarial-training', 'robustness'],
     }
-    entries = _shown_entries(facts)
-    if entries:
+    trained_on = hub_dataset_id(facts.args['dataset']) if isinstance(facts.args.get('dataset'), str) else None
+    if trained_on:
+        meta['datasets'] = [trained_on]
+    if _shown_entries(facts):
         results = facts.results
-        dataset = {'type': _dataset_id(results.dataset or 'unspecified'), 'name': results.dataset or 'unspecified'}
+        name = results.dataset or 'unspecified'
+        dataset = {'type': hub_dataset_id(name) or _dataset_id(name), 'name': name}
         if results.split:
             dataset['split'] = results.split
         meta['model-index'] = [{
@@ -261,7 +348,7 @@ def front_matter(facts: CardFacts) -> str:
             'results': [{
                 'task': {'type': 'image-classification', 'name': 'Image Classification'},
                 'dataset': dataset,
-                'metrics': _marked_metrics(facts, _metrics(results, _labelled(entries))),
+                'metrics': _marked_metrics(facts, _metrics(facts)),
             }],
         }]
     return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip('\n')
@@ -272,8 +359,8 @@ def _reduced_notice(facts: CardFacts) -> Optional[str]:
     if facts.results is None or not facts.results.reduced:
         return None
     return (f'> **Smoke-test results.** The accuracies below come from a *reduced* run of the '
-            f'`{facts.results.protocol}` protocol (`validate_adv.py --reduced`): its attacks ran with smaller budgets '
-            f'than the protocol prescribes, so they overstate robustness and are not the protocol\'s result.')
+            f'`{facts.results.protocol}` protocol (`timm-advnorm-validate --reduced`): its attacks ran with smaller '
+            f'budgets than the protocol prescribes, so they overstate robustness and are not the protocol\'s result.')
 
 
 def _other_weights_notice(facts: CardFacts) -> Optional[str]:
@@ -289,8 +376,49 @@ def _other_weights_notice(facts: CardFacts) -> Optional[str]:
     return f'> {what}; they are shown at the publisher\'s request (`--allow-other-results`).'
 
 
-def _summary(facts: CardFacts) -> str:
+def _weights_mark(facts: CardFacts) -> str:
+    """What the headline says when its numbers are not known to be these weights' (the evaluation says why)."""
+    if facts.results_weights:
+        return ''
+    what = 'measured on other weights' if facts.results_weights is False else 'weights not verified'
+    return f' ({what}: see the evaluation)'
+
+
+def _headline_line(facts: CardFacts) -> str:
+    """The card's first numbers: the protocol's headline robust accuracy and the clean accuracy of the variant the
+    model loads as, the attack as it ran, and the data."""
+    results = facts.results
+    variant = _inference_variant(facts)
+    clean = results.clean_accuracy(variant)
+    robust = results.robust_accuracy(variant)
+    parts = []
+    if robust is not None:
+        entry = _headline_entry(results, variant)
+        attack = (f'{_protocol_name(results)}: robust accuracy ({results.headline})' if entry is None
+                  else _metric_name(results, replace(entry, variant=None)))
+        parts.append(f'{robust:.2f}% top-1 under {attack}')
+        if entry is not None and entry.accuracy_last_iterate is not None:
+            parts.append(f'{entry.accuracy_last_iterate:.2f}% on the {LAST_ITERATE_NAME}')
+    if clean is not None:
+        parts.append(f'{clean:.2f}% on clean images')
+    line = f'**Headline:** {"; ".join(parts)}{_weights_mark(facts)}.'
+    if facts.branch and variant == facts.branch:
+        line += f' Evaluated on the exported `{variant}` branch.'
+    elif facts.mixture_bn and variant == facts.inference_branch:
+        line += f' Evaluated on the `{variant}` branch, the one the model loads on.'
+    data = _data(results)
+    return line + (f' Data: {data}.' if data else '')
+
+
+def _headline(facts: CardFacts) -> str:
+    """What the card opens with: the notice of a smoke-test run, then the headline numbers."""
+    if facts.results is None:
+        return '**Not evaluated yet:** no robust accuracy is published with these weights.'
     notice = _reduced_notice(facts)
+    return (notice + '\n\n' if notice else '') + _headline_line(facts)
+
+
+def _summary(facts: CardFacts) -> str:
     lines = [f'- **Architecture:** `{facts.architecture}` ({facts.num_classes} classes)']
     if facts.branch:
         lines.append(f'- **Exported from:** the `{facts.branch}` branch of mixture-BN `{facts.source_architecture}`, '
@@ -307,7 +435,22 @@ def _summary(facts: CardFacts) -> str:
     if facts.provenance:
         lines.append(f'- **Converted from:** {facts.provenance.get("format", "?")} release '
                      f'`{facts.provenance.get("file", "?")}`')
-    return '\n'.join(([notice, ''] if notice else []) + lines)
+    return '\n'.join(lines)
+
+
+def _details(facts: CardFacts) -> str:
+    """Model details as timm's cards give them: type, stats, the papers of the training method, the data set."""
+    method = facts.args.get('method') if isinstance(facts.args.get('method'), str) else None
+    lines = ['- **Model Type:** Image classification'
+             + (f', trained with the `{method}` method (`timm-advnorm-train --method {method}`)' if method else '')]
+    if facts.stats is not None:
+        lines += ['- **Model Stats:**'] + [f'  {line}' for line in facts.stats.format().splitlines()]
+    papers = method_papers(method) if method else ()
+    if papers:
+        lines += ['- **Papers:**'] + [f'  - {paper.title}: {paper.url}' for paper in papers]
+    if isinstance(facts.args.get('dataset'), str):
+        lines.append(f'- **Dataset:** {_dataset_line(facts.args["dataset"])}')
+    return '\n'.join(lines)
 
 
 def _usage(facts: CardFacts) -> str:
@@ -370,7 +513,7 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-# Entries train_adv.py adds to its arguments at run time (not options: `train_adv.py -c` would reject them).
+# Entries the training command adds to its arguments at run time (not options: its `-c` would reject them).
 _RUNTIME_ARGS = ('distributed', 'local_rank', 'rank', 'world_size', MODEL_CONFIG_ARG)
 # Training options that name files or folders on the training machine.
 _PATH_ARGS = ('config', 'data', 'data_dir', 'output', 'initial_checkpoint', 'resume', 'class_map')
@@ -385,9 +528,19 @@ def _is_local_path(key: str, value: Any) -> bool:
             or PurePosixPath(location).is_absolute() or PureWindowsPath(location).is_absolute())
 
 
+def _unused_options(args: Mapping[str, Any]) -> FrozenSet[str]:
+    """The recorded options the run's method did not use (`timm_advnorm.task.unused_options`); none when the
+    recorded method is not registered here (a plug-in's, not imported), so its recipe keeps them all."""
+    if args.get('method') not in TASKS:
+        return frozenset()
+    return unused_options(argparse.Namespace(**args))
+
+
 def _recipe_args(args: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
-    """The recipe `train_adv.py -c` takes back, and the names of the path-valued entries left out of it."""
-    recipe = {k: v for k, v in args.items() if k not in _RUNTIME_ARGS}
+    """The recipe ``timm-advnorm-train -c`` takes back (the command's options and those of the run's method), and
+    the names of the path-valued entries left out of it."""
+    left_out = set(_RUNTIME_ARGS) | _unused_options(args)
+    recipe = {k: v for k, v in args.items() if k not in left_out}
     omitted = sorted(k for k, v in recipe.items() if _is_local_path(k, v))
     return {k: v for k, v in recipe.items() if k not in omitted}, omitted
 
@@ -399,8 +552,11 @@ def _recipe(facts: CardFacts) -> str:
                      + yaml.safe_dump(_plain(facts.provenance), sort_keys=True) + '```')
     if facts.args:
         recipe, omitted = _recipe_args(facts.args)
-        text = ('Trained with `train_adv.py` and these arguments (as a YAML file they can be passed back with '
-                '`train_adv.py -c`):\n\n```yaml\n' + yaml.safe_dump(_plain(recipe), sort_keys=True) + '```')
+        method = facts.args.get('method')
+        whose = f'the command\'s and those of its `{method}` method' if method in TASKS else 'as recorded'
+        text = (f'Trained with `timm-advnorm-train -c recipe.yaml`, `recipe.yaml` holding these options ({whose}):'
+                f'\n\n<details>\n<summary>recipe.yaml ({len(recipe)} options)</summary>\n\n```yaml\n'
+                + yaml.safe_dump(_plain(recipe), sort_keys=True) + '```\n\n</details>')
         if omitted:
             text += ('\n\nOmitted: ' + ', '.join(f'`{k}`' for k in omitted)
                      + ' (files and folders of the training machine; give your own).')
@@ -441,29 +597,30 @@ def _robust_how(results: EvalResults, variant: Optional[str], robust: float) -> 
         if attack is None:
             how = f'the protocol\'s {results.headline or "headline"} rule over reduced budgets'
         else:
-            ran = _iterations(attack)
+            ran = attack.description or _iterations(attack)
             how = (f'{attack.name + ": " if attack.name != results.headline else ""}the protocol\'s '
                    f'{results.headline} reduced{" to " + ran if ran else ""}')
         how += '; not the protocol\'s result'
     else:
-        how = "the protocol's headline"
+        attack = _headline_attack(results, variant)
+        how = "the protocol's headline" + (f': {attack.description}' if attack and attack.description else '')
     if strongest is not None and strongest.accuracy < robust:
         how += f'; {strongest.name} leaves {strongest.accuracy:.2f}%'
     return how
 
 
-def _data_line(results: EvalResults) -> Optional[str]:
+def _data(results: EvalResults) -> Optional[str]:
     """Data set, split, number of images and subset seed of the evaluation, as far as the results record them."""
     if not results.dataset:
         return None
-    line = f'- **Data:** `{results.dataset}`'
+    text = f'`{results.dataset}`'
     if results.split:
-        line += f', split `{results.split}`'
+        text += f', split `{results.split}`'
     if results.num_samples:
-        line += f', {results.num_samples} images'
+        text += f', {results.num_samples} images'
         if results.seed is not None:
-            line += f' (subset seed {results.seed})'
-    return line
+            text += f' (subset seed {results.seed})'
+    return text
 
 
 def _same_setting(a: Any, b: Any) -> bool:
@@ -490,7 +647,10 @@ def _preprocessing_line(facts: CardFacts) -> Optional[str]:
 
 
 def _sanity_line(results: EvalResults) -> Optional[str]:
-    """Whether the evaluation's sanity checks passed, and which failed on which variant (they print with results)."""
+    """The verdict of the evaluation's sanity checks: ``passed`` only when every check ran and passed; which ran on
+    what, which did not and which failed on which variant (they print with results)."""
+    if results.sanity_text is not None:
+        return f'- **Sanity checks:** {results.sanity_text}'
     if results.sanity_passed is None:
         return None
     if results.sanity_passed:
@@ -507,13 +667,13 @@ def _evaluation(facts: CardFacts) -> str:
     entries = _shown_entries(facts)
     protocol = f'- **Protocol:** `{results.protocol}`' + (f' ({results.reference})' if results.reference else '')
     if results.reduced:
-        protocol += (', **reduced** for a smoke test (`validate_adv.py --reduced`): attack budgets below the '
+        protocol += (', **reduced** for a smoke test (`timm-advnorm-validate --reduced`): attack budgets below the '
                      'protocol\'s; the budgets that ran are in the table')
     if results.aggregation == 'cascade':
         protocol += ('; the attacks ran as a cascade, each on the images the ones above left correct, so an '
                      'attack\'s accuracy is the robust accuracy after it and every attack above')
     threats = list(dict.fromkeys(_threat(e) for e in entries if _is_attack(e)))
-    intro = 'Top-1 accuracies (%) from `validate_adv.py`, the model in eval mode'
+    intro = 'Top-1 accuracies (%) from `timm-advnorm-validate`, the model in eval mode'
     if any(e.success_rate is not None for e in entries):
         intro += '; a success rate is the share of attacked images classified as the attack\'s target'
     if any(e.accuracy_last_iterate is not None for e in entries):
@@ -521,9 +681,10 @@ def _evaluation(facts: CardFacts) -> str:
                   f'the model: our headline, the stronger attack); the {LAST_ITERATE_NAME} is the accuracy on the '
                   'last PGD iterate of the same run, as the papers report it: compare that one with their tables')
     notice = _other_weights_notice(facts)
+    data = _data(results)
     about = ([notice, ''] if notice else []) + [intro + '.', '', protocol]
     about += [line for line in (
-        _data_line(results),
+        f'- **Data:** {data}' if data else None,
         f'- **Threat model:** {"; ".join(threats)}' if threats else None,
         f'- **Precision:** {results.precision}' if results.precision else None,
         _preprocessing_line(facts),
@@ -546,16 +707,16 @@ def _evaluation(facts: CardFacts) -> str:
 
 
 def render_model_card(template: str, facts: CardFacts) -> str:
-    """Fill a card template's placeholders (``$front_matter``, ``$title``, ``$summary``, ``$usage``,
-    ``$inference``, ``$preprocessing``, ``$recipe``, ``$evaluation``) from `facts`.
+    """Fill a card template's placeholders (``$front_matter``, ``$title``, ``$headline``, ``$summary``,
+    ``$details``, ``$usage``, ``$inference``, ``$preprocessing``, ``$recipe``, ``$evaluation``) from `facts`.
 
     Raises:
         ValueError: The template uses a placeholder this module does not provide.
     """
     sections = dict(
-        front_matter=front_matter(facts), title=facts.title, summary=_summary(facts), usage=_usage(facts),
-        inference=_inference(facts), preprocessing=_preprocessing(facts), recipe=_recipe(facts),
-        evaluation=_evaluation(facts))
+        front_matter=front_matter(facts), title=facts.title, headline=_headline(facts), summary=_summary(facts),
+        details=_details(facts), usage=_usage(facts), inference=_inference(facts),
+        preprocessing=_preprocessing(facts), recipe=_recipe(facts), evaluation=_evaluation(facts))
     try:
         return Template(template).substitute(sections)
     except (KeyError, ValueError) as e:

@@ -27,15 +27,18 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from safetensors import SafetensorError
+from timm.utils.checkpoint_saver import load_checkpoint_metadata
 
 __all__ = ['Checkpoint', 'read_checkpoint', 'split_source', 'strip_wrapper_prefixes', 'load_weights_file',
            'check_checkpoint_file', 'check_finite_weights', 'file_format', 'zip_members', 'read_config_json',
-           'WEIGHT_FILES', 'MODEL_CONFIG_ARG']
+           'recorded_training_args', 'WEIGHT_FILES', 'MODEL_CONFIG_ARG']
 
 # Weight files of an exported folder, in the order timm prefers them.
 WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
 # Training argument holding the trained model's `loading.model_config` (timm's CheckpointSaver saves the args).
 MODEL_CONFIG_ARG = 'model_config'
+# The training argument only ``train_adv.py`` records: arguments without it are another tool's (timm's train.py).
+_TRAIN_ADV_ARG = 'method'
 _WRAPPER_PREFIXES = ('module.', '_orig_mod.')
 _HUB_PREFIX = 'hf-hub:'
 _LOCAL_DIR_PREFIX = 'local-dir:'
@@ -305,6 +308,26 @@ def _args_dict(args: Any) -> Dict[str, Any]:
     if isinstance(args, Mapping):
         return dict(args)
     raise ValueError(f'Checkpoint "args" is a {type(args).__name__}, expected a Namespace or a dict.')
+
+
+def recorded_training_args(source: Union[str, Path]) -> Optional[Dict[str, Any]]:
+    """The arguments of the ``train_adv.py`` run that wrote the checkpoint file `source`, read without its weights
+    (memory-mapped): the recipe, data and preprocessing it records. None for any other source (a state dict, an
+    export, a Hub name, another tool's checkpoint).
+
+    Raises:
+        ValueError: A damaged file (`check_checkpoint_file`).
+    """
+    kind, location = split_source(source)
+    path = Path(location).expanduser()
+    if kind != 'path' or not path.is_file() or check_checkpoint_file(path) != 'torch':
+        return None
+    try:
+        obj = load_checkpoint_metadata(str(path))
+    except pickle.UnpicklingError as e:
+        raise ValueError(f'{path} cannot be read safely (weights_only): {str(e).strip().splitlines()[0]}') from None
+    args = _args_dict(obj.get('args')) if isinstance(obj, Mapping) else {}
+    return args if _TRAIN_ADV_ARG in args else None
 
 
 def _from_torch_object(obj: Any, source: str) -> Checkpoint:

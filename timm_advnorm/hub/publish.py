@@ -3,11 +3,11 @@
 The ``timm-advnorm-publish`` command (also ``python -m timm_advnorm.hub.publish`` and ``hub/publish.py`` in a
 checkout)::
 
-    timm-advnorm-publish output/train/run/model_best.pth.tar --inference-branch adv \\
+    timm-advnorm-publish output/train/run/model_best.pth.tar \\
         --results output/eval/results.json --repo-id org/mbn_resnet152.xie2020_in1k
     timm-advnorm-publish CKPT --branch adv --results R.json --local-dir exports/r152-adv --dry-run --repo-id org/x
 
-The checkpoint may be a ``train_adv.py`` checkpoint, a bare state dict (``.pth``/``.safetensors``, with
+The checkpoint may be a ``timm-advnorm-train`` checkpoint, a bare state dict (``.pth``/``.safetensors``, with
 ``--model``), an export folder (e.g. from ``timm_advnorm.convert``) or an ``hf-hub:``/``local-dir:`` name.
 Uploads read the token from ``HF_TOKEN``. A non-empty target (folder or Hub repository) is replaced only with
 ``--overwrite``, a folder only if it is an earlier export and holds none of the command's inputs; folders are written
@@ -33,7 +33,7 @@ from timm.models import split_model_name_tag
 
 from ..cli import ArgumentParser, add_hidden_alias, run_cli
 from ..layers import has_mixture_bn
-from ..layers.routing import get_inference_branch
+from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch
 from ..write_guard import EXPORT_MANIFEST, check_write_target
 from .card import CardFacts, render_model_card
 from .checkpoint import Checkpoint, read_checkpoint, split_source
@@ -42,6 +42,7 @@ from .export import (
     build_export_model, check_folder_target, export_data_args, export_model_args, needs_plugin, staged_folder,
     write_export)
 from .loading import PLUGIN_CONFIG_KEY
+from .model_stats import count_model_stats
 from .results import EvalResults, read_eval_results
 
 __all__ = ['get_args_parser', 'publish', 'check_upload_target', 'upload_export', 'main', 'run',
@@ -59,24 +60,24 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser = ArgumentParser(
         prog=prog, description='Publish a checkpoint (weights, config.json, model card) to the Hugging '
                                            'Face Hub or a local folder.')
-    parser.add_argument('checkpoint', help='train_adv.py checkpoint, state dict (.pth/.safetensors), export folder, '
-                                           'hf-hub:org/name or local-dir:PATH')
+    parser.add_argument('checkpoint', help='timm-advnorm-train checkpoint, state dict (.pth/.safetensors), export '
+                                           'folder, hf-hub:org/name or local-dir:PATH')
     parser.add_argument('--model', help='architecture, when the checkpoint does not name it (bare state dicts)')
     parser.add_argument('--use-ema', dest='ema', action='store_true', help="publish the checkpoint's EMA weights")
     add_hidden_alias(parser, parser, '--ema', 'ema', action='store_true')
     parser.add_argument('--branch', choices=_BRANCHES,
                         help='publish this mixture-BN branch as the plain timm architecture (no plugin needed)')
     parser.add_argument('--inference-branch', choices=_BRANCHES,
-                        help='branch a whole mixture-BN model loads routed to, recorded in config.json (required '
-                             'for one)')
-    parser.add_argument('--results', help='validate_adv.py results JSON for the card')
+                        help='branch a whole mixture-BN model loads routed to, recorded in config.json (default: the '
+                             'one the checkpoint records; required where it records none)')
+    parser.add_argument('--results', help='timm-advnorm-validate results JSON for the card')
     parser.add_argument('--allow-reduced-results', action='store_true',
-                        help='publish results of a reduced (validate_adv.py --reduced, smoke-test) protocol; the '
+                        help='publish results of a reduced (timm-advnorm-validate --reduced, smoke-test) protocol; the '
                              'card then says so first')
     parser.add_argument('--allow-other-results', action='store_true',
                         help='publish results that evaluated other weights than those published, or that do not '
-                             'record which (written before validate_adv.py recorded a weights digest); the card then '
-                             'says so beside the numbers')
+                             'record which (written before timm-advnorm-validate recorded a weights digest); the card '
+                             'then says so beside the numbers')
     parser.add_argument('--repo-id', help='Hub repository org/name to upload to (token from HF_TOKEN)')
     parser.add_argument('--local-dir', help='write the exact folder that is (or would be) uploaded here')
     parser.add_argument('--dry-run', action='store_true', help='write --local-dir only, upload nothing')
@@ -118,15 +119,34 @@ def _check_local_dir(args: argparse.Namespace) -> None:
     check_folder_target(args.local_dir, args.overwrite)
 
 
-def _check_inference_branch(args: argparse.Namespace, model: nn.Module) -> None:
-    if has_mixture_bn(model) and not args.inference_branch:
-        raise ValueError('A mixture-BN model needs --inference-branch clean|adv (or --branch to export one branch).')
+def _inference_branch(args: argparse.Namespace, checkpoint: Checkpoint) -> Optional[str]:
+    """The branch a whole mixture-BN export loads routed to: ``--inference-branch``, else the one the checkpoint
+    records (a ``train_adv.py`` checkpoint records the branch its checkpoints were ranked by), said in one line with
+    the dataset it records; a flag against the record is named with it. None when neither says (refused for a
+    mixture-BN model, `_check_inference_branch`) and for ``--branch``."""
+    if args.branch:
+        return None
+    recorded = checkpoint.model_args.get(INFERENCE_BRANCH_ARG)
+    dataset = checkpoint.args.get('dataset')
+    data = '' if dataset is None else f', dataset {dataset or "folder"}'
+    if args.inference_branch and recorded not in (None, args.inference_branch):
+        _logger.warning(f'Inference branch {args.inference_branch}: given here (--inference-branch); the checkpoint '
+                        f'records {recorded}.')
+    elif not args.inference_branch and recorded:
+        _logger.info(f'Inference branch {recorded}{data}: from the checkpoint\'s record.')
+    return args.inference_branch or recorded
+
+
+def _check_inference_branch(args: argparse.Namespace, model: nn.Module, branch: Optional[str]) -> None:
+    if has_mixture_bn(model) and not branch:
+        raise ValueError('A mixture-BN model needs --inference-branch clean|adv (the checkpoint records none), or '
+                         '--branch to export one branch.')
 
 
 def _check_results(args: argparse.Namespace, results: EvalResults) -> None:
     """Refuse smoke-test results unless the publisher says they mean to publish them (the card then says so)."""
     if results.reduced and not args.allow_reduced_results:
-        raise ValueError(f'{args.results} holds a reduced run of protocol {results.protocol} (validate_adv.py '
+        raise ValueError(f'{args.results} holds a reduced run of protocol {results.protocol} (timm-advnorm-validate '
                          f'--reduced: smaller attack budgets than the protocol\'s); evaluate without --reduced, or '
                          f'pass --allow-reduced-results to publish it marked as a smoke test.')
 
@@ -147,13 +167,13 @@ def _check_results_weights(args: argparse.Namespace, results: EvalResults, model
         return describes
     if describes is None:
         raise ValueError(f'{args.results} does not record which weights it evaluated (results that predate weight '
-                         f'digests, or from another tool): evaluate these weights again with validate_adv.py, or pass '
-                         f'--allow-other-results to publish the numbers marked as those of unverified weights.')
+                         f'digests, or from another tool): evaluate these weights again with timm-advnorm-validate, or '
+                         f'pass --allow-other-results to publish the numbers marked as those of unverified weights.')
     evaluated = f'{results.checkpoint}, ' if results.checkpoint else ''
     raise ValueError(f'{args.results} evaluated other weights ({evaluated}digest {results.weights_digest[:12]}) than '
-                     f'those published (digest {digest[:12]}): evaluate these weights with validate_adv.py (with the '
-                     f'same --use-ema and --branch), or pass --allow-other-results to publish the numbers marked as '
-                     f'those of other weights.')
+                     f'those published (digest {digest[:12]}): evaluate these weights with timm-advnorm-validate (with '
+                     f'the same --use-ema and --branch), or pass --allow-other-results to publish the numbers marked '
+                     f'as those of other weights.')
 
 
 def _check_results_model(results: EvalResults, *architectures: str) -> None:
@@ -195,6 +215,7 @@ def _card_facts(
         provenance=plugin_config.get('converted_from'),
         tf_same_padding=plugin_config.get('padding') == 'tf_same',
         license=args.license or config['pretrained_cfg'].get('license') or 'other',
+        stats=count_model_stats(model, config['pretrained_cfg']['input_size']),
     )
 
 
@@ -272,9 +293,10 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     if results is not None:
         _check_results(args, results)
     checkpoint = read_checkpoint(args.checkpoint)
+    inference_branch = _inference_branch(args, checkpoint)
     model, source_arch = build_export_model(checkpoint, args.model, ema=args.ema, branch=args.branch,
-                                            inference_branch=None if args.branch else args.inference_branch)
-    _check_inference_branch(args, model)
+                                            inference_branch=inference_branch)
+    _check_inference_branch(args, model, inference_branch)
     results_weights = None
     if results is not None:
         _check_results_model(results, source_arch, model.pretrained_cfg['architecture'])

@@ -1,7 +1,7 @@
 """The results a model card states: per variant, the clean accuracy, each attack's and the worst case, read from
-``validate_adv.py``'s results file or from a flat file of results from elsewhere.
+``timm-advnorm-validate``'s results file or from a flat file of results from elsewhere.
 
-``validate_adv.py``'s own layout is read by its schema (`timm_advnorm.eval.schema.EvalResults.from_dict`, which
+``timm-advnorm-validate``'s own layout is read by its schema (`timm_advnorm.eval.schema.EvalResults.from_dict`, which
 names what is missing or malformed); the card keeps of it the rows below, the protocol's headline robust accuracy per
 variant, what ran (data, split, images, seed, preprocessing, precision, reduced budgets, aggregation) and which sanity
 checks failed. A file is read in that layout when its ``variants`` is a list of objects that each have an
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..eval import schema
+from ..eval.summary import sanity_text
 
 __all__ = ['AttackResult', 'EvalResults', 'parse_eval_results', 'read_eval_results', 'WORST_CASE']
 
@@ -74,6 +75,10 @@ class AttackResult:
         accuracy_last_iterate: Accuracy (percent) on the last PGD iterate of the same run, the papers' convention,
             when the results scored it (`accuracy` is then on the best iterate).
         success_rate_last_iterate: The success rate on that last iterate.
+        description: The attack in one line as ``validate_adv.py``'s results name it everywhere
+            (`timm_advnorm.eval.schema.AttackResult.describe`: norm, ε, step and rule, iterations or queries, targeted
+            or not, which iterate, reduced); None for clean rows, the worst case, noise, results from elsewhere and
+            results written before attacks recorded how they stepped (the card then reads their arguments).
     """
 
     name: str
@@ -93,6 +98,7 @@ class AttackResult:
     settings: Dict[str, Any] = field(default_factory=dict)
     accuracy_last_iterate: Optional[float] = None
     success_rate_last_iterate: Optional[float] = None
+    description: Optional[str] = None
 
     @property
     def is_clean(self) -> bool:
@@ -112,12 +118,13 @@ class EvalResults:
         split: Data set split.
         num_samples: Images evaluated.
         seed: Seed of the image subset, targets and random starts.
-        checkpoint: The evaluated weights, as given to ``validate_adv.py`` (a path on the evaluating machine).
+        checkpoint: The evaluated weights, as given to ``timm-advnorm-validate`` (a path on the evaluating machine).
         weights_digest: Digest of the evaluated weights (`timm_advnorm.hub.digest`), when the results record it.
         branch_weights_digests: Digest of each mixture-BN branch as a plain-BN model, when recorded.
         headlines: The protocol's headline robust accuracy per variant.
+        headline_labels: What each variant's headline is, as it ran (an attack's label, ``worst-case``, ``mean``).
         headline: The protocol's headline rule or attack label (``pgd-t-2000``, ``worst-case``, ``last``, ``mean``).
-        reduced: Whether the protocol's budgets were shrunk for a smoke test (``validate_adv.py --reduced``).
+        reduced: Whether the protocol's budgets were shrunk for a smoke test (``timm-advnorm-validate --reduced``).
         aggregation: ``independent`` (every attack sees every image) or ``cascade`` (each attack only the images
             the ones before it left correct, so its accuracy is cumulative).
         reference: Where the protocol comes from.
@@ -125,6 +132,11 @@ class EvalResults:
         precision: ``float32`` or the autocast dtype the forwards ran in, when recorded.
         sanity_passed: Whether every sanity check passed, when recorded.
         sanity_failed: Names of the failed sanity checks, per variant.
+        primary_variant: The variant of the model as it was loaded, when recorded.
+        sanity_status: The verdict of the sanity checks (``passed``, ``partial``, ``not run``, ``failed``), when
+            recorded.
+        sanity_text: The verdict with which checks ran on what and which did not (`eval.summary.sanity_text`), from
+            ``validate_adv.py`` results.
     """
 
     model: str
@@ -138,6 +150,7 @@ class EvalResults:
     weights_digest: Optional[str] = None
     branch_weights_digests: Dict[str, str] = field(default_factory=dict)
     headlines: Dict[Optional[str], float] = field(default_factory=dict)
+    headline_labels: Dict[Optional[str], str] = field(default_factory=dict)
     headline: Optional[str] = None
     reduced: bool = False
     aggregation: Optional[str] = None
@@ -146,6 +159,9 @@ class EvalResults:
     precision: Optional[str] = None
     sanity_passed: Optional[bool] = None
     sanity_failed: Dict[Optional[str], Tuple[str, ...]] = field(default_factory=dict)
+    primary_variant: Optional[str] = None
+    sanity_status: Optional[str] = None
+    sanity_text: Optional[str] = None
 
     @property
     def variants(self) -> List[Optional[str]]:
@@ -178,34 +194,37 @@ class EvalResults:
 
 
 def _precision(amp: Any, recorded: bool) -> Optional[str]:
-    """``float32``, or the autocast dtype of ``validate_adv.py --amp``; None when the results do not record it."""
+    """``float32``, or the autocast dtype of ``timm-advnorm-validate --amp``; None when the results do not record it."""
     if not recorded:
         return None
     return f'{amp} autocast' if amp else 'float32'
 
 
-def _row(attack: schema.AttackResult, variant: str) -> AttackResult:
-    """One attack of a variant, as a row of the card."""
+def _row(attack: schema.AttackResult, variant: str, reduced: bool) -> AttackResult:
+    """One attack of a variant, as a row of the card (`reduced`: the protocol's budgets were)."""
     return AttackResult(
         name=attack.label, accuracy=float(attack.accuracy), variant=variant,
         success_rate=None if attack.success_rate is None else float(attack.success_rate),
         protocol_label=attack.protocol_label, attack=attack.attack, threat=attack.threat, norm=attack.norm,
         eps=attack.eps, steps=attack.steps, targeted=attack.targeted, noise=attack.noise, sigma=attack.sigma,
         kwargs=dict(attack.kwargs), settings={} if attack.queries is None else dict(queries=attack.queries),
-        accuracy_last_iterate=attack.accuracy_last_iterate, success_rate_last_iterate=attack.success_rate_last_iterate)
+        accuracy_last_iterate=attack.accuracy_last_iterate, success_rate_last_iterate=attack.success_rate_last_iterate,
+        description=attack.describe(reduced) if attack.iterate is not None else None)
 
 
 def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalResults:
-    """The card's view of ``validate_adv.py`` results: per variant its clean accuracy, attacks and worst case."""
-    entries, headlines, failed = [], {}, {}
+    """The card's view of ``timm-advnorm-validate`` results: per variant its clean accuracy, attacks and worst case."""
+    entries, headlines, labels, failed = [], {}, {}, {}
     for variant in results.variants:
         if variant.clean is not None:
             entries.append(AttackResult('clean', float(variant.clean), variant.name))
-        entries += [_row(attack, variant.name) for attack in variant.attacks]
+        entries += [_row(attack, variant.name, results.protocol.reduced) for attack in variant.attacks]
         if variant.worst_case is not None:
             entries.append(AttackResult(WORST_CASE, float(variant.worst_case), variant.name))
         if variant.robust is not None:
             headlines[variant.name] = float(variant.robust)
+            if variant.robust_label is not None:
+                labels[variant.name] = variant.robust_label
         if variant.sanity is not None and variant.sanity.failed:
             failed[variant.name] = tuple(variant.sanity.failed)
     protocol = results.protocol
@@ -213,10 +232,11 @@ def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalR
         model=results.model, protocol=protocol.name, entries=tuple(entries), dataset=results.dataset,
         split=results.split, num_samples=results.num_samples, seed=results.seed, checkpoint=results.checkpoint,
         weights_digest=results.weights_digest, branch_weights_digests=dict(results.branch_weights_digests or {}),
-        headlines=headlines, headline=protocol.headline, reduced=protocol.reduced, aggregation=protocol.aggregation,
-        reference=protocol.reference, data_config=dict(results.data_config),
+        headlines=headlines, headline_labels=labels, headline=protocol.headline, reduced=protocol.reduced,
+        aggregation=protocol.aggregation, reference=protocol.reference, data_config=dict(results.data_config),
         precision=_precision(results.amp, precision_recorded), sanity_passed=results.sanity_passed,
-        sanity_failed=failed)
+        sanity_failed=failed, primary_variant=results.primary_variant, sanity_status=results.sanity_status,
+        sanity_text=sanity_text(results))
 
 
 def _first(entry: Mapping[str, Any], keys: Sequence[str]) -> Any:
@@ -281,7 +301,7 @@ def _scaled(result: AttackResult, scale: float) -> AttackResult:
 def _flat_entries(data: Mapping[str, Any]) -> List[AttackResult]:
     raw = _first(data, _LIST_KEYS)
     if not isinstance(raw, list) or not all(isinstance(e, Mapping) for e in raw):
-        raise ValueError('Results need a "variants" list (validate_adv.py) or a list of per-attack objects under '
+        raise ValueError('Results need a "variants" list (timm-advnorm-validate) or a list of per-attack objects under '
                          f'"{_LIST_KEYS[0]}" or "{_LIST_KEYS[1]}".')
     entries = [_entry(e, i) for i, e in enumerate(raw)]
     clean = _first(data, _CLEAN_KEYS)
@@ -318,17 +338,19 @@ def _parse_flat(data: Mapping[str, Any]) -> EvalResults:
         data_config=dict(data_config) if isinstance(data_config, Mapping) else {},
         precision=_precision(data.get('amp'), 'amp' in data),
         sanity_passed=_optional(data.get('sanity_passed'), bool),
+        sanity_status={True: 'passed', False: 'failed'}.get(_optional(data.get('sanity_passed'), bool)),
     )
 
 
 def _is_variant_list(variants: Any) -> bool:
-    """Whether `variants` is ``validate_adv.py``'s: a non-empty list of objects that each have an ``attacks`` list."""
+    """Whether `variants` is ``timm-advnorm-validate``'s: a non-empty list of objects that each have an ``attacks``
+    list."""
     return isinstance(variants, list) and bool(variants) and all(
         isinstance(v, Mapping) and isinstance(v.get('attacks'), list) for v in variants)
 
 
 def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
-    """Read a results mapping: ``validate_adv.py``'s layout by its schema, or the flat one (module docstring).
+    """Read a results mapping: ``timm-advnorm-validate``'s layout by its schema, or the flat one (module docstring).
 
     Raises:
         ValueError: A required field is missing or malformed.
@@ -342,7 +364,7 @@ def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
 
 
 def read_eval_results(path: Union[str, Path]) -> EvalResults:
-    """Read a results JSON file (``validate_adv.py``'s, or a flat one from elsewhere).
+    """Read a results JSON file (``timm-advnorm-validate``'s, or a flat one from elsewhere).
 
     Raises:
         FileNotFoundError: No such file.

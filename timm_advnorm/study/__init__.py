@@ -1,8 +1,8 @@
 """Paper studies: each seed paper's comparison grid as one resumable command (``timm-advnorm-study``).
 
 A study (`spec`) is a declarative grid shipped as YAML in ``timm_advnorm/studies/``; its cells (`cells`) are
-ordinary `train_adv.py` runs and `validate_adv.py` evaluations, run resumably (`runner`), and its results are
-pooled over seeds into the paper's findings (`table`) and figure (`plot`).
+ordinary ``timm-advnorm-train`` runs and ``timm-advnorm-validate`` evaluations, run resumably (`runner`), and its
+results are pooled over seeds into the paper's findings (`table`) and figure (`plot`).
 """
 from .cells import Cell, expand_cells
 from .runner import cell_state, run_cell, run_cells

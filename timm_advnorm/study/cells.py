@@ -1,4 +1,5 @@
-"""A study's grid expanded into cells: each an ordinary `train_adv.py` run and its `validate_adv.py` evaluation.
+"""A study's grid expanded into cells: each an ordinary ``timm-advnorm-train`` run and its ``timm-advnorm-validate``
+evaluation.
 
 A cell is one point of a grid block's axes product at one seed. Its training arguments are the scale's recipe and
 options, the block's options and the axis values' options, in that order (later ones win), then the seed and the
@@ -32,8 +33,8 @@ class Cell:
         labels: The axis values of the cell.
         seed: Its training seed.
         run_dir: Its run folder (training outputs, evaluation results).
-        train_argv: `train_adv.py` arguments (a resumed run adds ``--resume``).
-        validate_argv: `validate_adv.py` arguments.
+        train_argv: ``timm-advnorm-train`` arguments (a resumed run adds ``--resume``).
+        validate_argv: ``timm-advnorm-validate`` arguments.
     """
 
     id: str
@@ -51,8 +52,9 @@ class Cell:
     def results_file(self) -> Path:
         return self.run_dir / RESULTS_FILE
 
-    def commands(self, train_prog: str = 'train_adv.py', validate_prog: str = 'validate_adv.py') -> List[str]:
-        """The cell's two commands as shell lines."""
+    def commands(self, train_prog: str = 'timm-advnorm-train',
+                 validate_prog: str = 'timm-advnorm-validate') -> List[str]:
+        """The cell's two commands as shell lines, with the console commands a ``pip install`` provides."""
         return [shlex.join([train_prog, *self.train_argv]), shlex.join([validate_prog, *self.validate_argv])]
 
 

@@ -3,7 +3,7 @@
 A cell's state is read from its run folder alone, so any launcher, and a rerun after any interruption, agrees on it:
 
 * evaluated: ``results.json`` is there: nothing to do;
-* trained: ``summary.csv`` has a row for every epoch of the run: evaluate (``validate_adv.py --resume-state``
+* trained: ``summary.csv`` has a row for every epoch of the run: evaluate (``timm-advnorm-validate --resume-state``
   resumes an interrupted evaluation too);
 * interrupted: ``last.pth.tar`` is there: train on with ``--resume``, then evaluate;
 * new: train, then evaluate.
@@ -49,11 +49,11 @@ class InProcessCommands:
 
     def train(self, argv: Sequence[str]) -> None:
         from ..train.script import main
-        _check_status('train_adv.py', main(list(argv)))
+        _check_status('timm-advnorm-train', main(list(argv)))
 
     def validate(self, argv: Sequence[str]) -> None:
         from ..eval.script import main
-        _check_status('validate_adv.py', main(list(argv)))
+        _check_status('timm-advnorm-validate', main(list(argv)))
 
 
 @dataclass(frozen=True)

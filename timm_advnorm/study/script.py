@@ -41,7 +41,8 @@ _logger = logging.getLogger('study')
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
     """The command-line parser (importable, so tests can drive it)."""
     parser = ArgumentParser(prog=prog, description='Run a seed paper\'s comparison grid: every cell an ordinary '
-                                                   'train_adv.py run and its validate_adv.py evaluation.')
+                                                   'timm-advnorm-train run and its timm-advnorm-validate '
+                                                   'evaluation.')
     parser.add_argument('study', metavar='STUDY',
                         help=f'A shipped study ({", ".join(list_studies())}) or a study YAML file.')
     parser.add_argument('--scale', default='digits', choices=SCALES,
@@ -127,8 +128,8 @@ def _report(spec: StudySpec, args: argparse.Namespace, cells: List[Cell], study_
                           *(['--seeds', *map(str, args.seeds)] if args.seeds else [])])
     header = [f'Command: `{command}`', '',
               f'{done} of {len(cells)} cells evaluated; seeds {", ".join(map(str, scale.seeds))}; this invocation '
-              f'ran {seconds / 60:.1f} min. Per cell: `cells/<id>/` (train_adv.py run folder, `results.json` of '
-              f'validate_adv.py).']
+              f'ran {seconds / 60:.1f} min. Per cell: `cells/<id>/` (timm-advnorm-train run folder, `results.json` '
+              f'of timm-advnorm-validate).']
     groups, findings = write_tables(spec, args.scale, cells, study_dir, header)
     subtitle = f'{args.scale} scale, mean ± std over seeds {", ".join(map(str, scale.seeds))}'
     plot_study(spec.plot, groups, study_dir / 'study.png', subtitle)

@@ -14,11 +14,14 @@ from .fast_advprop import FastAdvPropTask, parameter_groups, shuffle_across_rank
 from .nofrost import NofrostTask
 from .nofrost_star import NofrostStarTask
 from .running_stats import running_stats_active, use_running_statistics
+from .options import declared_options, unused_options, used_options
+from .papers import METHOD_PAPERS, Paper, method_papers
 
-__all__ = ['AdversarialClassificationTask', 'AlpTask', 'ArgumentGroup', 'FastAdvPropTask', 'MadryTask', 'MbnTask',
-           'MixedTask', 'NofrostTask', 'TASKS', 'VanillaTask', 'create_task', 'get_task_class', 'list_tasks',
-           'logit_pairing_loss', 'parameter_groups', 'register_task', 'running_stats_active', 'shuffle_across_ranks',
-           'unregister_task', 'use_running_statistics']
+__all__ = ['AdversarialClassificationTask', 'AlpTask', 'ArgumentGroup', 'FastAdvPropTask', 'METHOD_PAPERS', 'MadryTask',
+           'MbnTask', 'MixedTask', 'NofrostTask', 'Paper', 'TASKS', 'VanillaTask', 'create_task', 'declared_options',
+           'get_task_class', 'list_tasks', 'logit_pairing_loss', 'method_papers', 'parameter_groups', 'register_task',
+           'running_stats_active', 'shuffle_across_ranks', 'unregister_task', 'unused_options',
+           'use_running_statistics', 'used_options']
 
 
 def create_task(method: str, *args, **kwargs) -> AdversarialClassificationTask:

@@ -12,7 +12,8 @@ The contract with the training command, each part with a default here, so that a
 with `register_task`:
 
 * **Options**: `add_args` declares the method's own options in its "Method <name>" argument group; `check_args`
-  refuses combinations it cannot train, before anything is built.
+  refuses combinations it cannot train, before anything is built; `borrowed_options` and `attack_options` name the
+  other options a run of it uses (`task.options`: a model card's recipe lists these, no other method's).
 * **Construction**: `from_args` builds the task from the parsed options: the training attack (`attack_from_args`,
   the ``--attack`` of the attack registry), the method's options (`options_from_args`), the shared criterion
   settings.
@@ -33,9 +34,15 @@ from ..attacks.registry import create_training_attack
 from ..attacks.space import InputSpace
 from ..layers.routing import has_mixture_bn, route
 
-__all__ = ['AdversarialClassificationTask', 'ArgumentGroup', 'MixFn']
+__all__ = ['AdversarialClassificationTask', 'ArgumentGroup', 'MixFn', 'TRAINING_ATTACK_OPTIONS']
 
 MixFn = Callable[[torch.Tensor, torch.Tensor], tuple]
+
+#: The shared options (argparse destinations) `AdversarialClassificationTask.attack_from_args` makes the training
+#: attack from.
+TRAINING_ATTACK_OPTIONS = (
+    'attack', 'attack_eps', 'attack_step', 'attack_steps', 'attack_norm', 'attack_targeted', 'attack_clean_start_prob',
+    'attack_clean_start_mode', 'attack_step_rule', 'attack_bn_stats')
 
 
 class ArgumentGroup(Protocol):
@@ -70,6 +77,9 @@ class AdversarialClassificationTask(ClassificationTask):
     #: Whether the training loop's float16 loss scaler covers every backward of a step: true when the step's only
     #: backward is the loop's own, of the loss `forward` returns.
     supports_loss_scaling: bool = True
+    #: Options another method declares (in its `add_args`) that this one reads too, as argparse destinations
+    #: (``('alpha',)`` for a method weighting its clean loss with mixed's ``--alpha``).
+    borrowed_options: Tuple[str, ...] = ()
 
     def __init__(
             self,
@@ -105,6 +115,12 @@ class AdversarialClassificationTask(ClassificationTask):
         Raises:
             ValueError: One line naming the options.
         """
+
+    @classmethod
+    def attack_options(cls, args: argparse.Namespace) -> Tuple[str, ...]:
+        """The shared training-attack options a run with `args` uses: by default every one `attack_from_args`
+        reads (`TRAINING_ATTACK_OPTIONS`); a method that runs no attack, or its own, names fewer."""
+        return TRAINING_ATTACK_OPTIONS
 
     @classmethod
     def from_args(

@@ -31,6 +31,8 @@ class AlpTask(MixedTask):
         alpha: Weight of the clean cross-entropy.
     """
 
+    borrowed_options = ('alpha',)
+
     def __init__(self, *args, pairing_weight: float = 0.5, **kwargs):
         super().__init__(*args, clean_ratio=1.0, **kwargs)
         self.pairing_weight = pairing_weight

@@ -117,6 +117,7 @@ class FastAdvPropTask(AdversarialClassificationTask):
     trained_branches = ('clean', 'adv')
     default_eval_metric = 'top1'  # inference on the clean branch; the paper reports clean accuracy
     supports_loss_scaling = False  # the fused clean + attack pass back-propagates inside `forward`, unscaled
+    borrowed_options = ('adv_weight',)
 
     def __init__(
             self,
@@ -193,6 +194,11 @@ class FastAdvPropTask(AdversarialClassificationTask):
             raise ValueError("Fast AdvProp takes no clean-start probability (--attack-clean-start-prob): use "
                              "--attack-clean-start-mode per_sample (Algorithm 1, always a random start) or "
                              "per_batch_randn (its released code).")
+
+    @classmethod
+    def attack_options(cls, args: argparse.Namespace) -> Tuple[str, ...]:
+        """Those `kwargs_from_args` reads, and the attack and norm `check_args` holds to its PGD."""
+        return 'attack', 'attack_eps', 'attack_step', 'attack_steps', 'attack_norm', 'attack_clean_start_mode'
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model: nn.Module, space: InputSpace, *, num_classes: int,

@@ -33,6 +33,7 @@ class MbnTask(AdversarialClassificationTask):
     uses_both_branches = True
     trained_branches = ('clean', 'adv')
     default_eval_metric = 'adv_branch_robust_top1'  # Xie & Yuille's MBN_adv: the adversarial branch's robustness
+    borrowed_options = ('alpha', 'pairing_weight')
 
     def __init__(self, model, *args, alpha: float = 0.5, pairing_weight: float = 0.0, **kwargs):
         if not has_mixture_bn(model):

@@ -223,6 +223,11 @@ class NofrostStarTask(NofrostTask):
             raise ValueError(f'--deepaugment-weights: no file {args.deepaugment_weights}')
 
     @classmethod
+    def attack_options(cls, args: argparse.Namespace) -> Tuple[str, ...]:
+        """NoFrost's, when the adversarial view is on."""
+        return super().attack_options(args) if 'adv' in args.star_views else ()
+
+    @classmethod
     def kwargs_from_args(cls, args: argparse.Namespace, space: InputSpace, *, num_classes: int,
                          amp_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
         """The base class's, with the input space, and no attack when the adversarial view is off."""

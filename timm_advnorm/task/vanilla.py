@@ -3,7 +3,7 @@
 Its cost is the budget unit, one forward+backward pass per image.
 """
 import argparse
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -23,6 +23,11 @@ class VanillaTask(AdversarialClassificationTask):
 
     def __init__(self, model, attack=None, **kwargs):
         super().__init__(model, attack=None, **kwargs)
+
+    @classmethod
+    def attack_options(cls, args: argparse.Namespace) -> Tuple[str, ...]:
+        """None: no attack runs."""
+        return ()
 
     @classmethod
     def attack_from_args(cls, args: argparse.Namespace, space: InputSpace,

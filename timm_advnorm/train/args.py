@@ -2,30 +2,33 @@
 shares (the method, its attack and the per-epoch robust validation), and one group per registered method ("Method
 mbn") holding the options that method declares (`AdversarialClassificationTask.add_args`).
 
-Config flows one way: a YAML file (``-c``) sets the parser's defaults, the command line overrides them, and the
-script hands the namespace to the method's task class, which builds itself from it (`from_args`). The parser is
-importable so tests can drive it. Every registered method's options are on the parser whichever ``--method`` runs,
+Config flows one way: a YAML file (``-c``) sets the parser's defaults, the command line overrides them (with
+``--resume``, both override the arguments the checkpoint records: `recorded`), and the script hands the namespace
+to the method's task class, which builds itself from it (`from_args`). The parser is importable so tests can drive
+it. Every registered method's options are on the parser whichever ``--method`` runs,
 so a config or command line that names another method's option is accepted, as it always was.
 """
 import argparse
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import yaml
 from timm.utils import ParseKwargs
 
 from ..arg_types import (
-    finite_float, fraction, non_negative_float, non_negative_int, open_fraction, positive_float, positive_int,
-    probability, seed_int)
+    finite_float, fraction, non_negative_float, non_negative_int, open_fraction, pixel_budget, positive_float,
+    positive_int, positive_pixel_step, probability, seed_int)
 from ..attacks import check_training_attack, training_attacks
 from ..attacks.pgd import CLEAN_START_MODES
-from ..cli import AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, parse_with_config
+from ..cli import (
+    AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, given_options, parse_with_config)
 from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import TASKS, list_tasks
 from .distribute_bn import DIST_BN_MODES
 from .lr_scaling import LR_BASE_SCALES
+from .recorded import apply_recorded_args, read_recorded_args
 
-__all__ = ['get_args_parser', 'parse_args', 'AGC_CLIP_FACTOR']
+__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'AGC_CLIP_FACTOR']
 
 #: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
 #: (Brock et al., NFNets); without it AGC would silently clip nothing.
@@ -44,10 +47,22 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
                        help='Allow --num-classes to differ from the pretrained weights\' (new, untrained head); '
                             'without it a mismatch is an error, never a silently dropped head.')
     group.add_argument('--resume', default='', type=str, metavar='PATH',
-                       help='Resume model, optimizer and epoch from a train_adv.py checkpoint.')
+                       help='Resume model, optimizer and epoch from a timm-advnorm-train checkpoint, with the arguments it '
+                            'records as the defaults: options given here (or by -c) win, but changing one that '
+                            'shapes what is trained or measured (method options, attack, data, preprocessing, '
+                            'augmentation, optimizer, schedule, --epochs, validation, seed) needs '
+                            '--resume-with-changes; --model, --method, --dataset, --num-classes and --model-ema never '
+                            'change. Free to change: --workers, --pin-mem, --validation-batch-size, '
+                            '--dataset-download, --dataset-trust-remote-code, --channels-last, --grad-checkpointing, '
+                            '--torchcompile(-mode), --output, --experiment, --checkpoint-hist, --recovery-interval, '
+                            '--log-interval, --no-progress, --log-wandb, --wandb-project, --wandb-tags; --device is '
+                            'chosen anew.')
     group.add_argument('--resume-from-earlier', action='store_true',
                        help='Allow --resume from a checkpoint earlier than its run\'s latest (model_best, an older '
                             'checkpoint-N): the run is rewound to it, its later rows and checkpoints replaced.')
+    group.add_argument('--resume-with-changes', action='store_true',
+                       help='Let --resume change the recorded recipe: the changes are logged and written at the top '
+                            'of the resumed run\'s args-resumed-epochN.yaml.')
     group.add_argument('--no-resume-opt', action='store_true', help='Do not restore the optimizer when resuming.')
     group.add_argument('--num-classes', type=positive_int, default=None, metavar='N',
                        help='Classes (default: from dataset).')
@@ -250,8 +265,12 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
                             f'the options below that it has: fgsm is one step of --attack-step (Wong et al.: 1.25 '
                             f'× --attack-eps) and ignores --attack-steps and --attack-step-rule (the run records 1 '
                             f'and fixed). (default: pgd)')
-    group.add_argument('--attack-eps', type=non_negative_float, default=16.0, help='Attack budget on the 0-255 scale.')
-    group.add_argument('--attack-step', type=positive_float, default=1.0, help='Attack step size on the 0-255 scale.')
+    group.add_argument('--attack-eps', type=pixel_budget, default=16.0,
+                       help='Attack budget on the 0-255 scale: 16 means 16/255 (a value in (0, 1) is refused as one '
+                            'of the [0, 1] scale).')
+    group.add_argument('--attack-step', type=positive_pixel_step, default=1.0,
+                       help='Attack step size on the 0-255 scale (a value below 0.1 is refused as one of the [0, 1] '
+                            'scale).')
     group.add_argument('--attack-steps', type=positive_int, default=30, help='Attack iterations (PGD-N).')
     group.add_argument('--attack-norm', default='linf', choices=('linf', 'l2'),
                        help='Threat model (Fast AdvProp: linf only).')
@@ -278,9 +297,9 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
                        help='Train with BN running statistics in the last N epochs (Xie & Yuille §4.3).')
     group.add_argument('--val-attack-steps', type=positive_int, default=10,
                        help='PGD iterations of the per-epoch robust eval.')
-    group.add_argument('--val-attack-eps', type=non_negative_float, default=None,
+    group.add_argument('--val-attack-eps', type=pixel_budget, default=None,
                        help='Robust-eval budget (default: attack-eps).')
-    group.add_argument('--val-attack-step', type=positive_float, default=None,
+    group.add_argument('--val-attack-step', type=positive_pixel_step, default=None,
                        help='Robust-eval step (default: attack-step).')
     group.add_argument('--val-attack-targeted', action=argparse.BooleanOptionalAction, default=None,
                        help='Targeted robust eval (default: as training).')
@@ -380,7 +399,7 @@ class _ListRecipes(argparse.Action):
         parser.exit(0)
 
 
-def get_args_parser(prog: str = 'train_adv.py') -> ArgumentParser:
+def get_args_parser(prog: str = 'timm-advnorm-train') -> ArgumentParser:
     """The command-line parser (importable, so tests and wrappers can drive it)."""
     parser = ArgumentParser(prog=prog, description='Adversarial training of timm models (timm-advnorm).')
     parser.add_argument('-c', '--config', default='', type=str, metavar='FILE',
@@ -392,9 +411,23 @@ def get_args_parser(prog: str = 'train_adv.py') -> ArgumentParser:
     return parser
 
 
-def parse_args(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> Tuple[argparse.Namespace, str]:
-    """Parse `argv` with YAML defaults from ``-c``; returns the namespace and its YAML text (saved with the run)."""
-    args, _ = parse_with_config(get_args_parser(prog), argv, resolve=resolve_config)
+def option_dests() -> FrozenSet[str]:
+    """The destinations of the command's options: what a checkpoint's record is read for (`recorded`)."""
+    return frozenset(action.dest for action in get_args_parser()._actions if action.dest != argparse.SUPPRESS)
+
+
+def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> Tuple[argparse.Namespace, str]:
+    """Parse `argv` with YAML defaults from ``-c``; returns the namespace and its YAML text (saved with the run).
+
+    With ``--resume``, the arguments the checkpoint records are the defaults of whatever `argv` and its ``-c`` file
+    do not give (`recorded.apply_recorded_args`); the build checks the changes (`recorded.check_resume_args`).
+    """
+    parser = get_args_parser(prog)
+    args, config = parse_with_config(parser, argv, resolve=resolve_config)
+    if args.resume:
+        recorded = read_recorded_args(args.resume, option_dests())
+        if recorded is not None:
+            apply_recorded_args(args, recorded, given_options(parser, argv, config))
     if args.clip_mode == 'agc' and args.clip_grad is None:
         args.clip_grad = AGC_CLIP_FACTOR
     return args, yaml.safe_dump(vars(args), default_flow_style=False)

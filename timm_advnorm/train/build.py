@@ -18,7 +18,6 @@ from timm.data import Mixup, create_loader, create_transform, resolve_data_confi
 from timm.scheduler.scheduler import Scheduler
 from timm.task import load_task_ema_checkpoint, resume_task_checkpoint
 from timm.utils import init_distributed_device, random_seed
-from timm.utils.checkpoint_saver import load_checkpoint_metadata
 from torch.utils.data import DataLoader
 
 from .. import models  # noqa: F401  (registers the plugin's models)
@@ -32,14 +31,16 @@ from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_ch
 from ..task import AdversarialClassificationTask, get_task_class
 from ..write_guard import check_write_target
 from .accumulation import GradientAccumulation
+from .args import option_dests
 from .budget import RunBudget, count_budget, plan_budget, plan_validation
-from .checks import check_args, check_resume_args, check_steps, resolve_device
+from .checks import check_args, check_steps, resolve_device
 from .data_options import create_mixup, data_config_args, train_loader_kwargs
 from .datasets import create_split_datasets, folder_class_map
 from .epoch_record import ResumePosition
 from .loop import LossScaler, eval_metric_for, metric_names
 from .model_options import architecture_kwargs, create_model_kwargs, init_classifier_head, set_batchnorm_options
 from .optimization import create_run_optimizer, create_run_scheduler, epoch_schedule, run_learning_rate
+from .recorded import changes_note, check_resume_args, read_recorded_args
 from .resume import record_missing, resume_position
 from .run_folder import planned_run_folder
 from .tracking import import_wandb
@@ -280,7 +281,9 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     optimizer = create_run_optimizer(model, args)
     start = ResumePosition(0, 0)
     if args.resume:
-        check_resume_args(args, vars(load_checkpoint_metadata(args.resume).get('args') or argparse.Namespace()))
+        changes = check_resume_args(args, read_recorded_args(args.resume, option_dests()))
+        if changes:
+            args_text = changes_note(args.resume, changes) + args_text
         start = resume_position(args)
         resume_task_checkpoint(task, args.resume, optimizer=None if args.no_resume_opt else optimizer,
                                loss_scaler=loss_scaler, log_info=args.rank == 0)

@@ -1,5 +1,5 @@
 """Checks of `train_adv.py`'s input that its parser cannot make: between arguments, of the device, of a resumed
-checkpoint, and of a run that would make no optimizer step; each run before the run folder is made."""
+checkpoint file, and of a run that would make no optimizer step; each run before the run folder is made."""
 import logging
 import os
 from typing import Optional
@@ -12,8 +12,7 @@ from ..hub import MODEL_CONFIG_ARG
 from ..hub.checkpoint import check_checkpoint_file
 from ..task import get_task_class
 
-__all__ = ['check_args', 'check_auto_augment', 'RESUME_FIXED_ARGS', 'check_resume_args', 'resolve_device',
-           'check_steps']
+__all__ = ['check_args', 'check_auto_augment', 'resolve_device', 'check_steps']
 
 _logger = logging.getLogger('train_adv')
 
@@ -47,26 +46,6 @@ def check_auto_augment(policy: str) -> None:
     except (AssertionError, ValueError, KeyError, IndexError) as e:
         raise ValueError(f'--aa {policy}: {one_line(e)} (timm\'s policies: rand-m9-mstd0.5 and other rand-..., '
                          f'augmix-..., original, originalr, v0, v0r, 3a)') from e
-
-
-# Arguments a resumed run must share with its checkpoint: another value trains something else under the same run
-# (or, for --model-ema, writes summary rows under another header).
-RESUME_FIXED_ARGS = ('model', 'method', 'dataset', 'num_classes', 'model_ema')
-
-
-def check_resume_args(args, checkpoint_args: dict) -> None:
-    """Refuse to resume with arguments that change what is trained; name the other changes, which take effect."""
-    current = vars(args)
-    fixed = [k for k in RESUME_FIXED_ARGS if k in checkpoint_args and checkpoint_args[k] != current.get(k)]
-    if fixed:
-        raise ValueError(f'--resume {args.resume} was trained with other ' + ', '.join(
-            f'--{k.replace("_", "-")} ({checkpoint_args[k]!r}, now {current.get(k)!r})' for k in fixed))
-    ignored = {'resume', 'resume_from_earlier', 'epochs', MODEL_CONFIG_ARG, 'rank', 'world_size', 'local_rank',
-               'device', 'distributed'}
-    changed = sorted(k for k, v in checkpoint_args.items() if k not in ignored and k in current and current[k] != v)
-    if changed:
-        _logger.warning('Resuming with changed arguments: %s (the optimizer state and learning-rate schedule are the '
-                        "checkpoint's).", ', '.join(changed))
 
 
 def resolve_device(name: Optional[str]) -> str:

@@ -128,7 +128,7 @@ def kept_checkpoints(output_dir: str) -> str:
     if not os.path.exists(last):
         return 'no checkpoint was written'
     return (f'{last} holds the last finite weights (model_best.pth.tar beside it the best): resume from it, with '
-            f'--no-resume-opt for a new --lr (the optimizer state carries the learning rate)')
+            f'--resume-with-changes --no-resume-opt for a new --lr (the optimizer state carries the learning rate)')
 
 
 def resumed_budget(output_dir: str, budget: RunBudget, start_epoch: int) -> RunBudget:

@@ -33,7 +33,7 @@ from .runner import run_training
 __all__ = ['main', 'run', 'console_main']
 
 
-def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
+def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> int:
     """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
         setup_default_logging()
@@ -47,7 +47,7 @@ def main(argv: Optional[List[str]] = None, prog: str = 'train_adv.py') -> int:
     return run_training(training, prepare_training(training))
 
 
-def run(prog: str = 'train_adv.py', argv: Optional[List[str]] = None) -> int:
+def run(prog: str = 'timm-advnorm-train', argv: Optional[List[str]] = None) -> int:
     """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
     return run_cli(lambda a: main(a, prog=prog), prog, argv)
 

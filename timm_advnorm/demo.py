@@ -1,0 +1,137 @@
+"""The ``timm-advnorm-demo`` command: the README's digits demo from the installed commands alone.
+
+It adversarially trains a tiny mixture-BN ResNet on the built-in digits (``timm-advnorm-train -c digits_demo_mbn``),
+trains the same model on clean images (``--method vanilla``), evaluates both under PGD-20 at ε = 16/255 with
+``timm-advnorm-validate``, and prints the comparison table (also written to ``report.md``)::
+
+    timm-advnorm-demo                                  # into output/demo-<time>/
+    timm-advnorm-demo --output runs/demo --data-dir ~/data
+    timm-advnorm-demo --smoke --output /tmp/demo      # every step with tiny budgets: its numbers mean nothing
+
+Each step runs in this process as the console command does, and is printed first as the command line that runs it
+alone. ``scripts/demo.sh`` in a checkout is this command after the environment's set-up.
+"""
+import logging
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from .cli import ArgumentParser, run_cli
+from .eval.schema import AttackResult, read_results
+from .eval.summary import attack_title
+
+__all__ = ['demo_steps', 'report_table', 'main', 'run', 'console_main']
+
+PROG = 'timm-advnorm-demo'
+_logger = logging.getLogger('demo')
+#: The runs the demo trains, each as its run folder's name, the report's label and its options beyond the recipe.
+RUNS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
+    ('adversarial', 'adversarial (mbn)', ()),
+    ('clean', 'clean (vanilla)', ('--method', 'vanilla')),
+)
+#: The evaluation of every run: PGD at ε = 16/255 (step 2), with the budget below.
+EVALUATION = ('--dataset', 'digits', '--attacks', 'pgd', '--attack-eps', '16', '--attack-step', '2', '--workers', '0',
+              '--no-progress')
+#: Its budget: PGD-20 on all 359 validation digits.
+EVALUATION_BUDGET = ('--attack-steps', '20', '--num-samples', '359')
+#: γ of the mixture-BN evaluation (both branches and their mix); a plain model has γ = 0 only.
+GAMMAS = {'adversarial': ('0', '0.5', '1'), 'clean': ('0',)}
+#: ``--smoke``: one epoch with PGD-1 and a PGD-2 evaluation of 32 images, with small sanity checks.
+SMOKE_TRAIN = ('--epochs', '1', '--attack-steps', '1', '--val-attack-steps', '1', '--num-samples', '32')
+SMOKE_EVALUATION_BUDGET = ('--attack-steps', '2', '--num-samples', '32', '--sanity-samples', '16', '--sanity-steps',
+                           '2', '--sanity-queries', '10')
+
+
+def get_args_parser(prog: str = PROG) -> ArgumentParser:
+    """The command-line parser."""
+    parser = ArgumentParser(prog=prog, description='Train a mixture-BN ResNet adversarially and the same model on '
+                                                   'clean images on the built-in digits, evaluate both under PGD and '
+                                                   'print the comparison (the README\'s demo table).')
+    parser.add_argument('--output', default=None, metavar='DIR',
+                        help='New folder for the runs, results and report.md (default: output/demo-<time>).')
+    parser.add_argument('--data-dir', default=None, metavar='DIR',
+                        help='Where the digits are rendered (default: the user cache).')
+    parser.add_argument('--smoke', action='store_true',
+                        help='Every step with tiny budgets (a check that the demo runs, in a minute): the numbers '
+                             'mean nothing.')
+    return parser
+
+
+def demo_steps(output: Path, data_dir: Optional[str] = None, smoke: bool = False) -> List[Tuple[str, List[str]]]:
+    """The demo's commands in order, each as ``(command, arguments)``: two trainings, then their evaluations."""
+    data = ['--data-dir', data_dir] if data_dir else []
+    steps = []
+    for name, _, options in RUNS:
+        steps.append(('timm-advnorm-train', ['-c', 'digits_demo_mbn', *options, *data, '--output', str(output),
+                                             '--experiment', name, *(SMOKE_TRAIN if smoke else ())]))
+    for name, _, _ in RUNS:
+        run_dir = output / name
+        plots = ['--plot-dir', str(run_dir / 'plots')] if len(GAMMAS[name]) > 1 else []
+        steps.append(('timm-advnorm-validate', [
+            *EVALUATION, *(SMOKE_EVALUATION_BUDGET if smoke else EVALUATION_BUDGET), *data,
+            '--checkpoint', str(run_dir / 'last.pth.tar'),
+            '--gammas', *GAMMAS[name], '--results-file', str(run_dir / 'robust.json'), *plots]))
+    return steps
+
+
+def _attack(attack: AttackResult) -> str:
+    """An attack as it ran: its name with the budget, and its L∞ or L2 radius on the 0-255 scale."""
+    title = attack_title(attack.label, attack.steps, attack.queries)
+    if attack.eps is None:  # noise and corruptions: the name says what ran
+        return title
+    if attack.norm == 'linf':
+        return f'{title}, L∞ ε={attack.eps:g}/255'
+    return f'{title}, L2 ε={attack.eps:g} on the 0-255 scale'
+
+
+def report_table(results: Sequence[Tuple[str, Path]]) -> str:
+    """The demo's comparison as a Markdown table: clean and robust accuracy of each labelled run's variants, from
+    their ``timm-advnorm-validate`` results files."""
+    lines = ['| training | branch | clean top-1 | robust top-1 (attack) |', '| --- | --- | --- | --- |']
+    for label, path in results:
+        for variant in read_results(path).variants:
+            attacks = ', '.join(f'{a.accuracy:.1f}% ({_attack(a)})' for a in variant.attacks)
+            lines.append(f'| {label} | {variant.name} | {variant.clean:.1f}% | {attacks} |')
+    return '\n'.join(lines) + '\n'
+
+
+def _run_step(command: str, argv: List[str]) -> int:
+    """Run one step in this process as its console command would (a failure says why on stderr); its exit status."""
+    from .eval.script import run as run_validate
+    from .train.script import run as run_train
+    _logger.info(f'$ {shlex.join([command, *argv])}')
+    return (run_train if command == 'timm-advnorm-train' else run_validate)(command, argv)
+
+
+def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
+    """Run the demo; returns the exit status. Bad input raises (see `run`)."""
+    args = get_args_parser(prog).parse_args(argv)
+    if not logging.root.handlers:
+        logging.basicConfig(level=logging.INFO, format='%(message)s')
+    output = Path(args.output or f'output/demo-{time.strftime("%Y%m%d-%H%M%S")}')
+    if output.exists():
+        raise ValueError(f'{output} already exists; give a new folder with --output')
+    for command, step_argv in demo_steps(output, args.data_dir, args.smoke):
+        status = _run_step(command, step_argv)
+        if status:
+            return status
+    table = report_table([(label, output / name / 'robust.json') for name, label, _ in RUNS])
+    (output / 'report.md').write_text(table, encoding='utf-8')
+    sys.stdout.write('\n' + table)
+    return 0
+
+
+def run(prog: str = PROG, argv: Optional[List[str]] = None) -> int:
+    """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
+    return run_cli(lambda a: main(a, prog=prog), prog, argv)
+
+
+def console_main() -> None:
+    """The ``timm-advnorm-demo`` console command."""
+    sys.exit(run(PROG))
+
+
+if __name__ == '__main__':
+    sys.exit(run('python -m timm_advnorm.demo'))

@@ -1,0 +1,296 @@
+"""What an evaluation costs before it runs: the model's forward and backward passes of every stage, and its time.
+
+The unit is the papers' (and training's ``--plan``): a pass of the model over one image, forward or backward (an
+attack's backward reaches the input only, no parameter gradients). Each stage costs a number of passes per sample it
+covers (`stage_passes`): one forward for the clean pass, an attack's iterations (a forward and a backward each; FAB's
+linearization adds a forward; Square queries forwards only) times its restarts and target classes, plus the forwards
+that score it. The counts are upper bounds: an evaluation attack stops attacking a sample once it is fooled, and an
+untargeted one skips the samples the clean pass already got wrong; PGD budgets read off a longer run cost nothing.
+
+An `EvalCost` lists every stage of every data run with its samples, passes and share of the total, and what the
+sanity probes cost next to the attacks the user asked for. `EvalCost.measured` adds the time: each stage's seconds on
+the first batch, projected to its samples (the first batch's mix of fooled and robust samples assumed throughout).
+"""
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from ..attacks import InputSpace
+from ..attacks.autoattack import AutoAttack
+from ..attacks.fab import FABT
+from .metrics import THICKNESS_POINTS
+from .stages import (
+    AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
+    ThicknessStage, build_attack)
+
+__all__ = ['Passes', 'StageCost', 'EvalCost', 'attack_passes', 'stage_passes', 'stage_kind', 'count_cost',
+           'STAGE_KINDS']
+
+#: What a stage is for, in the order a plan lists them: the clean pass, the requested attacks, the sanity probes,
+#: robustness metrics, the fp32 reference of ``--verify-amp`` and the clean passes over further out-of-distribution
+#: sets.
+STAGE_KINDS = ('clean', 'attack', 'sanity', 'metric', 'amp', 'ood')
+#: Attacks are built only to read their configuration; their budget and normalization do not change a pass count.
+_COUNTING = EvalContext(InputSpace(), (3, 1, 1))
+
+
+@dataclass(frozen=True)
+class Passes:
+    """Forward and backward passes of the model over one image (or, scaled, over many)."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+
+    def __add__(self, other: 'Passes') -> 'Passes':
+        return Passes(self.forward + other.forward, self.backward + other.backward)
+
+    def __mul__(self, factor: float) -> 'Passes':
+        return Passes(self.forward * factor, self.backward * factor)
+
+    __rmul__ = __mul__
+
+    @property
+    def total(self) -> float:
+        """Forward plus backward passes: the unit of costs and shares."""
+        return self.forward + self.backward
+
+
+def _iterations(steps: int, forwards_per_step: int = 1) -> Passes:
+    """`steps` gradient iterations: each a forward and a backward to the input (and further forwards)."""
+    return Passes(steps * forwards_per_step, steps)
+
+
+def _autoattack_passes(attack: AutoAttack) -> Passes:
+    """AutoAttack's components on every sample (each only sees the ones the earlier left), and the forward that
+    checks who is fooled before the first and after each."""
+    passes = Passes(forward=1 + len(attack.attacks))
+    for name in attack.attacks:
+        if name == 'square':
+            passes += Passes(forward=attack.n_queries)
+        else:
+            rounds = attack.n_target_classes if name in ('apgd-t', 'fab-t') else 1
+            passes += rounds * _iterations(attack.steps, 2 if name == 'fab-t' else 1)
+    return passes
+
+
+def attack_passes(attack: Any, targets_given: bool = False) -> Passes:
+    """Passes per attacked sample of a configured attack run to its last iteration or query.
+
+    Args:
+        attack: A configured attack of the registry.
+        targets_given: The evaluation hands it one target per sample (a targeted spec), so that APGD-T and FAB-T
+            make one round toward it instead of one per target class.
+    """
+    if isinstance(attack, AutoAttack):
+        return _autoattack_passes(attack)
+    rounds = getattr(attack, 'n_restarts', 1) * (1 if targets_given else getattr(attack, 'n_target_classes', 1))
+    queries = Passes(forward=getattr(attack, 'n_queries', 0))
+    return rounds * (_iterations(getattr(attack, 'steps', 0), 2 if isinstance(attack, FABT) else 1) + queries)
+
+
+def stage_passes(stage: Stage) -> Passes:
+    """Passes per sample the stage covers, for one variant (see the module docstring)."""
+    if isinstance(stage, CleanStage):
+        return Passes(forward=1)
+    if isinstance(stage, BudgetStage):
+        return Passes()
+    if isinstance(stage, GradientProbe):
+        return Passes(1, 1)
+    if isinstance(stage, DeterminismProbe):
+        return Passes(forward=2)
+    if isinstance(stage, ThicknessStage):  # the attack, then a forward at each point of the segment
+        return attack_passes(build_attack(stage.spec, _COUNTING, seed=0), True) + Passes(forward=THICKNESS_POINTS)
+    if isinstance(stage, SmoothnessStage):  # the attack, then the clean and adversarial forwards
+        return attack_passes(build_attack(stage.spec, _COUNTING, seed=0)) + Passes(forward=2)
+    if isinstance(stage, AttackStage):
+        scored = (1 + len(stage.shorter_budgets)) * (2 if stage.spec.last_iterate else 1)
+        if stage.spec.threat == 'noise':  # noise and corruptions perturb the image: no model pass but the score
+            return Passes(forward=scored)
+        attack = build_attack(stage.spec, _COUNTING, seed=0)
+        return attack_passes(attack, stage.spec.targeted) + Passes(forward=scored)
+    raise TypeError(f'No pass count for stage {stage.name!r} ({type(stage).__name__}).')
+
+
+def stage_kind(stage: Stage) -> str:
+    """What `stage` is for (`STAGE_KINDS`), from its name: ``sanity/...``, ``metric/...``, ``amp-fp32/...``,
+    ``ood/...``, ``clean``; any other is a requested attack."""
+    prefixes = {'sanity/': 'sanity', 'metric/': 'metric', 'amp-fp32/': 'amp', 'ood/': 'ood'}
+    kind = next((kind for prefix, kind in prefixes.items() if stage.name.startswith(prefix)), None)
+    return kind or ('clean' if isinstance(stage, CleanStage) else 'attack')
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage of one data run: what it costs over the whole evaluation.
+
+    Attributes:
+        name: The stage (``clean``, ``pgd-20``, ``sanity/gradient``, ``ood/imagenet-r``).
+        kind: What it is for (`STAGE_KINDS`).
+        samples: Samples it covers, per variant.
+        variants: Variants it runs for.
+        per_sample: Its passes per sample and variant (`stage_passes`).
+        seconds: Projected seconds (`EvalCost.measured`); None until measured.
+        read_off: The longer attack run a PGD budget is read off (`BudgetStage`): it costs nothing itself.
+    """
+
+    name: str
+    kind: str
+    samples: int
+    variants: int
+    per_sample: Passes
+    seconds: Optional[float] = None
+    read_off: Optional[str] = None
+
+    @property
+    def passes(self) -> Passes:
+        """Its passes over every sample and variant."""
+        return self.per_sample * (self.samples * self.variants)
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole else 0.0
+
+
+@dataclass(frozen=True)
+class EvalCost:
+    """The cost of an evaluation, stage by stage (see the module docstring).
+
+    Attributes:
+        stages: Every stage of every data run, in the order they run.
+        world_size: Processes the samples are sharded over (a projection is per process: they run side by side).
+        sanity_mode: How the sanity probes were sized (``budget``, ``full``, ``off``).
+        first_batch: Samples of the first batch the time was measured on; None until measured.
+        first_batch_seconds: Its seconds over every stage and variant; None until measured.
+    """
+
+    stages: Tuple[StageCost, ...]
+    world_size: int = 1
+    sanity_mode: str = 'full'
+    first_batch: Optional[int] = None
+    first_batch_seconds: Optional[float] = None
+
+    def passes(self, kind: Optional[str] = None) -> float:
+        """Passes of every stage of `kind` (every stage with None)."""
+        return sum(stage.passes.total for stage in self.stages if kind is None or stage.kind == kind)
+
+    @property
+    def total(self) -> float:
+        """Passes of the whole evaluation."""
+        return self.passes()
+
+    @property
+    def sanity_share(self) -> float:
+        """What the sanity probes cost as a share of the requested attacks' cost (0 without attacks)."""
+        return _share(self.passes('sanity'), self.passes('attack'))
+
+    @property
+    def projected_seconds(self) -> Optional[float]:
+        """Projected wall time of the evaluation (per process, the processes running side by side); None until
+        measured."""
+        if self.first_batch_seconds is None:
+            return None
+        return sum(stage.seconds or 0.0 for stage in self.stages) / self.world_size
+
+    def measured(self, seconds: Mapping[str, float], rows: Mapping[str, int], first_batch: int) -> 'EvalCost':
+        """This cost with its time, from the first batch: `seconds` and `rows` (samples times variants) each stage
+        computed on it. A stage the first batch did not compute (one read back from a state file, or the clean pass
+        over a further data set) is projected at the first batch's seconds per pass."""
+        measured = [s for s in self.stages if rows.get(s.name)]
+        spent = sum(seconds[s.name] for s in measured)
+        per_pass = _share(spent, sum(s.per_sample.total * rows[s.name] for s in measured))
+        stages = []
+        for stage in self.stages:
+            work = stage.samples * stage.variants
+            if rows.get(stage.name):
+                projected = seconds[stage.name] / rows[stage.name] * work
+            else:
+                projected = stage.passes.total * per_pass
+            stages.append(replace(stage, seconds=projected))
+        return replace(self, stages=tuple(stages), first_batch=first_batch, first_batch_seconds=spent)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The plan as results record it (``plan``): each stage's samples, passes and share, the totals, the sanity
+        probes' share of the attacks' cost and, once measured, the projected time."""
+        total = self.total
+        return dict(
+            unit='forward and backward passes of the model over one image (upper bounds: attacks stop at fooled '
+                 'samples)',
+            stages=[dict(name=s.name, kind=s.kind, **(dict(read_off=s.read_off) if s.read_off else {}),
+                         samples=s.samples, variants=s.variants,
+                         forward_per_sample=s.per_sample.forward, backward_per_sample=s.per_sample.backward,
+                         passes=s.passes.total, share=round(_share(s.passes.total, total), 6),
+                         projected_seconds=None if s.seconds is None else round(s.seconds, 3))
+                    for s in self.stages],
+            total_passes=total, attack_passes=self.passes('attack'), sanity_passes=self.passes('sanity'),
+            sanity_share_of_attacks=round(self.sanity_share, 6), sanity_mode=self.sanity_mode,
+            world_size=self.world_size, first_batch=self.first_batch,
+            first_batch_seconds=None if self.first_batch_seconds is None else round(self.first_batch_seconds, 3),
+            projected_seconds=None if self.projected_seconds is None else round(self.projected_seconds, 3))
+
+    def format(self, title: str) -> str:
+        """The plan as a table for the console: one line per stage (samples, passes per sample, passes, share and,
+        once measured, projected time), the totals, the sanity probes against the attacks, and the time."""
+        total = self.total
+        timed = self.first_batch_seconds is not None
+        rows = [('stage', 'samples', 'fwd+bwd/sample', 'passes', 'share') + (('time',) if timed else ())]
+        for s in self.stages:
+            name = s.name + (f' (read off {s.read_off})' if s.read_off else '')
+            row = (name, f'{s.samples:,}' + (f' x{s.variants}' if s.variants > 1 else ''),
+                   f'{s.per_sample.forward:g}+{s.per_sample.backward:g}', f'{s.passes.total:,.0f}',
+                   f'{100 * _share(s.passes.total, total):.1f} %')
+            rows.append(row + ((_duration(s.seconds),) if timed else ()))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = [title]
+        for row in rows:
+            cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+            lines.append('  ' + '  '.join(cells).rstrip())
+        lines.append(f'  total: {total:,.0f} passes (upper bound: attacks stop at fooled samples)')
+        attacks, sanity = self.passes('attack'), self.passes('sanity')
+        if attacks:
+            lines.append(f'  sanity probes: {sanity:,.0f} passes, {100 * self.sanity_share:.0f} % of the requested '
+                         f'attacks\' {attacks:,.0f} (--sanity {self.sanity_mode})')
+        else:
+            lines.append(f'  sanity probes: {sanity:,.0f} passes (--sanity {self.sanity_mode}; no attack requested)')
+        if timed:
+            lines.append(f'  time: {self.time_text()}')
+        return '\n'.join(lines)
+
+    def time_text(self) -> str:
+        """The projected time and what it was measured on (once measured)."""
+        processes = f' per process, {self.world_size} processes side by side' if self.world_size > 1 else ''
+        return (f'{_duration(self.projected_seconds)} projected for the whole evaluation{processes} (the first batch '
+                f'of {self.first_batch} samples took {_duration(self.first_batch_seconds)})')
+
+
+def _duration(seconds: Optional[float]) -> str:
+    """``0.42 s``, ``45.0 s``, ``12.3 min``, ``2.1 h`` or ``9.6 d``."""
+    if seconds is None:
+        return 'n/a'
+    for unit, size in (('d', 86400), ('h', 3600), ('min', 60)):
+        if seconds >= size:
+            return f'{seconds / size:.1f} {unit}'
+    return f'{seconds:.2f} s' if seconds < 10 else f'{seconds:.1f} s'
+
+
+def _covered(stage: Stage, positions: Sequence[int]) -> int:
+    """Samples of `positions` that `stage` covers (all, or those below its limit)."""
+    return int(stage.rows(torch.as_tensor(list(positions), dtype=torch.long)).sum())
+
+
+def count_cost(runs: Sequence[Tuple[Sequence[Stage], Sequence[int]]], variants: int, world_size: int = 1,
+               sanity_mode: str = 'full') -> EvalCost:
+    """The cost of running each data run's stages on its sample positions, for `variants` variants.
+
+    Args:
+        runs: ``(stages, positions)`` per data run: the whole subset's positions for the evaluation's plan, one
+            process's shard for what that process runs.
+        variants: Variants evaluated (every stage runs for each; the out-of-distribution runs too).
+        world_size: Processes the evaluation is sharded over.
+        sanity_mode: How the sanity probes were sized, for the record.
+    """
+    stages = tuple(StageCost(stage.name, stage_kind(stage), _covered(stage, positions), variants, stage_passes(stage),
+                             read_off=stage.source if isinstance(stage, BudgetStage) else None)
+                   for run_stages, positions in runs for stage in run_stages)
+    return EvalCost(stages, world_size, sanity_mode)
+

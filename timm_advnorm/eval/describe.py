@@ -1,0 +1,93 @@
+"""One line naming an attack exactly as it ran: ``PGD-20 L∞, ε = 8/255, α = 2/255 (sign step), untargeted, best
+iterate, reduced``.
+
+Every output that names an attack (the console, the CSV's ``description`` column, plot titles, the model card) takes
+its text from `describe_attack`, through the results records (`schema.AttackResult.describe`,
+`schema.SanityProbe.describe`), so that no two outputs can say different things about the same run. The line names
+the attack and its iterations or queries, the norm, ε as k/255, the step α as k/255 with how it is taken and set (or
+how the attack steps when it has no fixed size: APGD's adaptive step, Square's random squares), targeted or not,
+best or last iterate, and whether the protocol was reduced for a smoke test. A results file written before steps
+were recorded says ``step not recorded`` rather than guess.
+"""
+from typing import Optional
+
+__all__ = ['describe_attack', 'step_phrase', 'pixels_text', 'NORM_NAMES']
+
+NORM_NAMES = {'linf': 'L∞', 'l2': 'L2'}
+#: How the registered attacks are written in prose; others are written as registered.
+_ATTACK_NAMES = {
+    'pgd': 'PGD', 'fgsm': 'FGSM', 'apgd-ce': 'APGD-CE', 'apgd-dlr': 'APGD-DLR', 'apgd-t': 'APGD-T', 'fab-t': 'FAB-T',
+    'square': 'Square', 'mifgsm': 'MI-FGSM', 'cw-linf': 'CW-L∞', 'bim-linf': 'BIM-L∞', 'bim-l2': 'BIM-L2',
+    'autoattack': 'AutoAttack'}
+
+
+def pixels_text(value: float) -> str:
+    """A budget or step on the 0-255 scale as ``k/255`` (``8/255``, ``1.6/255``, ``0.3825/255``; ``0`` for none)."""
+    return '0' if value == 0 else f'{value:.4g}/255'
+
+
+def step_phrase(step: Optional[float], rule: Optional[str]) -> Optional[str]:
+    """The step of an attack: ``α = 2/255 (sign step)``, ``α = 1.6/255 (sign step, max(1/255, ε/N))``, or how it
+    steps when it has no fixed size (``adaptive step (from 2ε, halved at checkpoints)``); None when neither is
+    recorded."""
+    if step is None:
+        return rule
+    return f'α = {pixels_text(step)}' + (f' ({rule})' if rule else '')
+
+
+def _head(name: str, norm: Optional[str], iterations: Optional[int], queries: Optional[int]) -> str:
+    """``PGD-20 L∞``, ``APGD-CE L∞, 100 iterations``, ``BIM-L2, 20 iterations``, ``Square L∞, 400 queries``: the norm
+    after the name unless the name carries it."""
+    norm_name = NORM_NAMES.get(norm, norm) if norm else None
+    named = f'{name} {norm_name}' if norm_name and not name.endswith(norm_name) else name
+    if iterations is not None and '-' not in name:
+        return f'{name}-{iterations}' + named[len(name):]
+    if iterations is not None:
+        return f'{named}, {iterations} iterations'
+    if queries is not None:
+        return f'{named}, {queries} queries'
+    return named
+
+
+def describe_attack(
+        *,
+        attack: Optional[str],
+        label: str,
+        norm: Optional[str],
+        eps: Optional[float],
+        step: Optional[float],
+        step_rule: Optional[str],
+        iterations: Optional[int] = None,
+        queries: Optional[int] = None,
+        targeted: Optional[bool] = None,
+        iterate: Optional[str] = None,
+        reduced: bool = False,
+        eps_note: Optional[str] = None,
+) -> str:
+    """The attack as it ran, in one line (see the module docstring).
+
+    Args:
+        attack: Registered attack name (``pgd``); `label` stands in when it is not recorded.
+        label: The attack's label in the results.
+        norm: ``linf`` or ``l2``.
+        eps: Budget on the 0-255 scale, as the attack was built with it.
+        step: Size of every step on the 0-255 scale (None: no fixed size, or not recorded).
+        step_rule: How the attack steps (`Attack.step_description`); None with no `step` either: not recorded.
+        iterations: Iterations that ran.
+        queries: Queries that ran (query-based attacks).
+        targeted: Whether it aimed at target classes (None: not recorded).
+        iterate: ``best`` or ``last``: which iterate the accuracy is on.
+        reduced: Whether the protocol's budgets were reduced for a smoke test.
+        eps_note: How ε was set, when by a rule (``ε∞·√d``).
+    """
+    parts = [_head(_ATTACK_NAMES.get(attack, attack or label), norm, iterations, queries)]
+    if eps is not None:
+        parts.append(f'ε = {pixels_text(eps)}' + (f' ({eps_note})' if eps_note else ''))
+    parts.append(step_phrase(step, step_rule) or 'step not recorded')
+    if targeted is not None:
+        parts.append('targeted' if targeted else 'untargeted')
+    if iterate:
+        parts.append(f'{iterate} iterate')
+    if reduced:
+        parts.append('reduced')
+    return ', '.join(parts)
