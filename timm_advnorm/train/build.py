@@ -62,7 +62,7 @@ class TrainingRun:
         model: The model, on `device`.
         task: The method training it (with its EMA under ``--model-ema``), compiled under ``--torchcompile``.
         optimizer: The optimizer, with the resumed state.
-        scheduler: The learning-rate scheduler, stepped to `start_epoch`.
+        scheduler: The learning-rate scheduler, stepped to `start_epoch` (None with ``--sched none``: a constant lr).
         loss_scaler: The float16 loss scaler (None otherwise).
         mixup_fn: timm's Mixup/CutMix (None without).
         space: The model's input space, which attacks work in.
@@ -86,7 +86,7 @@ class TrainingRun:
     model: torch.nn.Module
     task: AdversarialClassificationTask
     optimizer: torch.optim.Optimizer
-    scheduler: Scheduler
+    scheduler: Optional[Scheduler]
     loss_scaler: Optional[LossScaler]
     mixup_fn: Optional[Mixup]
     space: InputSpace
@@ -325,9 +325,9 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         shard = fixed_subset(robust_set, args.num_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
         loader_robust = DataLoader(shard, batch_size=val_batch_size, num_workers=args.workers,
                                    pin_memory=args.pin_mem)
-    if args.sched_on_updates and (start_epoch or start.updates):
+    if scheduler is not None and args.sched_on_updates and (start_epoch or start.updates):
         scheduler.step_update(start_epoch * updates_per_epoch + start.updates)
-    elif start_epoch:
+    elif scheduler is not None and start_epoch:  # (--sched none: no schedule, the lr stays constant)
         scheduler.step(start_epoch)
 
     if args.torchcompile:

@@ -142,7 +142,8 @@ def _run_training(run: TrainingRun, start: TrainingStart) -> int:
                 eval_metrics.update((f'ema_{k}', v) for k, v in validate_model(
                     task.get_eval_model(ema=True), f'validate {epoch} (EMA)').metrics.items())
             validation_seconds = time.perf_counter() - validation_start
-            run.scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
+            if run.scheduler is not None:
+                run.scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
             if args.rank == 0:
                 lr = train_metrics.pop('lr')
                 _logger.info(epoch_line(epoch, epochs, train_metrics, lr, eval_metrics, validation_seconds, val_attack,
