@@ -130,7 +130,7 @@ def test_training_on_a_full_disk_stops_on_one_line_and_resumes(tmp_path, monkeyp
 
     monkeypatch.setattr(torch, 'save', disk_fills_in_epoch_1)
     error = _one_error(capsys, run_train, argv)
-    assert error == (f'train_adv.py: error: cannot write {folder / "last.pth.tar"}: {NO_SPACE} (the previous '
+    assert error == (f'timm-advnorm-train: error: cannot write {folder / "last.pth.tar"}: {NO_SPACE} (the previous '
                      'checkpoint is intact)')
     kept = folder_snapshot(folder)
     assert {k: kept[k] for k in ('last.pth.tar', 'model_best.pth.tar', 'checkpoint-0.pth.tar')} == {
