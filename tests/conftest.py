@@ -55,6 +55,15 @@ def digits_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope='session')
+def mnist5k_dir(tmp_path_factory) -> Path:
+    """Folder to pass as ``--data-dir`` for ``--dataset mnist5k`` (28 px); rendered once per session."""
+    from timm_advnorm.data import resolve_dataset
+    data_dir = tmp_path_factory.mktemp('mnist5k')
+    resolve_dataset('mnist5k', str(data_dir), img_size=28)
+    return data_dir
+
+
+@pytest.fixture(scope='session')
 def pattern_images():
     """Factory of a synthetic, separable image task: ``pattern_images(n, seed, num_classes=, size=, space=)``.
 

@@ -18,7 +18,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.layers import MixtureBatchNorm2d, branch_state_dict, mixture_bn_modules, route
 from timm_advnorm.models import AffineInstanceNorm2d, base_architecture
-from registered_models import ALL_MODELS, MODEL_MODULES, SMALL_MODELS, UNTRAINED_MODELS
+from registered_models import (
+    ALL_MODELS, FEATURE_LEVELS, FIXED_SIZE_MODELS, MODEL_MODULES, SMALL_MODELS, UNTRAINED_MODELS)
 
 OUR_MODULES = MODEL_MODULES
 OUR_MODELS = ALL_MODELS
@@ -121,17 +122,20 @@ def test_meta_forward_head_and_reset_classifier(name):
 @pytest.mark.parametrize('name', LIGHT_MODELS)
 def test_meta_features_only(name):
     model = _meta_model(name, features_only=True)
-    outputs = model(torch.empty(1, 3, 224, 224, device='meta'))
-    assert len(outputs) == len(model.feature_info.channels()) >= 4
+    side = 28 if name in FIXED_SIZE_MODELS else 224
+    outputs = model(torch.empty(2, 3, side, side, device='meta'))  # 2: a BN over a 1x1 map needs 2 samples
+    assert len(outputs) == len(model.feature_info.channels())
+    assert len(outputs) == FEATURE_LEVELS[name] if name in FEATURE_LEVELS else len(outputs) >= 4
     for out, channels, reduction in zip(outputs, model.feature_info.channels(), model.feature_info.reduction()):
-        assert out.shape[1] == channels and out.shape[-1] == 224 // reduction
+        assert out.shape[1] == channels and out.shape[-1] == side // reduction
 
 
 @pytest.mark.parametrize('name', LIGHT_MODELS)
 def test_meta_backward_reaches_every_parameter(name):
     """timm's backward test on the meta device; mixture-BN models on the split route, where both branches work."""
     model = _meta_model(name, num_classes=42).train()
-    out = _forward(model, torch.empty(2, 3, 64, 64, device='meta'))
+    side = 28 if name in FIXED_SIZE_MODELS else 64
+    out = _forward(model, torch.empty(2, 3, side, side, device='meta'))
     assert out.shape == (2, 42)
     out.mean().backward()
     assert [n for n, p in model.named_parameters() if p.grad is None] == []

@@ -1,9 +1,12 @@
 """SIGINT and SIGTERM stop training and evaluation with one line, exit status 128 + the signal's number, and a state
 to resume from, named in the line; a run stopped before its first checkpoint leaves no folder.
 
-Each test starts the command as a process of its own and sends the signal once its run is under way.
+Each test starts the command as a process of its own and, once its run is under way, sends the signal to the
+command's process group, as a terminal sends Ctrl-C (data-loading workers included).
 """
 import json
+import multiprocessing
+import os
 import re
 import signal
 import subprocess
@@ -15,6 +18,7 @@ from typing import Callable, List, Tuple
 import pytest
 
 from tiny_runs import tiny_digits, tiny_train_argv
+from timm_advnorm.signals import Interrupted, check_interrupted, interrupts_between_steps, signals_as_interrupts
 from timm_advnorm.train.script import main
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -27,16 +31,17 @@ def tiny(digits_dir, tmp_path_factory) -> Path:
 
 def _interrupted(script: str, argv: List[str], ready: Callable[[], bool], signum: int,
                  timeout: float = 300) -> Tuple[int, List[str]]:
-    """Run `script` with `argv`, send `signum` once `ready()`; its exit status and the lines of its stderr."""
+    """Run `script` with `argv` in a process group of its own, send `signum` to the group once `ready()`; its exit
+    status and the lines of its stderr."""
     process = subprocess.Popen([sys.executable, str(_ROOT / script), *argv], cwd=_ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while not ready():
             assert process.poll() is None, f'{script} ended before it was ready to be interrupted'
             assert time.monotonic() < deadline, f'{script} was not ready within {timeout} s'
             time.sleep(0.05)
-        process.send_signal(signum)
+        os.killpg(process.pid, signum)
         _, err = process.communicate(timeout=timeout)
     finally:
         process.kill()
@@ -48,13 +53,14 @@ def _own_lines(prog: str, lines: List[str]) -> List[str]:
     return [line for line in lines if line.startswith(f'{prog}:')]
 
 
-@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
-def test_a_signal_stops_training_with_one_line_naming_the_checkpoint_to_resume(tiny, tmp_path, signum):
+@pytest.mark.parametrize('signum, workers', [(signal.SIGINT, '2'), (signal.SIGTERM, '0')], ids=['SIGINT', 'SIGTERM'])
+def test_a_signal_stops_training_with_one_line_naming_the_checkpoint_to_resume(tiny, tmp_path, signum, workers):
+    """Ctrl-C reaches the data-loading workers too: still one line, no worker's traceback."""
     out, folder = tmp_path / 'runs', tmp_path / 'runs' / 'run'
-    status, lines = _interrupted('train_adv.py', tiny_train_argv(tiny, out, '--epochs', '2'),
+    status, lines = _interrupted('train_adv.py', tiny_train_argv(tiny, out, '--epochs', '2', '--workers', workers),
                                  lambda: (folder / 'summary.csv').exists(), signum)
     said = _own_lines('train_adv.py', lines)
-    assert status == 128 + signum and not [line for line in lines if 'Traceback' in line], lines
+    assert status == 128 + signum and not [line for line in lines if "Traceback" in line], "\n".join(lines)
     name = signal.Signals(signum).name
     assert len(said) == 1 and re.fullmatch(  # in epoch 1, or still writing epoch 0's budget after its row
         rf'train_adv\.py: interrupted \({name}\) in epoch [01]; resume with --resume '
@@ -102,3 +108,51 @@ def test_a_signal_stops_evaluation_with_one_line_and_its_state_file_keeps_what_w
     assert said == [f'validate_adv.py: interrupted (SIGINT) while evaluating: {kept} finished record(s) are kept in '
                     f'{state}; run the same command again to resume'], said
     assert kept >= 1 and not results.exists()
+
+
+# Where a signal lands -------------------------------------------------------------------------------------------------
+
+def _signal_self(signum: int = signal.SIGINT) -> None:
+    os.kill(os.getpid(), signum)
+    time.sleep(0.01)  # the handler runs at the next bytecode of the main thread
+
+
+def test_a_held_signal_raises_at_the_next_check_and_a_second_one_at_once():
+    with signals_as_interrupts():
+        with pytest.raises(Interrupted) as stopped:
+            with interrupts_between_steps():
+                _signal_self(signal.SIGTERM)
+                reached = True  # held: the step goes on to its end
+                check_interrupted()
+        assert reached and stopped.value.signum == signal.SIGTERM
+    with signals_as_interrupts():
+        with pytest.raises(Interrupted):
+            with interrupts_between_steps():
+                _signal_self()
+                _signal_self()  # a loop stuck in a step stops on the second Ctrl-C
+                pytest.fail('the second signal did not raise')
+
+
+def test_a_signal_held_past_the_last_check_raises_when_the_block_ends():
+    with signals_as_interrupts():
+        with pytest.raises(Interrupted):
+            with interrupts_between_steps():
+                _signal_self()
+        check_interrupted()  # raised once: nothing is held any more
+
+
+def test_outside_a_holding_block_a_signal_raises_where_it_lands():
+    with signals_as_interrupts():
+        with pytest.raises(Interrupted):
+            _signal_self()
+            pytest.fail('the signal did not raise')
+
+
+def test_a_forked_worker_leaves_the_signal_to_the_process_that_forked_it():
+    """A data-loading worker gets Ctrl-C with its group; it must neither print a traceback nor stop on its own."""
+    context = multiprocessing.get_context('fork')
+    with signals_as_interrupts():
+        worker = context.Process(target=_signal_self)
+        worker.start()
+        worker.join(timeout=60)
+    assert worker.exitcode == 0

@@ -158,8 +158,7 @@ def test_dry_run_lists_commands_and_budget_without_training(tmp_path, digits_dir
     assert not out.exists()
 
 
-@pytest.mark.parametrize('name', list_studies())
-@pytest.mark.parametrize('scale', ['digits', 'imagenet'])
+@pytest.mark.parametrize('name, scale', [(name, scale) for name in list_studies() for scale in load_study(name).scales])
 def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, tmp_path):
     spec = load_study(name)
     cells = expand_cells(spec, scale, tmp_path, data_dir='/data/imagenet' if scale == 'imagenet' else None)

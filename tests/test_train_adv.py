@@ -147,7 +147,8 @@ def test_torchrun_two_processes_with_sync_mixture_bn(tmp_path, digits_dir):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = _summary(tmp_path / 'ddp')
     assert 'robust_samples' not in ''.join(rows[0])  # a count, not a metric
-    assert 'robust top-1 on 32 images' in result.stderr  # one seeded subset, sharded across the two ranks
+    # one seeded subset, sharded across the two ranks, and the epoch's line counts its images over both
+    assert '(robust: pgd2 targeted ε=16/255, 32 images)' in result.stderr
     checkpoint = torch.load(tmp_path / 'ddp' / 'last.pth.tar', map_location='cpu', weights_only=False)
     assert not any(k.startswith('module.') for k in checkpoint['state_dict'])
 

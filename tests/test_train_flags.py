@@ -20,6 +20,7 @@ from timm_advnorm.hub import create_model_from_name_or_checkpoint
 from timm_advnorm.train import build, script
 from timm_advnorm.train.args import parse_args
 from timm_advnorm.train.optimization import create_run_scheduler, epoch_schedule
+from tiny_runs import tiny_digits, tiny_train_argv
 
 FAST = ['--epochs', '1', '--attack-steps', '1', '--attack-step', '4', '--val-attack-steps', '1', '--num-samples', '16',
         '--workers', '0', '--hflip', '0', '--log-interval', '0']
@@ -196,3 +197,13 @@ def test_a_run_records_the_iterations_its_attack_runs(tmp_path, digits_dir, capl
     assert '--attack fgsm runs with --attack-steps 1, --attack-step-rule fixed' in caplog.text
     checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=False)
     assert checkpoint['args'].attack_steps == 1
+
+
+def test_no_schedule_trains_every_epoch_at_a_constant_lr(tmp_path, digits_dir):
+    """``--sched none`` (timm: no scheduler) used to stop after the first epoch, stepping a schedule that is not
+    there; the run trains on at the optimizer's lr."""
+    data = tiny_digits(digits_dir, tmp_path / 'data')
+    argv = tiny_train_argv(data, tmp_path / 'runs', '--sched', 'none', '--epochs', '2', '--lr', '0.05',
+                           '--warmup-epochs', '0')
+    assert script.main(argv) == 0
+    assert [float(row['lr']) for row in _summary(tmp_path / 'runs' / 'run')] == [0.05, 0.05]

@@ -9,7 +9,7 @@ import timm_advnorm  # noqa: F401
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.task import TASKS, VanillaTask, create_task
 from timm_advnorm.train.loop import (DivergenceError, NonFiniteGuard, check_finite_state, eval_metric_for,
-                                     metric_names, train_one_epoch, validate, validation_message)
+                                     metric_names, train_one_epoch, validate)
 
 NUM_CLASSES = 10
 SPACE = InputSpace()
@@ -78,11 +78,6 @@ def test_the_default_metric_of_a_missing_branch_falls_back_to_the_clean_branch()
     plain = _BothBranches(_model('test_resnet'))
     assert plain.validated_branches == ('clean',)
     assert eval_metric_for(plain) == 'robust_top1'
-
-
-def test_validation_message_counts_the_attacked_images_in_words():
-    message = validation_message({'top1': 97.5, 'robust_top1': 40.0}, 359)
-    assert message == 'top1: 97.50, robust_top1: 40.00 (robust top-1 on 359 images)'
 
 
 @pytest.mark.parametrize('method, losses', [

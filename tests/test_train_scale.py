@@ -35,9 +35,10 @@ def test_plan_prints_the_budget_and_trains_nothing(tmp_path, digits_dir, capsys)
     assert _train(digits_dir, out, '--plan', '--world-size', '4') == 0
     printed = capsys.readouterr().out
     assert 'Budget of mbn on test_mbn_resnet (4 process(es) on cpu' in printed
-    for line in ('passes per image', 'FLOPs per pass', 'peak memory', 'step time', 'epoch time', 'run time'):
-        assert line in printed
-    assert printed.count('(projection') == 2
+    for line in ('passes per image', 'FLOPs per pass', 'peak memory', 'step time', 'epoch time', 'validation',
+                 'training time', 'validation time', 'total time'):
+        assert f'\n  {line} ' in printed
+    assert printed.count('(projection') == 5
     assert not out.exists()
 
 

@@ -6,11 +6,17 @@ variance (after Ford et al., 2019). timm's normalized tensors are such standardi
 N(0, 0.5²) in normalized units (σ = 0.5·std_c on the [0, 1] pixel scale, about 29/255 for ImageNet's std). Noise is
 not an adversary: the model is never queried and there is no ε budget, so results describe it by its model, σ and
 the scale σ is on (`noise_settings`), never by a norm and ε.
+
+On their MNIST models (§4, Table 6) the noise has unit variance and is drawn on the 28×28 digit before it is
+upscaled (footnote 5: "to preserve the appearance of the noise"): ``size`` draws it at that side and upscales it
+with nearest-neighbour interpolation, and ``grey`` draws one value per pixel shared by the channels (a grey image's
+noise is grey).
 """
 from typing import Any, Dict, Mapping, Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .eval_attack import EvalAttack
 from .registry import register_attack
@@ -32,6 +38,8 @@ def gaussian_noise(
         std: float = DEFAULT_STD,
         units: str = 'normalized',
         clip: bool = True,
+        size: Optional[int] = None,
+        grey: bool = False,
         generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
     """Add zero-mean Gaussian noise to normalized inputs.
@@ -43,6 +51,9 @@ def gaussian_noise(
         units: ``normalized``: `std` in normalized (standardized) units, as Galloway et al.; ``pixels``: `std` on the
             0-255 scale, the same in every channel.
         clip: Clip the result to valid pixels ([0, 1]); the paper does not say, images stay images.
+        size: Draw the noise at ``size``×``size`` and upscale it to the input's side with nearest-neighbour
+            interpolation (None: at the input's side).
+        grey: One noise value per pixel, the same in every channel.
         generator: Source of the noise (any device).
 
     Returns:
@@ -55,8 +66,14 @@ def gaussian_noise(
         raise ValueError(f'std must be >= 0, got {std}.')
     if units not in NOISE_UNITS:
         raise ValueError(f'units must be one of {NOISE_UNITS}, got {units!r}.')
+    if size is not None and size < 1:
+        raise ValueError(f'size must be >= 1, got {size}.')
     device = x.device if generator is None else generator.device
-    noise = torch.randn(x.shape, generator=generator, device=device).to(x.device, x.dtype)
+    shape = (x.shape[0], 1 if grey else x.shape[1], *((size, size) if size else x.shape[2:]))
+    noise = torch.randn(shape, generator=generator, device=device).to(x.device, x.dtype)
+    if size:
+        noise = F.interpolate(noise, size=x.shape[2:], mode='nearest')
+    noise = noise.expand_as(x)
     scale = std if units == 'normalized' else std / PIXEL_SCALE / space.std_like(x).to(x.dtype)
     noisy = x + noise * scale
     return space.clamp(noisy).to(x.dtype) if clip else noisy
@@ -71,6 +88,8 @@ class GaussianNoise(EvalAttack):
         std: Standard deviation (0.5).
         units: ``normalized`` (Galloway) or ``pixels`` (0-255 scale).
         clip: Clip to valid pixels (True).
+        size: Side the noise is drawn at before nearest-neighbour upscaling (None: the input's).
+        grey: One noise value per pixel, shared by the channels (False).
         eps: Unused (noise has no budget); accepted so every registered attack takes the same keys.
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack` (only `seed` matters).
     """
@@ -83,6 +102,8 @@ class GaussianNoise(EvalAttack):
             std: float = DEFAULT_STD,
             units: str = 'normalized',
             clip: bool = True,
+            size: Optional[int] = None,
+            grey: bool = False,
             eps: float = 0.0,
             autocast_dtype: Optional[torch.dtype] = None,
             seed: Optional[int] = None,
@@ -95,15 +116,20 @@ class GaussianNoise(EvalAttack):
         if units not in NOISE_UNITS:
             raise ValueError(f'units must be one of {NOISE_UNITS}, got {units!r}.')
         self.std = float(std)
+        if size is not None and size < 1:
+            raise ValueError(f'size must be >= 1, got {size}.')
         self.units = units
         self.clip = clip
+        self.size = size
+        self.grey = grey
 
     def perturb(self, model: nn.Module, x, y, targets):
-        return gaussian_noise(x, space=self.space, std=self.std, units=self.units, clip=self.clip,
-                              generator=self.generator)
+        return gaussian_noise(x, space=self.space, std=self.std, units=self.units, clip=self.clip, size=self.size,
+                              grey=self.grey, generator=self.generator)
 
     def extra_repr(self) -> str:
-        return f'std={self.std:g}, units={self.units}, clip={self.clip}, seed={self.seed}'
+        return (f'std={self.std:g}, units={self.units}, clip={self.clip}, size={self.size}, grey={self.grey}, '
+                f'seed={self.seed}')
 
 
 def noise_settings(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
@@ -111,7 +137,7 @@ def noise_settings(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
 
     In place of a norm and ε, which noise does not have: ``noise`` (the model, ``gaussian``), ``sigma`` (its standard
     deviation), ``sigma_scale`` (what σ is measured in, `SIGMA_SCALES`: ``normalized input`` for Galloway et al.) and
-    ``clipped`` (noisy images clipped to valid pixels).
+    ``clipped`` (noisy images clipped to valid pixels). ``size`` and ``grey`` are in the attack's recorded arguments.
     """
     units = kwargs.get('units', 'normalized')
     if units not in NOISE_UNITS:

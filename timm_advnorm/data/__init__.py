@@ -1,31 +1,64 @@
 """Built-in datasets and dataset-name resolution shared by `train_adv.py` and `validate_adv.py`."""
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch.utils.data import Dataset, Subset
 
 from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
+from .mnist5k import MNIST5K_NUM_CLASSES, MNIST5K_SIZE, default_mnist5k_root, prepare_mnist5k
 
-__all__ = ['DIGITS_NUM_CLASSES', 'default_digits_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits',
-           'resolve_dataset', 'split_folder']
+__all__ = ['BUILTIN_DATASETS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'BuiltinDataset', 'builtin_dataset',
+           'default_digits_root', 'default_mnist5k_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits',
+           'prepare_mnist5k', 'resolve_dataset', 'split_folder']
+
+
+class BuiltinDataset(NamedTuple):
+    """A dataset rendered into an image folder on first use, from arrays a package ships (no download).
+
+    Attributes:
+        num_classes: Its classes.
+        img_size: Its default image side.
+        prepare: ``prepare(root, img_size)`` renders it (once) and returns the folder of its splits.
+    """
+
+    num_classes: int
+    img_size: int
+    prepare: Callable[..., Path]
+
+
+#: The built-in datasets by ``--dataset`` name.
+BUILTIN_DATASETS: Dict[str, BuiltinDataset] = {
+    'digits': BuiltinDataset(DIGITS_NUM_CLASSES, 32, prepare_digits),
+    'mnist5k': BuiltinDataset(MNIST5K_NUM_CLASSES, MNIST5K_SIZE, prepare_mnist5k),
+}
+
+
+def builtin_dataset(name: str) -> Optional[BuiltinDataset]:
+    """The built-in dataset `name` (``digits``, ``mnist5k``), or None for any other name."""
+    return BUILTIN_DATASETS.get(name)
+
 
 #: Folder names timm's split search (``timm.data.dataset_factory._search_split``) accepts for one another.
 SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'))
 
 
-def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: int = 32) -> Tuple[str, Optional[str]]:
+def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[int] = None
+                    ) -> Tuple[str, Optional[str]]:
     """Map our built-in dataset names onto what timm's `create_dataset` takes.
 
-    ``digits`` becomes an image folder rendered on first use (under `data_dir` when given, else in the user
-    cache); any other name is passed to timm unchanged.
+    A built-in dataset (`BUILTIN_DATASETS`) becomes an image folder of `img_size` (default: its own) rendered on
+    first use (under ``<data_dir>/<name>-<size>px`` when `data_dir` is given, else in the user cache); any other
+    name is passed to timm unchanged.
 
     Returns:
         ``(timm_dataset_name, root)``.
     """
-    if dataset == 'digits':
-        root = prepare_digits(Path(data_dir) / f'digits-{img_size}px' if data_dir else None, img_size=img_size)
-        return '', str(root)
+    builtin = builtin_dataset(dataset)
+    if builtin is not None:
+        img_size = img_size or builtin.img_size
+        root = Path(data_dir) / f'{dataset}-{img_size}px' if data_dir else None
+        return '', str(builtin.prepare(root, img_size=img_size))
     return dataset, data_dir
 
 

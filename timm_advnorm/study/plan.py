@@ -11,10 +11,11 @@ import timm
 from timm.data import resolve_data_config
 
 from ..attacks import InputSpace
-from ..data import DIGITS_NUM_CLASSES, prepare_digits
+from ..data import builtin_dataset
 from ..task import get_task_class
 from ..train.args import parse_args
 from ..train.budget import RunBudget, count_budget
+from ..train.model_options import architecture_kwargs
 from ..train.optimization import epoch_schedule
 
 __all__ = ['IMAGENET_TRAIN_IMAGES', 'plan_cell_budget']
@@ -24,8 +25,9 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 
 
 def _train_images(dataset: str, img_size: int) -> int:
-    if dataset == 'digits':
-        root = Path(prepare_digits(img_size=img_size)) / 'train'
+    builtin = builtin_dataset(dataset)
+    if builtin is not None:
+        root = Path(builtin.prepare(img_size=img_size)) / 'train'
         return sum(1 for path in root.rglob('*.png'))
     return IMAGENET_TRAIN_IMAGES
 
@@ -34,16 +36,17 @@ def plan_cell_budget(train_argv: Sequence[str], world_size: int = 1, train_image
     """The counted budget of the training run `train_argv` describes, on `world_size` processes.
 
     Args:
-        train_images: Images of the training split (default: the digits' count, or ImageNet-1k's).
+        train_images: Images of the training split (default: the built-in dataset's count, or ImageNet-1k's).
     """
     args, _ = parse_args(list(train_argv))
     args.rank, args.world_size = 0, world_size  # what the training command sets up before it builds the task
     get_task_class(args.method).check_args(args)
-    num_classes = args.num_classes or (DIGITS_NUM_CLASSES if args.dataset == 'digits' else None)
+    builtin = builtin_dataset(args.dataset)
+    num_classes = args.num_classes or (builtin.num_classes if builtin else None)
     if num_classes is None:
-        raise ValueError('--num-classes is required for datasets other than digits.')
-    img_size = args.img_size or (32 if args.dataset == 'digits' else None)
-    model = timm.create_model(args.model, num_classes=num_classes)
+        raise ValueError('--num-classes is required for datasets other than the built-in digits and mnist5k.')
+    img_size = args.img_size or (builtin.img_size if builtin else None)
+    model = timm.create_model(args.model, num_classes=num_classes, **architecture_kwargs(args))
     data_config = resolve_data_config(dict(img_size=img_size, mean=args.mean, std=args.std), model=model)
     task = get_task_class(args.method).from_args(args, model, InputSpace.from_data_config(data_config),
                                                  num_classes=num_classes, device='cpu', verbose=False)

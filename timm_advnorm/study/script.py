@@ -3,6 +3,7 @@ resumable command.
 
     timm-advnorm-study xie2020 --scale digits                  # every cell on the built-in digits, on this CPU
     timm-advnorm-study nofrost --scale digits --dry-run        # the cells, their commands and planned budgets
+    timm-advnorm-study galloway-mnist --scale mnist            # Galloway et al.'s MNIST tables, on this CPU
     timm-advnorm-study xie2020 --scale imagenet --data-dir /imagenet \\
         --launcher subprocess --launch-prefix "torchrun --nproc_per_node 8"
     timm-advnorm-study galloway --scale imagenet --data-dir /imagenet --launcher submitit \\
@@ -47,6 +48,7 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                         help=f'A shipped study ({", ".join(list_studies())}) or a study YAML file.')
     parser.add_argument('--scale', default='digits', choices=SCALES,
                         help='digits: the built-in data and the tiny fair model family, on CPU in minutes; '
+                             'mnist: the built-in mnist5k (real MNIST digits) and the papers\' MNIST models, on CPU; '
                              'imagenet: the papers\' recipes and models (--data-dir).')
     parser.add_argument('--data-dir', default=None, metavar='DIR', help='ImageNet root (train/, val/).')
     parser.add_argument('--output', default='output/studies', metavar='DIR',
@@ -77,8 +79,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
 def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
     if args.scale == 'imagenet' and not args.data_dir:
         parser.error('--scale imagenet needs --data-dir')
-    if args.scale == 'digits' and args.data_dir:
-        parser.error('--scale digits reads the built-in digits: --data-dir would not be used')
+    if args.scale != 'imagenet' and args.data_dir:
+        parser.error(f'--scale {args.scale} reads a built-in dataset: --data-dir would not be used')
     if args.max_cells is not None and args.max_cells < 0:
         parser.error('--max-cells must be >= 0')
     if args.world_size < 1:

@@ -100,7 +100,8 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
 def _data_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Dataset parameters')
     group.add_argument('--dataset', default='digits', type=str, metavar='NAME',
-                       help='"digits" (built in, no download) or any timm dataset name / "" for an image folder.')
+                       help='"digits" or "mnist5k" (built in, no download) or any timm dataset name / "" for an '
+                            'image folder.')
     group.add_argument('--data-dir', default=None, type=str, metavar='DIR', help='Dataset root (or digits cache).')
     group.add_argument('--train-split', default='train', type=str, metavar='NAME', help='Training split.')
     group.add_argument('--val-split', default='validation', type=str, metavar='NAME', help='Validation split.')

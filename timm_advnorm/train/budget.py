@@ -11,6 +11,8 @@ attack iteration computes no parameter gradients, so it costs less than the pape
 memory), and projects the wall time of an epoch and of the run on ``world_size`` processes of this device. It trains
 the task on the batch it is given, so it is for a run that stops there (``--plan``). A real run records the counted
 part (`count_budget`) in its folder, ``budget.yaml``, and its measured epochs beside it (`RunBudget.record_epoch`).
+`plan_validation` measures the validation each epoch runs (a clean and an attacked batch, timed) and projects it too:
+on the digits, robust validation can cost more than the training it validates.
 
 Peak memory is what the device's allocator had handed out at most during the step (CUDA), or the process's peak
 resident memory (CPU; on Linux the peak is reset before the step through ``/proc/self/clear_refs``).
@@ -23,18 +25,21 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..attacks.base import Attack
 from ..task import AdversarialClassificationTask
-from .loop import LossScaler, train_one_epoch
+from .console import attack_label
+from .loop import LossScaler, train_one_epoch, validate
 
 __all__ = ['RunBudget', 'count_budget', 'flop_counter', 'flops_per_pass', 'memory_in_use_bytes', 'peak_memory_bytes',
-           'plan_budget', 'reset_peak_memory', 'steps_per_epoch', 'write_budget']
+           'plan_budget', 'plan_validation', 'reset_peak_memory', 'steps_per_epoch', 'validation_batches',
+           'write_budget']
 
 Record = Dict[str, Union[str, int, float, None]]
 
@@ -101,6 +106,12 @@ def steps_per_epoch(train_images: int, batch_size: int, world_size: int = 1) -> 
     the processes (the distributed sampler pads the last shard) and drops each shard's last partial batch. Under
     ``--grad-accum-steps N`` the optimizer updates once every N of them."""
     return math.ceil(train_images / world_size) // batch_size
+
+
+def validation_batches(images: int, batch_size: int, world_size: int = 1) -> int:
+    """Validation batches per process: timm's validation loader shards the images over the processes and keeps the
+    last partial batch."""
+    return math.ceil(math.ceil(images / world_size) / batch_size)
 
 
 def _meta_copy(model: nn.Module) -> nn.Module:
@@ -170,6 +181,9 @@ class RunBudget:
         peak_memory_bytes: Peak memory of that step (see the module docstring); None unless measured.
         measured_epoch_seconds: Training seconds of each epoch a real run has finished so far.
         measured_peak_memory_bytes: Peak memory over those epochs; None before the first.
+        validation_epoch_seconds: Projected wall time of one epoch's validation at most, from a measured clean and
+            attacked batch (`plan_validation`); None unless measured.
+        validation: What that validation runs, in words (batches, branches, attack).
     """
 
     method: str
@@ -187,6 +201,8 @@ class RunBudget:
     peak_memory_bytes: Optional[int] = None
     measured_epoch_seconds: Tuple[float, ...] = field(default_factory=tuple)
     measured_peak_memory_bytes: Optional[int] = None
+    validation_epoch_seconds: Optional[float] = None
+    validation: str = ''
 
     @property
     def steps_per_epoch(self) -> int:
@@ -223,6 +239,18 @@ class RunBudget:
         epoch = self.projected_epoch_seconds
         return None if epoch is None else epoch * self.epochs
 
+    @property
+    def projected_validation_seconds(self) -> Optional[float]:
+        """Projected wall time of the run's validations, one after each epoch, at most; None unless measured."""
+        epoch = self.validation_epoch_seconds
+        return None if epoch is None else epoch * self.epochs
+
+    @property
+    def projected_total_seconds(self) -> Optional[float]:
+        """Projected wall time of the run's training and validation; None unless both were measured."""
+        training, validation = self.projected_run_seconds, self.projected_validation_seconds
+        return None if training is None or validation is None else training + validation
+
     def record_epoch(self, seconds: float, peak_bytes: int) -> 'RunBudget':
         """This budget with one more finished epoch of a real run: its training seconds and peak memory."""
         peak = max(peak_bytes, self.measured_peak_memory_bytes or 0)
@@ -249,6 +277,8 @@ class RunBudget:
             steps_per_epoch=self.steps_per_epoch, images_per_epoch=self.images_per_epoch,
             passes_total=self.passes_total, flops_total=self.flops_total,
             projected_epoch_seconds=self.projected_epoch_seconds, projected_run_seconds=self.projected_run_seconds,
+            projected_validation_seconds=self.projected_validation_seconds,
+            projected_total_seconds=self.projected_total_seconds,
             measured_epochs=len(measured), measured_epoch_seconds=sum(measured) / len(measured) if measured else None)
         return record
 
@@ -273,8 +303,19 @@ class RunBudget:
             lines += [
                 ('peak memory', f'{_megabytes(self.peak_memory_bytes)} (measured step: {_PEAK_MEANING[self.device]})'),
                 ('step time', f'{self.step_seconds:.3f} s (measured step)'),
-                ('epoch time', f'{_duration(self.projected_epoch_seconds)} (projection)'),
-                ('run time', f'{_duration(self.projected_run_seconds)} (projection, training epochs only)'),
+                ('epoch time', f'{_duration(self.projected_epoch_seconds)} (projection, training)'),
+            ]
+        if self.validation_epoch_seconds is not None:
+            lines.append(('validation', f'{_duration(self.validation_epoch_seconds)} per epoch at most (projection: '
+                                        f'{self.validation}; every image attacked for all iterations)'))
+        if self.step_seconds is not None:
+            lines.append(('training time', f'{_duration(self.projected_run_seconds)} (projection, {self.epochs} '
+                                           f'epochs)'))
+        if self.projected_total_seconds is not None:
+            lines += [
+                ('validation time', f'{_duration(self.projected_validation_seconds)} (projection, {self.epochs} '
+                                    f'validations)'),
+                ('total time', f'{_duration(self.projected_total_seconds)} (projection, training and validation)'),
             ]
         if self.measured_epoch_seconds:
             mean = sum(self.measured_epoch_seconds) / len(self.measured_epoch_seconds)
@@ -400,6 +441,68 @@ def plan_budget(
         step()
     return replace(budget, step_flops_per_image=counter.get_total_flops() / input.shape[0], step_seconds=seconds,
                    peak_memory_bytes=peak)
+
+
+@torch.no_grad()
+def plan_validation(
+        budget: RunBudget,
+        model: nn.Module,
+        attack: Attack,
+        clean_batch: Tuple[torch.Tensor, torch.Tensor],
+        robust_batch: Tuple[torch.Tensor, torch.Tensor],
+        *,
+        batch_size: int,
+        val_images: int,
+        robust_images: int,
+        branches: Sequence[str] = ('clean',),
+        models: int = 1,
+        amp_dtype: Optional[torch.dtype] = None,
+        channels_last: bool = False,
+) -> RunBudget:
+    """`budget` with the validation each epoch runs measured on this device and projected to the run.
+
+    Validates one clean and one attacked batch as the epoch loop does (`validate`, every branch) to warm up, then
+    each of them alone, timed; an epoch's validation is their times × the batches of each per process (on the
+    budget's ``world_size`` processes), × the models validated (the EMA is validated like the model).
+
+    The validation attack stops on each image at its first fooling iterate, so its cost grows as the model learns
+    (an untrained model is fooled at once): the attacked batch is timed with every image attacked for all the
+    iterations, the cost of a model no image of which is fooled, and the projection is an upper bound.
+
+    Args:
+        budget: The run's budget (`plan_budget`), on the same device.
+        model: The model the run validates.
+        attack: The robust validation's attack.
+        clean_batch: A batch of the clean validation loader, on the device.
+        robust_batch: A batch of the robust validation loader, on the device.
+        batch_size: The validation loaders' batch size.
+        val_images: Images of the clean validation (the validation split).
+        robust_images: Images of the robust validation (``--num-samples`` of them, or the split).
+        branches: The branches validated.
+        models: Models validated each epoch: 2 with an EMA, else 1.
+        amp_dtype, channels_last: The run's.
+    """
+    device = clean_batch[0].device
+
+    def seconds(clean: List[Tuple[torch.Tensor, torch.Tensor]],
+                robust: List[Tuple[torch.Tensor, torch.Tensor]]) -> float:
+        _synchronize(device)
+        start = time.perf_counter()
+        validate(model, clean, device, attack, robust_loader=robust, branches=branches, amp_dtype=amp_dtype,
+                 channels_last=channels_last)
+        _synchronize(device)
+        return time.perf_counter() - start
+
+    if getattr(attack, 'best_iterate', False):
+        attack = copy.copy(attack)
+        attack.best_iterate = False  # no image leaves the attack early
+    seconds([clean_batch], [robust_batch])
+    clean_batches = validation_batches(val_images, batch_size, budget.world_size)
+    robust_batches = validation_batches(robust_images, batch_size, budget.world_size)
+    per_epoch = models * (seconds([clean_batch], []) * clean_batches + seconds([], [robust_batch]) * robust_batches)
+    what = (f'{clean_batches:,} clean + {robust_batches:,} attacked batches of {batch_size} per process, '
+            f'{attack_label(attack)}, {len(branches)} branch(es)' + (', model and EMA' if models > 1 else ''))
+    return replace(budget, validation_epoch_seconds=per_epoch, validation=what)
 
 
 def write_budget(path: Union[str, Path], budget: RunBudget) -> None:

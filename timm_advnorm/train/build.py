@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import Attack, InputSpace, create_attack
 from ..cli import AMP_DTYPES, check_pretrained_option
-from ..data import DIGITS_NUM_CLASSES, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
+from ..data import builtin_dataset, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import check_input_channels, record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..hub.checkpoint import check_finite_weights
@@ -32,7 +32,7 @@ from ..task import AdversarialClassificationTask, get_task_class
 from ..write_guard import check_write_target
 from .accumulation import GradientAccumulation
 from .args import option_dests
-from .budget import RunBudget, count_budget, plan_budget
+from .budget import RunBudget, count_budget, plan_budget, plan_validation
 from .checks import check_args, check_steps, resolve_device
 from .data_options import create_mixup, data_config_args, train_loader_kwargs
 from .datasets import create_split_datasets, folder_class_map
@@ -62,7 +62,7 @@ class TrainingRun:
         model: The model, on `device`.
         task: The method training it (with its EMA under ``--model-ema``), compiled under ``--torchcompile``.
         optimizer: The optimizer, with the resumed state.
-        scheduler: The learning-rate scheduler, stepped to `start_epoch`.
+        scheduler: The learning-rate scheduler, stepped to `start_epoch` (None with ``--sched none``: a constant lr).
         loss_scaler: The float16 loss scaler (None otherwise).
         mixup_fn: timm's Mixup/CutMix (None without).
         space: The model's input space, which attacks work in.
@@ -86,7 +86,7 @@ class TrainingRun:
     model: torch.nn.Module
     task: AdversarialClassificationTask
     optimizer: torch.optim.Optimizer
-    scheduler: Scheduler
+    scheduler: Optional[Scheduler]
     loss_scaler: Optional[LossScaler]
     mixup_fn: Optional[Mixup]
     space: InputSpace
@@ -228,17 +228,18 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     if args.log_wandb:
         import_wandb()  # missing, an error now rather than after the set-up
 
-    dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size or 32)
+    builtin = builtin_dataset(args.dataset)
+    dataset_name, root = resolve_dataset(args.dataset, args.data_dir, img_size=args.img_size)
     train_root, val_root, search = _data_roots(dataset_name, root, args)
     check_write_target(planned_run_folder(args), '--output', {
         'the data folder': args.data_dir, 'the training data': root, 'the training split': train_root,
         'the validation split': val_root, 'the class map': args.class_map,
         'the initial checkpoint': args.initial_checkpoint})
-    num_classes = args.num_classes or (DIGITS_NUM_CLASSES if args.dataset == 'digits' else None)
+    num_classes = args.num_classes or (builtin.num_classes if builtin else None)
     if num_classes is None:
-        raise ValueError('--num-classes is required for datasets other than digits.')
-    if args.dataset == 'digits' and args.img_size is None:
-        args.img_size = 32
+        raise ValueError('--num-classes is required for datasets other than the built-in digits and mnist5k.')
+    if builtin and args.img_size is None:
+        args.img_size = builtin.img_size
     class_map = folder_class_map(args, train_root, val_root, search, num_classes)
 
     if args.pretrained and not args.initial_checkpoint:
@@ -325,9 +326,9 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         shard = fixed_subset(robust_set, args.num_samples, seed=args.seed, rank=args.rank, world_size=args.world_size)
         loader_robust = DataLoader(shard, batch_size=val_batch_size, num_workers=args.workers,
                                    pin_memory=args.pin_mem)
-    if args.sched_on_updates and (start_epoch or start.updates):
+    if scheduler is not None and args.sched_on_updates and (start_epoch or start.updates):
         scheduler.step_update(start_epoch * updates_per_epoch + start.updates)
-    elif start_epoch:
+    elif scheduler is not None and start_epoch:  # (--sched none: no schedule, the lr stays constant)
         scheduler.step(start_epoch)
 
     if args.torchcompile:
@@ -342,14 +343,20 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
 
 
 def plan_training(run: TrainingRun) -> RunBudget:
-    """``--plan``: the run's budget with one step measured, on the task before it is wrapped for distributed
-    training (for ``--plan-world-size`` processes, if given)."""
+    """``--plan``: the run's budget with one step and an epoch's validation measured, on the task before it is
+    wrapped for distributed training (for ``--plan-world-size`` processes, if given)."""
     args = run.args
-    return plan_budget(run.task, run.optimizer, _first_batch(run.loader_train, run.device),
-                       train_images=run.train_images, epochs=run.epochs,
-                       world_size=args.plan_world_size or args.world_size, model_name=args.model,
-                       amp_dtype=run.amp_dtype, clip_grad=args.clip_grad, clip_mode=args.clip_mode,
-                       channels_last=args.channels_last, loss_scaler=run.loss_scaler)
+    budget = plan_budget(run.task, run.optimizer, _first_batch(run.loader_train, run.device),
+                         train_images=run.train_images, epochs=run.epochs,
+                         world_size=args.plan_world_size or args.world_size, model_name=args.model,
+                         amp_dtype=run.amp_dtype, clip_grad=args.clip_grad, clip_mode=args.clip_mode,
+                         channels_last=args.channels_last, loss_scaler=run.loss_scaler)
+    val_images = len(run.loader_val.dataset)
+    return plan_validation(
+        budget, run.model, _val_attack(args, run.space, run.amp_dtype), _first_batch(run.loader_val, run.device),
+        _first_batch(run.loader_robust, run.device), batch_size=run.loader_val.batch_size, val_images=val_images,
+        robust_images=min(args.num_samples or val_images, val_images), branches=run.task.validated_branches,
+        models=2 if run.task.has_ema() else 1, amp_dtype=run.amp_dtype, channels_last=args.channels_last)
 
 
 def prepare_training(run: TrainingRun) -> TrainingStart:

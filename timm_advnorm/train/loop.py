@@ -12,15 +12,16 @@ import torch.distributed as dist
 import torch.nn as nn
 from timm.utils import AverageMeter, dispatch_clip_grad, reduce_tensor
 from timm.utils.model import unwrap_model
-from tqdm import tqdm
 
 from ..attacks.base import Attack
 from ..layers.routing import route
+from ..progress import progress_bar
+from ..signals import check_interrupted
 from ..task import AdversarialClassificationTask
 from .accumulation import GradientAccumulation, average_gradients
 
 __all__ = ['DivergenceError', 'LossScaler', 'NonFiniteGuard', 'Validation', 'check_finite_state', 'eval_metric_for',
-           'metric_names', 'train_one_epoch', 'validate', 'validation_message']
+           'metric_names', 'train_one_epoch', 'validate']
 
 _logger = logging.getLogger(__name__)
 
@@ -135,65 +136,68 @@ def train_one_epoch(
     start = time.perf_counter()
     images = 0
     first_batch = updates_done * grad_accum_steps
-    bar = tqdm(zip(range(first_batch, num_batches), loader), total=num_batches - first_batch, desc=f'train {epoch}',
-               unit='batch', leave=False, dynamic_ncols=True, disable=not progress)
-    for batch_idx, (input, target) in bar:
-        input, target = input.to(device), target.to(device)
-        if channels_last:
-            input = input.contiguous(memory_format=torch.channels_last)
-        if accumulation.opens_update(batch_idx):
-            buffers = _snapshot_buffers(task) if guard.max_skips else None
-            optimizer.zero_grad(set_to_none=True)
-            update_losses: List[Dict[str, torch.Tensor]] = []
-            update_images = 0
-        closes = accumulation.closes_update(batch_idx)
-        with nullcontext() if closes else task.no_sync():  # DDP all-reduces the gradients once per update
-            with _autocast(device, amp_dtype):
-                result = task(input, target)
-            if loss_scaler is None:
-                result['loss'].backward()
+    batches = zip(range(first_batch, num_batches), loader)
+    with progress_bar(batches, show=progress, total=num_batches - first_batch, desc=f'train {epoch}', unit='batch',
+                      leave=False) as bar:
+        for batch_idx, (input, target) in bar:
+            check_interrupted()
+            input, target = input.to(device), target.to(device)
+            if channels_last:
+                input = input.contiguous(memory_format=torch.channels_last)
+            if accumulation.opens_update(batch_idx):
+                buffers = _snapshot_buffers(task) if guard.max_skips else None
+                optimizer.zero_grad(set_to_none=True)
+                update_losses: List[Dict[str, torch.Tensor]] = []
+                update_images = 0
+            closes = accumulation.closes_update(batch_idx)
+            with nullcontext() if closes else task.no_sync():  # DDP all-reduces the gradients once per update
+                with _autocast(device, amp_dtype):
+                    result = task(input, target)
+                if loss_scaler is None:
+                    result['loss'].backward()
+                else:
+                    loss_scaler.scale(result['loss']).backward()
+            update_losses.append({k: v.detach() for k, v in _logged_losses(result).items()})
+            update_images += input.shape[0]
+            if not closes:
+                continue
+            if loss_scaler is not None:
+                loss_scaler.unscale_(optimizer)
+            average_gradients(task.trainable_module.parameters(), len(update_losses))
+            task.finalize_gradients()
+            grad_norm = _clip_and_measure(task, clip_grad, clip_mode)
+            losses, grad_norm = _step_values(_mean_losses(update_losses), grad_norm, distributed)
+            problem = _nonfinite_problem(losses if loss_scaler is not None else {**losses, 'grad_norm': grad_norm})
+            for key, value in losses.items():
+                meter = meters.setdefault(key, AverageMeter())
+                if problem is None:
+                    meter.update(value, update_images)
+            if problem is not None:
+                guard.skip(f'{problem} at epoch {epoch}, batch {batch_idx + 1}/{num_batches} '
+                           f'(lr {optimizer.param_groups[0]["lr"]:.3g})')
+                _restore_buffers(task, buffers)
+            elif loss_scaler is None:
+                optimizer.step()
             else:
-                loss_scaler.scale(result['loss']).backward()
-        update_losses.append({k: v.detach() for k, v in _logged_losses(result).items()})
-        update_images += input.shape[0]
-        if not closes:
-            continue
-        if loss_scaler is not None:
-            loss_scaler.unscale_(optimizer)
-        average_gradients(task.trainable_module.parameters(), len(update_losses))
-        task.finalize_gradients()
-        losses, grad_norm = _step_values(_mean_losses(update_losses), _clip_and_measure(task, clip_grad, clip_mode),
-                                         distributed)
-        problem = _nonfinite_problem(losses if loss_scaler is not None else {**losses, 'grad_norm': grad_norm})
-        for key, value in losses.items():
-            meter = meters.setdefault(key, AverageMeter())
-            if problem is None:
-                meter.update(value, update_images)
-        if problem is not None:
-            guard.skip(f'{problem} at epoch {epoch}, batch {batch_idx + 1}/{num_batches} '
-                       f'(lr {optimizer.param_groups[0]["lr"]:.3g})')
-            _restore_buffers(task, buffers)
-        elif loss_scaler is None:
-            optimizer.step()
-        else:
-            loss_scaler.step(optimizer)  # no step when the scaled gradients overflowed
-        if loss_scaler is not None:
-            loss_scaler.update()  # after every unscale_: lowers the scale after an overflow
-        if problem is None and math.isfinite(grad_norm):
-            task.update_ema(step=num_updates)
-            images += update_images
-        num_updates += 1
-        if lr_scheduler is not None:
-            lr_scheduler.step_update(num_updates=num_updates)
-        update_idx = accumulation.update_index(batch_idx)
-        if recovery is not None and recovery_interval and (update_idx + 1) % recovery_interval == 0:
-            recovery(update_idx)
-        if progress and 'loss' in meters:
-            bar.set_postfix(loss=f'{meters["loss"].avg:.4f}', img_s=f'{images / (time.perf_counter() - start):.1f}')
-        if log_interval and (update_idx % log_interval == 0 or batch_idx == num_batches - 1):
-            parts = ' '.join(f'{k}: {m.avg:.4f}' for k, m in meters.items())
-            _logger.info(f'Train: {epoch} [{batch_idx + 1}/{num_batches}] {parts} '
-                         f'lr: {optimizer.param_groups[0]["lr"]:.3g}')
+                loss_scaler.step(optimizer)  # no step when the scaled gradients overflowed
+            if loss_scaler is not None:
+                loss_scaler.update()  # after every unscale_: lowers the scale after an overflow
+            if problem is None and math.isfinite(grad_norm):
+                task.update_ema(step=num_updates)
+                images += update_images
+            num_updates += 1
+            if lr_scheduler is not None:
+                lr_scheduler.step_update(num_updates=num_updates)
+            update_idx = accumulation.update_index(batch_idx)
+            if recovery is not None and recovery_interval and (update_idx + 1) % recovery_interval == 0:
+                recovery(update_idx)
+            if progress and 'loss' in meters:
+                bar.set_postfix(loss=f'{meters["loss"].avg:.4f}',
+                                img_s=f'{images / (time.perf_counter() - start):.1f}')
+            if log_interval and (update_idx % log_interval == 0 or batch_idx == num_batches - 1):
+                parts = ' '.join(f'{k}: {m.avg:.4f}' for k, m in meters.items())
+                _logger.info(f'Train: {epoch} [{batch_idx + 1}/{num_batches}] {parts} '
+                             f'lr: {optimizer.param_groups[0]["lr"]:.3g}')
     elapsed = time.perf_counter() - start
     # an epoch whose steps were all skipped has no loss to report: NaN, not the meters' initial 0
     metrics = OrderedDict((k, m.avg if m.count else float('nan')) for k, m in meters.items())
@@ -337,20 +341,17 @@ class Validation(NamedTuple):
     robust_samples: int
 
 
-def validation_message(metrics: Dict[str, float], robust_samples: int) -> str:
-    """One log line of validation metrics, saying how many images the robust accuracies were measured on."""
-    return ', '.join(f'{k}: {v:.2f}' for k, v in metrics.items()) + f' (robust top-1 on {robust_samples} images)'
-
-
 def _count_correct(logits: torch.Tensor, target: torch.Tensor) -> float:
     return (logits.float().argmax(dim=1) == target).sum().item()
 
 
 def _top1_correct(model: nn.Module, loader: Iterable, device: torch.device, amp_dtype, channels_last: bool,
-                  attack: Optional[Attack] = None):
-    """(correct, seen) of `model` on `loader`, on inputs perturbed by `attack` when given."""
+                  attack: Optional[Attack] = None, on_batch: Callable[[], None] = lambda: None):
+    """(correct, seen) of `model` on `loader`, on inputs perturbed by `attack` when given; `on_batch` is called after
+    each batch."""
     correct = seen = 0
     for input, target in loader:
+        check_interrupted()
         input, target = input.to(device), target.to(device)
         if channels_last:
             input = input.contiguous(memory_format=torch.channels_last)
@@ -360,7 +361,14 @@ def _top1_correct(model: nn.Module, loader: Iterable, device: torch.device, amp_
         with _autocast(device, amp_dtype):
             correct += _count_correct(model(input), target)
         seen += target.shape[0]
+        on_batch()
     return correct, seen
+
+
+def _attacked_batch_passes(attack: Attack) -> int:
+    """Passes of the model over an attacked batch, in units of a clean batch's forward: the attack's iterations (a
+    forward and an input-gradient backward each) and the final forward; what the validation bar counts."""
+    return getattr(attack, 'steps', 1) + 1
 
 
 @torch.no_grad()
@@ -374,21 +382,37 @@ def validate(
         amp_dtype: Optional[torch.dtype] = None,
         channels_last: bool = False,
         distributed: bool = False,
+        progress: bool = False,
+        desc: str = 'validate',
 ) -> Validation:
     """Clean top-1 on `loader` and robust top-1 on `robust_loader` (default: `loader`) for each branch, in eval mode.
 
     Metric names (`metric_names`): ``top1``/``robust_top1`` for the clean branch, ``adv_branch_top1``/
     ``adv_branch_robust_top1`` for the adversarial branch of a mixture-BN model. The attacked images are counted
     over all ranks.
+
+    Args:
+        progress: Show a progress bar (titled `desc`) with an ETA over the whole validation, counted in model passes
+            over a batch: one per clean batch, the attack's iterations + 1 per attacked one, so that the rate the ETA
+            comes from holds, roughly, across both.
     """
     model = unwrap_model(model)
     model.eval()
+    robust_loader = loader if robust_loader is None else robust_loader
     names = metric_names(branches)
     counts = []
-    for branch in branches:
-        with route(model, branch):
-            counts.extend(_top1_correct(model, loader, device, amp_dtype, channels_last))
-            counts.extend(_top1_correct(model, robust_loader or loader, device, amp_dtype, channels_last, attack))
+    attacked_passes = _attacked_batch_passes(attack)
+    total = len(branches) * (len(loader) + attacked_passes * len(robust_loader))
+    with progress_bar(show=progress, total=total, desc=desc, unit='pass', leave=False) as bar:
+        for branch in branches:
+            which = f' ({branch} branch)' if len(branches) > 1 else ''
+            with route(model, branch):
+                bar.set_postfix_str('clean' + which)
+                counts.extend(_top1_correct(model, loader, device, amp_dtype, channels_last,
+                                            on_batch=lambda: bar.update(1)))
+                bar.set_postfix_str('attacked' + which)
+                counts.extend(_top1_correct(model, robust_loader, device, amp_dtype, channels_last, attack,
+                                            on_batch=lambda: bar.update(attacked_passes)))
     totals = torch.tensor(counts, dtype=torch.float64, device=device)
     if distributed:
         dist.all_reduce(totals)

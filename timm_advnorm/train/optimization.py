@@ -7,7 +7,7 @@ and the schedule runs over the run's own epochs and decay points, which ``--same
 """
 import argparse
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -75,10 +75,10 @@ def create_run_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.op
 
 
 def create_run_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace, schedule: EpochSchedule,
-                         updates_per_epoch: int) -> Tuple[Scheduler, int]:
+                         updates_per_epoch: int) -> Tuple[Optional[Scheduler], int]:
     """timm's learning-rate schedule from the schedule flags, over the epochs and decay points of `schedule` (the
     run's, after ``--same-budget``); returns it with the epochs to train, ``--cooldown-epochs`` (and a warm-up
-    prefix) included.
+    prefix) included. ``--sched none`` gives no schedule (None), as in timm: the lr stays constant.
 
     Args:
         updates_per_epoch: Optimizer updates per epoch (batches / ``--grad-accum-steps``, rounded up), what a

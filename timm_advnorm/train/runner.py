@@ -9,13 +9,14 @@ import torch
 from timm.utils.summary import trim_summary
 
 from ..cli import show_progress
-from ..signals import Interrupted
+from ..signals import Interrupted, check_interrupted, interrupts_between_steps
 from ..task import running_stats_active, use_running_statistics
 from .budget import peak_memory_bytes, reset_peak_memory, write_budget
 from .build import TrainingRun, TrainingStart
+from .console import epoch_line
 from .distribute_bn import distribute_bn
 from .epoch_record import EpochRecordSaver, ResumePosition, summary_row
-from .loop import DivergenceError, NonFiniteGuard, check_finite_state, train_one_epoch, validate, validation_message
+from .loop import DivergenceError, NonFiniteGuard, check_finite_state, train_one_epoch, validate
 from .resume import latest_checkpoint, rewind_run
 from .run_folder import BUDGET_FILE, discard_unsaved_run, kept_checkpoints, open_run_folder, resumed_budget
 from .run_lock import release_run_lock
@@ -53,6 +54,17 @@ def _resume_hint(output_dir: str, discarded: bool) -> str:
 def run_training(run: TrainingRun, start: TrainingStart) -> int:
     """Train `run` from its start epoch to its last; returns the exit status (0).
 
+    SIGINT and SIGTERM (under `timm_advnorm.signals.signals_as_interrupts`) stop the run between two steps, never
+    inside one: not inside the making of the run folder, a DataLoader starting its workers, or a checkpoint's writing
+    (`timm_advnorm.signals.interrupts_between_steps`). See `_run_training`.
+    """
+    with interrupts_between_steps():
+        return _run_training(run, start)
+
+
+def _run_training(run: TrainingRun, start: TrainingStart) -> int:
+    """`run_training`'s body.
+
     Rank 0 opens and locks the run folder (`run_folder.open_run_folder`); a resumed run completes the record of the
     epoch it resumes from (`epoch_record`), after rewinding the run to it under ``--resume-from-earlier``. Then it
     writes the budget and, each epoch, the epoch's record (checkpoints, then the summary row) and the measured budget.
@@ -69,6 +81,7 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
         output_dir = run_folder.path
     epoch = start_epoch
     try:
+        check_interrupted()  # a signal that came while the run folder was made
         if args.rank == 0:
             saver = EpochRecordSaver(model=model, optimizer=optimizer, args=args, task=task,
                                      checkpoint_dir=output_dir, recovery_dir=output_dir, decreasing=False,
@@ -91,9 +104,12 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
                          f'{" and ".join(branches)} branch{"es" if len(branches) > 1 else ""}, checkpoints ranked by '
                          f'{args.eval_metric}; {args.world_size} process(es); run in {output_dir}')
 
-        def validate_model(module: torch.nn.Module):  # the model and its EMA, validated alike
+        progress = args.rank == 0 and not args.no_progress and show_progress()
+
+        def validate_model(module: torch.nn.Module, desc: str):  # the model and its EMA, validated alike
             return validate(module, loader_val, device, val_attack, robust_loader=loader_robust, branches=branches,
-                            amp_dtype=amp_dtype, channels_last=args.channels_last, distributed=args.distributed)
+                            amp_dtype=amp_dtype, channels_last=args.channels_last, distributed=args.distributed,
+                            progress=progress, desc=desc)
 
         guard = NonFiniteGuard(args.skip_nonfinite)
         for epoch in range(start_epoch, epochs):
@@ -109,7 +125,7 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
                 clip_grad=args.clip_grad, clip_mode=args.clip_mode, channels_last=args.channels_last,
                 before_forward=(lambda: use_running_statistics(model)) if running else None,
                 log_interval=args.log_interval if args.rank == 0 else 0, distributed=args.distributed, guard=guard,
-                progress=args.rank == 0 and not args.no_progress and show_progress(), loss_scaler=loss_scaler,
+                progress=progress, loss_scaler=loss_scaler,
                 grad_accum_steps=args.grad_accum_steps, recovery_interval=args.recovery_interval,
                 recovery=(lambda update: saver.save_recovery(epoch, batch_idx=update)) if args.rank == 0 else None,
                 updates_done=run.start_updates if epoch == start_epoch else 0)
@@ -119,15 +135,19 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
             train_metrics['running_stats'] = float(running)
             # before validation, which changes no weight: what is validated is what is saved
             check_finite_state(task, optimizer, epoch, distributed=args.distributed)
-            validation = validate_model(model)
+            validation_start = time.perf_counter()
+            validation = validate_model(model, f'validate {epoch}')
             eval_metrics = validation.metrics
             if task.has_ema():
-                eval_metrics.update((f'ema_{k}', v) for k, v in validate_model(task.get_eval_model(ema=True))
-                                    .metrics.items())
-            run.scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
+                eval_metrics.update((f'ema_{k}', v) for k, v in validate_model(
+                    task.get_eval_model(ema=True), f'validate {epoch} (EMA)').metrics.items())
+            validation_seconds = time.perf_counter() - validation_start
+            if run.scheduler is not None:
+                run.scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
             if args.rank == 0:
-                _logger.info('Validation: ' + validation_message(eval_metrics, validation.robust_samples))
                 lr = train_metrics.pop('lr')
+                _logger.info(epoch_line(epoch, epochs, train_metrics, lr, eval_metrics, validation_seconds, val_attack,
+                                        validation.robust_samples))
                 saver.save_epoch(epoch, summary_row(epoch, train_metrics, eval_metrics, lr),
                                  metric=eval_metrics[args.eval_metric])
                 budget = budget.record_epoch(train_metrics['seconds'], int(train_metrics['peak_memory_mb'] * 2 ** 20))
@@ -135,6 +155,7 @@ def run_training(run: TrainingRun, start: TrainingStart) -> int:
                 if tracker is not None:
                     tracker.log_epoch(epoch, train_metrics, eval_metrics, lr)
                     tracker.log_budget(budget.to_dict())
+        check_interrupted()  # a signal that came while the last epoch was recorded
     except BaseException as e:
         if tracker is not None:
             tracker.finish(exit_code=1)

