@@ -31,7 +31,8 @@ def test_demo_steps_are_the_readme_s_runs_and_parse_as_their_commands(tmp_path, 
 
 def _results(variants) -> dict:
     attack = dict(label='pgd', protocol_label='pgd', attack='pgd', threat='white-box', norm='linf', eps=16.0, steps=20,
-                  targeted=False, kwargs=dict(steps=20, step=2.0), accuracy=None)
+                  targeted=False, kwargs=dict(steps=20, step=2.0), step=2.0, step_rule='sign step', iterate='best',
+                  accuracy=None)
     return dict(model='test_mbn_resnet', protocol=dict(name='custom', attacks=[]), variants=[
         dict(name=name, kind=name, clean=clean, attacks=[dict(attack, accuracy=robust)], robust=robust)
         for name, clean, robust in variants])
@@ -40,11 +41,12 @@ def _results(variants) -> dict:
 def test_report_table_lists_each_run_s_variants(tmp_path):
     (tmp_path / 'a.json').write_text(json.dumps(_results([('clean', 97.8, 75.2), ('adv', 97.2, 83.3)])))
     (tmp_path / 'c.json').write_text(json.dumps(_results([('clean', 97.8, 0.0)])))
+    pgd = 'PGD-20 L∞, ε = 16/255, α = 2/255 (sign step), untargeted, best iterate'
     assert report_table([('adversarial (mbn)', tmp_path / 'a.json'), ('clean (vanilla)', tmp_path / 'c.json')]) == (
         '| training | branch | clean top-1 | robust top-1 (attack) |\n| --- | --- | --- | --- |\n'
-        '| adversarial (mbn) | clean | 97.8% | 75.2% (pgd (20 iterations), L∞ ε=16/255) |\n'
-        '| adversarial (mbn) | adv | 97.2% | 83.3% (pgd (20 iterations), L∞ ε=16/255) |\n'
-        '| clean (vanilla) | clean | 97.8% | 0.0% (pgd (20 iterations), L∞ ε=16/255) |\n')
+        f'| adversarial (mbn) | clean | 97.8% | 75.2% ({pgd}) |\n'
+        f'| adversarial (mbn) | adv | 97.2% | 83.3% ({pgd}) |\n'
+        f'| clean (vanilla) | clean | 97.8% | 0.0% ({pgd}) |\n')
 
 
 def test_demo_refuses_an_existing_output_folder(tmp_path, capsys):

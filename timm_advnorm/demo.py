@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from .cli import ArgumentParser, run_cli
-from .eval.schema import AttackResult, read_results
-from .eval.summary import attack_title
+from .eval.schema import read_results
 
 __all__ = ['demo_steps', 'report_table', 'main', 'run', 'console_main']
 
@@ -76,23 +75,15 @@ def demo_steps(output: Path, data_dir: Optional[str] = None, smoke: bool = False
     return steps
 
 
-def _attack(attack: AttackResult) -> str:
-    """An attack as it ran: its name with the budget, and its L∞ or L2 radius on the 0-255 scale."""
-    title = attack_title(attack.label, attack.steps, attack.queries)
-    if attack.eps is None:  # noise and corruptions: the name says what ran
-        return title
-    if attack.norm == 'linf':
-        return f'{title}, L∞ ε={attack.eps:g}/255'
-    return f'{title}, L2 ε={attack.eps:g} on the 0-255 scale'
-
-
 def report_table(results: Sequence[Tuple[str, Path]]) -> str:
     """The demo's comparison as a Markdown table: clean and robust accuracy of each labelled run's variants, from
     their ``timm-advnorm-validate`` results files."""
     lines = ['| training | branch | clean top-1 | robust top-1 (attack) |', '| --- | --- | --- | --- |']
     for label, path in results:
-        for variant in read_results(path).variants:
-            attacks = ', '.join(f'{a.accuracy:.1f}% ({_attack(a)})' for a in variant.attacks)
+        evaluated = read_results(path)
+        for variant in evaluated.variants:
+            attacks = ', '.join(f'{a.accuracy:.1f}% ({a.describe(evaluated.protocol.reduced)})'
+                                for a in variant.attacks)
             lines.append(f'| {label} | {variant.name} | {variant.clean:.1f}% | {attacks} |')
     return '\n'.join(lines) + '\n'
 
