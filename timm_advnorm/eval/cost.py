@@ -19,6 +19,7 @@ import torch
 from ..attacks import InputSpace
 from ..attacks.autoattack import AutoAttack
 from ..attacks.fab import FABT
+from ..durations import duration_text
 from .metrics import THICKNESS_POINTS
 from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
@@ -239,7 +240,7 @@ class EvalCost:
             row = (name, f'{s.samples:,}' + (f' x{s.variants}' if s.variants > 1 else ''),
                    f'{s.per_sample.forward:g}+{s.per_sample.backward:g}', f'{s.passes.total:,.0f}',
                    f'{100 * _share(s.passes.total, total):.1f} %')
-            rows.append(row + ((_duration(s.seconds),) if timed else ()))
+            rows.append(row + ((duration_text(s.seconds),) if timed else ()))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = [title]
         for row in rows:
@@ -259,18 +260,8 @@ class EvalCost:
     def time_text(self) -> str:
         """The projected time and what it was measured on (once measured)."""
         processes = f' per process, {self.world_size} processes side by side' if self.world_size > 1 else ''
-        return (f'{_duration(self.projected_seconds)} projected for the whole evaluation{processes} (the first batch '
-                f'of {self.first_batch} samples took {_duration(self.first_batch_seconds)})')
-
-
-def _duration(seconds: Optional[float]) -> str:
-    """``0.42 s``, ``45.0 s``, ``12.3 min``, ``2.1 h`` or ``9.6 d``."""
-    if seconds is None:
-        return 'n/a'
-    for unit, size in (('d', 86400), ('h', 3600), ('min', 60)):
-        if seconds >= size:
-            return f'{seconds / size:.1f} {unit}'
-    return f'{seconds:.2f} s' if seconds < 10 else f'{seconds:.1f} s'
+        return (f'{duration_text(self.projected_seconds)} projected for the whole evaluation{processes} (the first '
+                f'batch of {self.first_batch} samples took {duration_text(self.first_batch_seconds)})')
 
 
 def _covered(stage: Stage, positions: Sequence[int]) -> int:

@@ -33,6 +33,7 @@ import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..attacks.base import Attack
+from ..durations import duration_text
 from ..task import AdversarialClassificationTask
 from .console import attack_label
 from .loop import LossScaler, train_one_epoch, validate
@@ -303,24 +304,24 @@ class RunBudget:
             lines += [
                 ('peak memory', f'{_megabytes(self.peak_memory_bytes)} (measured step: {_PEAK_MEANING[self.device]})'),
                 ('step time', f'{self.step_seconds:.3f} s (measured step)'),
-                ('epoch time', f'{_duration(self.projected_epoch_seconds)} (projection, training)'),
+                ('epoch time', f'{duration_text(self.projected_epoch_seconds)} (projection, training)'),
             ]
         if self.validation_epoch_seconds is not None:
-            lines.append(('validation', f'{_duration(self.validation_epoch_seconds)} per epoch at most (projection: '
+            lines.append(('validation', f'{duration_text(self.validation_epoch_seconds)} per epoch at most (projection: '
                                         f'{self.validation}; every image attacked for all iterations)'))
         if self.step_seconds is not None:
-            lines.append(('training time', f'{_duration(self.projected_run_seconds)} (projection, {self.epochs} '
+            lines.append(('training time', f'{duration_text(self.projected_run_seconds)} (projection, {self.epochs} '
                                            f'epochs)'))
         if self.projected_total_seconds is not None:
             lines += [
-                ('validation time', f'{_duration(self.projected_validation_seconds)} (projection, {self.epochs} '
+                ('validation time', f'{duration_text(self.projected_validation_seconds)} (projection, {self.epochs} '
                                     f'validations)'),
-                ('total time', f'{_duration(self.projected_total_seconds)} (projection, training and validation)'),
+                ('total time', f'{duration_text(self.projected_total_seconds)} (projection, training and validation)'),
             ]
         if self.measured_epoch_seconds:
             mean = sum(self.measured_epoch_seconds) / len(self.measured_epoch_seconds)
             lines += [
-                ('measured epoch time', f'{_duration(mean)} (mean of {len(self.measured_epoch_seconds)} epoch(s))'),
+                ('measured epoch time', f'{duration_text(mean)} (mean of {len(self.measured_epoch_seconds)} epoch(s))'),
                 ('measured peak memory', _megabytes(self.measured_peak_memory_bytes)),
             ]
         width = max(len(name) for name, _ in lines[1:])
@@ -342,16 +343,6 @@ def _si(value: float) -> str:
 
 def _megabytes(value: Optional[int]) -> str:
     return 'n/a' if value is None else f'{value / 2 ** 20:,.0f} MB'
-
-
-def _duration(seconds: Optional[float]) -> str:
-    """``45.0 s``, ``12.3 min``, ``2.1 h`` or ``9.6 d``."""
-    if seconds is None:
-        return 'n/a'
-    for unit, size in (('d', 86400), ('h', 3600), ('min', 60)):
-        if seconds >= size:
-            return f'{seconds / size:.1f} {unit}'
-    return f'{seconds:.1f} s'
 
 
 def count_budget(

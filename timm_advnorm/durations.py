@@ -1,0 +1,14 @@
+"""Durations as the plans of training and evaluation print them."""
+from typing import Optional
+
+__all__ = ['duration_text']
+
+
+def duration_text(seconds: Optional[float]) -> str:
+    """``0.42 s``, ``45.0 s``, ``12.3 min``, ``2.1 h`` or ``9.6 d``; ``n/a`` when not measured."""
+    if seconds is None:
+        return 'n/a'
+    for unit, size in (('d', 86400), ('h', 3600), ('min', 60)):
+        if seconds >= size:
+            return f'{seconds / size:.1f} {unit}'
+    return f'{seconds:.2f} s' if seconds < 10 else f'{seconds:.1f} s'
