@@ -168,3 +168,8 @@ def test_pgd_with_default_arguments_names_its_step_in_every_output(digits_dir, t
     card = render_model_card(DEFAULT_CARD_TEMPLATE.read_text(), CardFacts(**dict(
         vars(facts), results=parse_eval_results(data))))
     assert f'(the protocol\'s headline: {expected["pgd-4"]})' in card
+    # a model-index metric name gives each attack once, by its description (not ε and targets twice)
+    from timm_advnorm.hub.card import _metric_name
+    hub_results = parse_eval_results(data)
+    entry = next(e for e in hub_results.entries if e.name == 'pgd-4')
+    assert _metric_name(hub_results, entry) == f'custom: pgd-4 (white-box; {expected["pgd-4"]}) [{entry.variant}]'

@@ -236,8 +236,10 @@ def _protocol_name(results: EvalResults) -> str:
 
 
 def _metric_name(results: EvalResults, entry: AttackResult) -> str:
-    """A model-index metric name that says what ran: ``xie2020: pgd-t-100 (white-box, L∞ ε = 16/255, ...) [adv]``."""
-    details = '; '.join(part for part in (_threat(entry), _budget(entry)) if part and not entry.is_clean)
+    """A model-index metric name that says what ran: ``xie2020: pgd-t-100 (white-box; PGD-100 L∞, ε = 16/255, ...)
+    [adv]`` (results without the one description: the threat model, then the budget as recorded)."""
+    threat = entry.threat if entry.description is not None else _threat(entry)  # a description names ε and targets
+    details = '; '.join(part for part in (threat, _budget(entry)) if part and not entry.is_clean)
     name = f'{_protocol_name(results)}: {_row_name(entry)}' + (f' ({details})' if details else '')
     return f'{name} [{entry.variant}]' if entry.variant else name
 
