@@ -173,10 +173,12 @@ def test_publishing_takes_the_recorded_inference_branch_and_a_flag_against_it_is
                                                                                         caplog):
     """Publishing used to demand ``--inference-branch`` of a checkpoint that records one."""
     caplog.set_level(logging.INFO, logger='timm_advnorm.hub.publish')
+    caplog.set_level(logging.INFO, logger='timm_advnorm.layers.branch_notice')
     out = tmp_path / 'export'
     assert run_publish(argv=[str(stopped_run / 'last.pth.tar'), '--local-dir', str(out)]) == 0
     assert json.loads((out / 'config.json').read_text())['model_args']['inference_branch'] == 'adv'
     assert "Inference branch adv, dataset folder: from the checkpoint's record." in caplog.text
+    assert 'runs on its clean branch' not in caplog.text  # the model is routed before it loads: no default to tell of
     assert run_publish(argv=[str(stopped_run / 'last.pth.tar'), '--inference-branch', 'clean', '--local-dir',
                              str(tmp_path / 'clean')]) == 0
     assert json.loads((tmp_path / 'clean' / 'config.json').read_text())['model_args']['inference_branch'] == 'clean'

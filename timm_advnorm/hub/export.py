@@ -115,11 +115,11 @@ def build_export_model(
     if num_classes is not None:
         model_kwargs['num_classes'] = num_classes
     model = timm.create_model(arch, pretrained_cfg=pretrained_cfg, **model_kwargs)
-    load_weights(model, Checkpoint(state_dict=weights, source=checkpoint.source), branch=branch)
-    if has_mixture_bn(model):
+    if has_mixture_bn(model):  # routed before loading: the load then has no default branch to tell the user about
         set_inference_branch(model, inference_branch or recorded_branch or 'clean')
     elif inference_branch is not None:
         raise ValueError(f'An inference branch applies to mixture-BN models; {arch} has plain normalization.')
+    load_weights(model, Checkpoint(state_dict=weights, source=checkpoint.source), branch=branch)
     return model.eval(), source_arch
 
 
