@@ -370,7 +370,8 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--log-interval', type=non_negative_int, default=50, metavar='N',
                        help='Batches between log lines.')
     group.add_argument('--no-progress', action='store_true',
-                       help='No progress bar over the training batches (shown only on a terminal, not under CI).')
+                       help='No progress bars over the training batches and the validations (shown only on a terminal, '
+                            'not under CI).')
     group.add_argument('--log-wandb', action='store_true',
                        help='Log each epoch\'s summary.csv row and the run\'s budget to Weights & Biases '
                             '(pip install "timm-advnorm[wandb]"; WANDB_MODE=offline logs without a network).')
