@@ -18,6 +18,7 @@ from timm_advnorm.task import create_task
 from timm_advnorm.train import tracking
 from timm_advnorm.train.loop import LossScaler, train_one_epoch
 from timm_advnorm.train.script import main, run
+from tiny_runs import tiny_digits
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -70,9 +71,10 @@ def test_float16_trains_with_a_loss_scaler_saved_and_resumed_and_logs_to_wandb_o
         real_log(self, epoch, train_metrics, eval_metrics, lr)
 
     monkeypatch.setattr(tracking.WandbRun, 'log_epoch', spy)
-    out = tmp_path / 'runs'
-    fp16 = ('--method', 'madry', '--amp', '--amp-dtype', 'float16', '--epochs', '2', '--log-wandb')
-    assert _train(digits_dir, out, *fp16) == 0
+    out, data = tmp_path / 'runs', tiny_digits(digits_dir, tmp_path / 'data')  # fp16 on the CPU is slow: few images
+    fp16 = ('--method', 'madry', '--amp', '--amp-dtype', 'float16', '--epochs', '2', '--log-wandb', '--dataset', '',
+            '--num-classes', '10', '--img-size', '32', '-b', '16')
+    assert _train(data, out, *fp16) == 0
     run_dir = out / 'run'
     checkpoint = torch.load(run_dir / 'last.pth.tar', weights_only=False)
     assert checkpoint['amp_scaler']['scale'] > 0
@@ -86,7 +88,7 @@ def test_float16_trains_with_a_loss_scaler_saved_and_resumed_and_logs_to_wandb_o
 
     # resumed after the first epoch (its ranked checkpoint, earlier than the run's last): the second epoch again
     assert main(['--resume', str(run_dir / 'checkpoint-0.pth.tar'), '--resume-from-earlier', '--data-dir',
-                 str(digits_dir), *FAST, *fp16]) == 0
+                 str(data), *FAST, *fp16]) == 0
     assert [row['epoch'] for row in logged] == [0, 1, 1]
     assert yaml.safe_load((run_dir / 'budget.yaml').read_text())['measured_epochs'] == 2
 
