@@ -149,7 +149,7 @@ def check_mixture_bn_route(device: torch.device, name: str, channels_last: bool,
 
 # Training steps ------------------------------------------------------------------------------------------------------
 
-def _model(name: str, device: torch.device, checkpointing: bool) -> nn.Module:
+def seeded_model(name: str, device: torch.device, checkpointing: bool) -> nn.Module:
     """A fresh, seeded tiny model on `device`; a mixture-BN model's adversarial branch differs from its clean one."""
     torch.manual_seed(0)
     model = timm.create_model(name, num_classes=NUM_CLASSES)
@@ -168,7 +168,7 @@ def build_task(method: str, device: torch.device, amp_dtype: Optional[torch.dtyp
     args, _ = parse_args(['--method', method, *METHOD_OPTIONS])
     args.rank, args.distributed = 0, False
     for name in MODELS:
-        model = _model(name, device, checkpointing)
+        model = seeded_model(name, device, checkpointing)
         try:
             task = get_task_class(method).from_args(args, model, SPACE, num_classes=NUM_CLASSES, amp_dtype=amp_dtype,
                                                     device=device, verbose=False)
@@ -259,7 +259,7 @@ def check_bn_folding(device: torch.device, channels_last: bool) -> None:
     fold supports, and its folded weights take the layout `fold_batchnorm` promises on `device`: channels_last on the
     CPU, each convolution's own elsewhere."""
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    model = _model('test_mbn_resnet', device, False).eval().to(memory_format=memory_format)
+    model = seeded_model('test_mbn_resnet', device, False).eval().to(memory_format=memory_format)
     x = _batch(4, device)[0].contiguous(memory_format=memory_format)
     outputs = {}
     for name in ('clean', 'adv', 'mix'):
@@ -326,7 +326,7 @@ def attack_peak_bytes(device: torch.device, steps: int) -> int:
     On CUDA, ``torch.cuda.max_memory_allocated``; on the CPU, the tensor storage alive at once (`LiveTensorBytes`,
     exact where resident memory is not). A first, unmeasured call makes the one-time allocations.
     """
-    model = _model('test_mbn_resnet', device, False).eval()
+    model = seeded_model('test_mbn_resnet', device, False).eval()
     x, y = _batch(16, device)
     attack = create_attack('pgd', space=SPACE, eps=8.0, step=1.0, steps=steps, seed=0)
     attack(model, x, y)
@@ -359,7 +359,7 @@ def check_sync_mixture_bn_keeps_routes(device: torch.device, backend: str, port:
     model computes on every route, and updates the same branch's running statistics."""
     dist.init_process_group(backend, init_method=f'tcp://127.0.0.1:{port}', rank=0, world_size=1)
     try:
-        model = _model('test_mbn_resnet', device, False).train()
+        model = seeded_model('test_mbn_resnet', device, False).train()
         synced = convert_sync_mixture_bn(copy.deepcopy(model))
         assert type(synced.bn1).__name__.startswith('SyncMixture')
         x = _batch(6, device)[0]

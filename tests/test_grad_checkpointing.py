@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
-import timm
 import torch
 import torch.nn as nn
 import yaml
@@ -17,31 +16,22 @@ import yaml
 import timm_advnorm  # noqa: F401  (registers the models and methods)
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.layers import (
-    guard_batch_norm_statistics, interleave, mixture_bn_modules, route, set_grad_checkpointing)
+    guard_batch_norm_statistics, interleave, route, set_grad_checkpointing)
 from timm_advnorm.layers.recompute import PositionedHistory, autograd_position
 from timm_advnorm.task import get_task_class, list_tasks
 from timm_advnorm.train.args import parse_args
 
+from device_checks import NUM_CLASSES, seeded_model
+
 pytestmark = pytest.mark.usefixtures('one_thread')
 
-NUM_CLASSES = 10
+CPU = torch.device('cpu')
 SPACE = InputSpace()
 FAMILIES = {'bn': 'test_resnet', 'mbn': 'test_mbn_resnet', 'gn': 'test_gn_resnet', 'nf': 'test_nfr_resnet'}
 METHOD_OPTIONS = ['--attack-steps', '2', '--attack-step', '2', '--deepaugment-net', 'cae',
                   '--deepaugment-random-weights']
 TRAIN_ROUTES = [('clean', {}), ('adv', {}), ('split', {'n_clean': 3}), ('interleaved', {}), ('mix', {'gamma': 0.3})]
 Tensors = Dict[str, torch.Tensor]
-
-
-def _model(name: str, checkpointing: bool) -> nn.Module:
-    """A fresh tiny model, the same weights for the same name; a mixture-BN model's branches differ."""
-    torch.manual_seed(0)
-    model = timm.create_model(name, num_classes=NUM_CLASSES)
-    with torch.no_grad():
-        for mbn in mixture_bn_modules(model):
-            mbn.adv_bn.weight.uniform_(0.5, 1.5)
-            mbn.adv_bn.running_var.uniform_(0.5, 2.0)
-    return set_grad_checkpointing(model) if checkpointing else model
 
 
 def _batch(n: int = 10) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +59,7 @@ def _training_step(method: str, name: str, checkpointing: bool, amp: bool = Fals
     Raises:
         ValueError: The method refuses the model.
     """
-    model = _model(name, checkpointing)
+    model = seeded_model(name, CPU, checkpointing)
     args, _ = parse_args(['--method', method, *METHOD_OPTIONS, *extra])
     args.rank, args.distributed = 0, False
     amp_dtype = torch.bfloat16 if amp else None
@@ -115,7 +105,7 @@ def test_checkpointing_under_autocast_and_channels_last(method, family, extra, a
 
 def _routed_step(checkpointing: bool, name: str, kwargs: dict, channels_last: bool) -> Tuple[Tensors, Tensors]:
     """A training forward on route `name`, the backward after the route block (as the training loop does it)."""
-    model = _model('test_mbn_resnet', checkpointing).train()
+    model = seeded_model('test_mbn_resnet', CPU, checkpointing).train()
     x, _ = _batch(6)
     if name == 'interleaved':
         x = interleave(x[:3], x[3:])
@@ -137,7 +127,7 @@ def test_recomputation_runs_on_the_forwards_route_and_counts_no_batch_twice(name
 
 def _two_graphs(checkpointing: bool) -> Tuple[Tensors, Tensors]:
     """Two forwards on different routes, one backward through both after both route blocks have closed."""
-    model = _model('test_mbn_resnet', checkpointing).train()
+    model = seeded_model('test_mbn_resnet', CPU, checkpointing).train()
     x, _ = _batch(6)
     with route(model, 'adv'):
         out_adv = model(x)
@@ -153,7 +143,7 @@ def test_graphs_of_several_routes_backpropagated_together():
 
 
 def _attacked(checkpointing: bool, bn_stats: str) -> Tuple[torch.Tensor, Tensors]:
-    model = _model('test_mbn_resnet', checkpointing).train()
+    model = seeded_model('test_mbn_resnet', CPU, checkpointing).train()
     attack = create_attack('pgd', space=SPACE, eps=8.0, step=2.0, steps=3, bn_stats=bn_stats, seed=0)
     x, y = _batch(4)
     with route(model, 'adv'):
@@ -170,7 +160,7 @@ def test_attack_input_gradients_through_a_checkpointed_model(bn_stats):
 
 
 def test_plain_batch_norm_guard_is_installed_once_and_removed():
-    model = _model('test_resnet', checkpointing=False)
+    model = seeded_model('test_resnet', CPU, checkpointing=False)
     assert guard_batch_norm_statistics(model) == guard_batch_norm_statistics(model) > 0
     hooks = sum(len(m._forward_pre_hooks) for m in model.modules())
     assert hooks == guard_batch_norm_statistics(model)
