@@ -165,3 +165,11 @@ def two_branch_mbn():
                     bn.running_var.uniform_(0.5, 2.0)
         return model.eval()
     return make
+
+
+@pytest.fixture(scope='module')
+def two_branches(two_branch_mbn):
+    """The two-branch model the attack checks of `device_checks` compare across devices, with its class count."""
+    from device_checks import NUM_CLASSES
+
+    return two_branch_mbn(num_classes=NUM_CLASSES)

@@ -11,11 +11,6 @@ pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures('no_tf32')]
 CUDA = torch.device('cuda')
 
 
-@pytest.fixture(scope='module')
-def two_branches(two_branch_mbn):
-    return two_branch_mbn(num_classes=checks.NUM_CLASSES)
-
-
 @pytest.mark.parametrize('name', checks.ATTACKS)
 def test_an_attack_on_cuda_matches_its_cpu_run(name, two_branches):
     checks.check_attack_matches_the_cpu(CUDA, name, two_branches)

@@ -49,11 +49,6 @@ def test_bn_folding(channels_last):
     checks.check_bn_folding(CPU, channels_last)
 
 
-@pytest.fixture(scope='module')
-def two_branches(two_branch_mbn):
-    return two_branch_mbn(num_classes=checks.NUM_CLASSES)
-
-
 @pytest.mark.parametrize('name', checks.ATTACKS)
 def test_an_fp32_attack_matches_its_float64_run(name, two_branches):
     checks.check_attack_matches_the_cpu(CPU, name, two_branches)

@@ -266,3 +266,5 @@ def test_the_robustbench_subset_takes_its_first_images_in_list_order(tmp_path):
         named_subset_order(dataset, 'robustbench')
     with pytest.raises(ValueError, match='1 of the 5 images'):
         named_subset_order(dataset, 'robustbench', num_samples=5)
+    with pytest.raises(ValueError, match=r"^Unknown subset 'robustbench-10k'; available: robustbench\.$"):
+        subset_files('robustbench-10k')

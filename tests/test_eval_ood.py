@@ -69,6 +69,16 @@ def test_shipped_lists_are_200_sorted_imagenet_wnids_copied_from_timm(name):
     assert dataset.logit_indices() == indices
 
 
+def test_the_sets_are_found_by_name_in_a_read_only_registry():
+    assert list(OOD_DATASETS) == ['imagenet-r', 'imagenet-a', 'imagenet-sketch']
+    assert all(get_ood_dataset(name) is dataset and dataset.name == name for name, dataset in OOD_DATASETS.items())
+    with pytest.raises(ValueError, match=r"^Unknown out-of-distribution data set 'imagenet-b'; available: "
+                                         r"imagenet-r, imagenet-a, imagenet-sketch\.$"):
+        get_ood_dataset('imagenet-b')
+    with pytest.raises(TypeError):
+        OOD_DATASETS['imagenet-b'] = OOD_DATASETS['imagenet-r']
+
+
 def test_imagenet_sketch_has_every_imagenet_class_in_imagenet_order():
     sketch = get_ood_dataset('imagenet-sketch')
     assert sketch.wnids == imagenet_wnids() and sketch.logit_indices() is None
@@ -156,7 +166,8 @@ def test_the_protocols_read_their_sets_at_the_papers_budgets():
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    (dict(attacks=(), dataset='imagenet-b'), 'unknown out-of-distribution data set'),
+    (dict(attacks=(), dataset='imagenet-b'), "^Protocol 'p': Unknown out-of-distribution data set 'imagenet-b'; "
+                                             "available: imagenet-r, imagenet-a, imagenet-sketch"),
     (dict(attacks=(), dataset='imagenet-r', ood=('imagenet-r',)), 'reads a data set twice'),
     (dict(attacks=(), dataset='imagenet-r'), "headline is the clean accuracy"),
     (dict(attacks=()), 'has no attacks'),

@@ -1,5 +1,6 @@
 """Evaluation protocols: the papers' budgets as data, overrides, reduction, and agreement with the attack registry."""
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -8,7 +9,8 @@ from timm_advnorm.attacks.registry import attack_threat
 from timm_advnorm.eval.build import build_protocol
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (
-    PROTOCOLS, AttackSpec, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol, resolve_eps)
+    PROTOCOLS, AttackSpec, Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks,
+    reduce_protocol, register_protocol, resolve_eps, unregister_protocol)
 from timm_advnorm.eval import script as validate_adv
 
 
@@ -116,8 +118,35 @@ def test_invalid_specs_are_rejected(bad):
 
 
 def test_unknown_protocol_is_a_clear_error():
-    with pytest.raises(ValueError, match='available'):
+    with pytest.raises(ValueError, match=r"^Unknown protocol 'madry'; available: xie2020, robustbench, nofrost, "):
         get_protocol('madry')
+
+
+@pytest.fixture
+def fgsm_protocol():
+    """A protocol of a plug-in's own, registered for one test (and removed after it)."""
+    protocol = register_protocol(Protocol('fgsm-4', 'FGSM at Linf eps=4.', 'A plug-in',
+                                          (AttackSpec('fgsm', 'fgsm', 4.0),), headline='fgsm'))
+    yield protocol
+    unregister_protocol('fgsm-4')
+
+
+def test_a_plug_in_protocol_is_offered_by_the_command(fgsm_protocol):
+    assert list_protocols()[-1] == 'fgsm-4' and PROTOCOLS['fgsm-4'] is get_protocol('fgsm-4') is fgsm_protocol
+    assert _cli_protocol('--protocol', 'fgsm-4') == fgsm_protocol
+    with pytest.raises(ValueError, match="^Protocol 'xie2020' is registered twice"):
+        register_protocol(replace(fgsm_protocol, name='xie2020'))
+    assert get_protocol('xie2020').attacks[0].attack == 'pgd'  # the first one kept
+    with pytest.raises(TypeError):
+        PROTOCOLS['other'] = fgsm_protocol  # a read-only view of the registry
+
+
+def test_an_unregistered_protocol_leaves_the_command(fgsm_protocol, capsys):
+    assert unregister_protocol('fgsm-4') is fgsm_protocol and 'fgsm-4' not in list_protocols()
+    with pytest.raises(SystemExit):
+        _cli_protocol('--protocol', 'fgsm-4')
+    assert "invalid choice: 'fgsm-4'" in capsys.readouterr().err
+    register_protocol(fgsm_protocol)  # for the fixture to remove
 
 
 @pytest.mark.parametrize('name', sorted(PROTOCOLS))

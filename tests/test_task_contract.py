@@ -89,18 +89,20 @@ def test_the_built_in_methods_are_registered_in_the_papers_order():
         assert get_task_class(name).method == name
     with pytest.raises(TypeError):
         TASKS['other'] = VanillaTask  # a read-only view of the registry
-    with pytest.raises(ValueError, match="Unknown method 'free_lunch'; choose from vanilla, madry"):
+    with pytest.raises(ValueError, match="Unknown method 'free_lunch'; available: vanilla, madry"):
         get_task_class('free_lunch')
 
 
 def test_registration_refuses_taken_and_malformed_names_and_other_classes():
-    with pytest.raises(ValueError, match="'mbn' is registered twice"):
-        register_task('mbn')(type('Other', (VanillaTask,), {}))
-    with pytest.raises(ValueError, match='lower case letters'):
-        register_task('Fast-AdvProp')
+    other = type('Other', (VanillaTask,), {})
+    with pytest.raises(ValueError, match="Method 'mbn' is registered twice"):
+        register_task('mbn')(other)
+    assert other.method == 'vanilla'  # a refused class is left as it was
+    with pytest.raises(ValueError, match=r"Method name 'Fast-AdvProp' does not match \[a-z\]\[a-z0-9_\]\*"):
+        register_task('Fast-AdvProp')(type('FastAdvProp', (VanillaTask,), {}))
     with pytest.raises(TypeError, match='not an AdversarialClassificationTask'):
         register_task('plain')(torch.nn.Module)
-    assert 'plain' not in TASKS
+    assert 'plain' not in TASKS and 'Fast-AdvProp' not in TASKS and TASKS['mbn'].__name__ == 'MbnTask'
 
 
 def test_each_method_declares_its_options_in_its_own_group_with_their_old_names_and_defaults():

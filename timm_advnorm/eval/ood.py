@@ -32,11 +32,13 @@ ImageNet's 1000 wnids, in the order of its class indices, are timm's (`timm.data
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from timm.data import ImageDataset, ImageNetInfo
+
+from ..registry import Registry
 
 __all__ = ['OODDataset', 'OOD_DATASETS', 'get_ood_dataset', 'imagenet_wnids', 'check_class_folders',
            'create_ood_dataset', 'ClassSubset', 'IMAGENET_CLASSES']
@@ -106,22 +108,25 @@ class OODDataset:
         return dict(name=self.name, title=self.title, reference=self.reference, classes=self.num_classes)
 
 
-OOD_DATASETS: Dict[str, OODDataset] = {d.name: d for d in (
+_OOD_DATASETS: Registry[OODDataset] = Registry('out-of-distribution data set')
+for _dataset in (
     OODDataset('imagenet-r', 'ImageNet-R', 'Hendrycks et al., ICCV 2021', 'imagenet_r_wnids.txt'),
     OODDataset('imagenet-a', 'ImageNet-A', 'Hendrycks et al., CVPR 2021', 'imagenet_a_wnids.txt'),
     OODDataset('imagenet-sketch', 'ImageNet-Sketch', 'Wang et al., NeurIPS 2019'),
-)}
+):
+    _OOD_DATASETS.register(_dataset.name, _dataset)
+
+#: The out-of-distribution sets by name: a read-only view of the registry.
+OOD_DATASETS: Mapping[str, OODDataset] = _OOD_DATASETS.entries
 
 
 def get_ood_dataset(name: str) -> OODDataset:
     """The out-of-distribution set `name`.
 
     Raises:
-        ValueError: Unknown name.
+        ValueError: Unknown name; the message lists the known ones.
     """
-    if name not in OOD_DATASETS:
-        raise ValueError(f'Unknown out-of-distribution data set {name!r}; available: {", ".join(OOD_DATASETS)}.')
-    return OOD_DATASETS[name]
+    return _OOD_DATASETS.get(name)
 
 
 def _named(names: Sequence[str]) -> str:

@@ -54,10 +54,12 @@ from ..attacks.bim import galloway_l2_eps
 from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
 from ..attacks.registry import attack_arguments, attack_threat, create_attack
 from ..attacks.space import InputSpace, PixelBudget, check_budget_scale
-from .ood import OOD_DATASETS
+from ..registry import Registry
+from .ood import OOD_DATASETS, get_ood_dataset
 
 __all__ = [
     'AttackSpec', 'Protocol', 'PROTOCOLS', 'AGGREGATIONS', 'THREATS', 'get_protocol', 'list_protocols',
+    'register_protocol', 'unregister_protocol',
     'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES', 'budget_label',
     'LAST_ITERATE_ATTACKS', 'Stepping', 'stepping',
 ]
@@ -276,9 +278,10 @@ class Protocol:
             raise ValueError(f'Protocol {self.name!r} has duplicate attack labels: {labels}.')
         sets = self.datasets
         for name in sets:
-            if name not in OOD_DATASETS:
-                raise ValueError(f'Protocol {self.name!r}: unknown out-of-distribution data set {name!r}; '
-                                 f'available: {", ".join(OOD_DATASETS)}.')
+            try:
+                get_ood_dataset(name)
+            except ValueError as e:
+                raise ValueError(f'Protocol {self.name!r}: {e}') from None
         if len(set(sets)) != len(sets):
             raise ValueError(f'Protocol {self.name!r} reads a data set twice: {list(sets)}.')
         if not self.attacks and not sets:
@@ -393,25 +396,49 @@ def _nofrost_star() -> Protocol:
         _corruptions().attacks + adversarial, headline='pgd', ood=('imagenet-r', 'imagenet-sketch'))
 
 
-PROTOCOLS = {p.name: p for p in (_xie2020(), _robustbench(), _nofrost(), _galloway(), _galloway_mnist(),
-                                 _corruptions(),
-                                 *(_ood(name) for name in OOD_DATASETS), _nofrost_star())}
+_PROTOCOLS: Registry[Protocol] = Registry('protocol')
+
+#: The registered protocols by name, in registration order: a read-only view that follows the registry.
+PROTOCOLS: Mapping[str, Protocol] = _PROTOCOLS.entries
+
+
+def register_protocol(protocol: Protocol) -> Protocol:
+    """Make `protocol` a ``--protocol`` of the evaluation command, under its name; returns it.
+
+    A plug-in registers its protocols by being imported before the command parses its arguments.
+
+    Raises:
+        ValueError: Its name is taken.
+    """
+    return _PROTOCOLS.register(protocol.name, protocol)
+
+
+def unregister_protocol(name: str) -> Protocol:
+    """Remove protocol `name` (to replace it, or after a test's throw-away protocol); returns it.
+
+    Raises:
+        ValueError: No protocol is registered as `name`.
+    """
+    return _PROTOCOLS.unregister(name)
+
+
+for _protocol in (_xie2020(), _robustbench(), _nofrost(), _galloway(), _galloway_mnist(), _corruptions(),
+                  *(_ood(name) for name in OOD_DATASETS), _nofrost_star()):
+    register_protocol(_protocol)
 
 
 def list_protocols() -> Tuple[str, ...]:
-    """Names of the built-in protocols."""
-    return tuple(PROTOCOLS)
+    """Names of the registered protocols, in registration order (the built-in ones first)."""
+    return tuple(_PROTOCOLS.names())
 
 
 def get_protocol(name: str) -> Protocol:
-    """The built-in protocol `name`.
+    """The protocol registered as `name`.
 
     Raises:
-        ValueError: Unknown name.
+        ValueError: Unknown name; the message lists the registered ones.
     """
-    if name not in PROTOCOLS:
-        raise ValueError(f'Unknown protocol {name!r}; available: {", ".join(PROTOCOLS)}.')
-    return PROTOCOLS[name]
+    return _PROTOCOLS.get(name)
 
 
 def _list_specs(name: str, eps: float, kwargs: Mapping[str, Any], counts: Sequence[int]) -> List[AttackSpec]:

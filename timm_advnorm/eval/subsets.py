@@ -14,24 +14,26 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from torch.utils.data import Dataset
 
+from ..registry import Registry
 from .schema import EvalResults
 
 __all__ = ['SUBSETS', 'subset_files', 'named_subset_order', 'robustbench_model_info']
 
-#: Subset name -> its list of ``<class folder>/<file>`` names, shipped beside this module.
-SUBSETS: Dict[str, str] = {'robustbench': 'robustbench_imagenet_5000.txt'}
 _FOLDER = Path(__file__).resolve().parent
+_SUBSETS: Registry[str] = Registry('subset')
+_SUBSETS.register('robustbench', 'robustbench_imagenet_5000.txt')
+
+#: Subset name -> its list of ``<class folder>/<file>`` names, shipped beside this module: a read-only view.
+SUBSETS: Mapping[str, str] = _SUBSETS.entries
 
 
 def subset_files(name: str) -> List[str]:
     """The image names of subset `name`, in its order.
 
     Raises:
-        ValueError: No subset has that name.
+        ValueError: No subset has that name; the message lists those that are.
     """
-    if name not in SUBSETS:
-        raise ValueError(f'Unknown subset {name!r}; choose from {", ".join(SUBSETS)}.')
-    return [line.strip() for line in (_FOLDER / SUBSETS[name]).read_text().splitlines() if line.strip()]
+    return [line.strip() for line in (_FOLDER / _SUBSETS.get(name)).read_text().splitlines() if line.strip()]
 
 
 def named_subset_order(dataset: Dataset, name: str, num_samples: int = 0) -> List[int]:

@@ -4,23 +4,20 @@
 A method is one module: the class, decorated. Importing `timm_advnorm` (or `timm_advnorm.task`) registers the
 built-in ones; a plug-in registers its own by being imported before the command parses its arguments.
 """
-import re
-from types import MappingProxyType
-from typing import Callable, Dict, List, Mapping, Type, TypeVar
+from typing import Callable, List, Mapping, Type, TypeVar
 
+from ..registry import Registry
 from .adversarial import AdversarialClassificationTask
 
 __all__ = ['TASKS', 'get_task_class', 'list_tasks', 'register_task', 'unregister_task']
 
 T = TypeVar('T', bound=Type[AdversarialClassificationTask])
 
-_TASKS: Dict[str, Type[AdversarialClassificationTask]] = {}
+# Method names go into option values, argument group titles and run folder names.
+_TASKS: Registry[Type[AdversarialClassificationTask]] = Registry('method', name_pattern=r'[a-z][a-z0-9_]*')
 
 #: The registered task classes by method name, in registration order: a read-only view that follows the registry.
-TASKS: Mapping[str, Type[AdversarialClassificationTask]] = MappingProxyType(_TASKS)
-
-# Method names go into option values, argument group titles and run folder names.
-_NAME = re.compile(r'[a-z][a-z0-9_]*')
+TASKS: Mapping[str, Type[AdversarialClassificationTask]] = _TASKS.entries
 
 
 def register_task(name: str) -> Callable[[T], T]:
@@ -32,18 +29,11 @@ def register_task(name: str) -> Callable[[T], T]:
         ValueError: `name` is not lower case letters, digits and underscores, or is taken.
         TypeError: The class is not an `AdversarialClassificationTask`.
     """
-    if not _NAME.fullmatch(name):
-        raise ValueError(f'Method name {name!r}: use lower case letters, digits and underscores, starting with a '
-                         f'letter.')
-
     def _register(cls: T) -> T:
         if not (isinstance(cls, type) and issubclass(cls, AdversarialClassificationTask)):
             raise TypeError(f'Method {name!r}: {cls!r} is not an AdversarialClassificationTask subclass.')
-        if name in _TASKS:
-            raise ValueError(f'Method {name!r} is registered twice ({_TASKS[name].__qualname__} and '
-                             f'{cls.__qualname__}); unregister_task it first to replace it.')
+        _TASKS.register(name, cls)
         cls.method = name
-        _TASKS[name] = cls
         return cls
     return _register
 
@@ -54,8 +44,7 @@ def unregister_task(name: str) -> Type[AdversarialClassificationTask]:
     Raises:
         ValueError: No method is registered as `name`.
     """
-    get_task_class(name)
-    return _TASKS.pop(name)
+    return _TASKS.unregister(name)
 
 
 def get_task_class(name: str) -> Type[AdversarialClassificationTask]:
@@ -64,11 +53,9 @@ def get_task_class(name: str) -> Type[AdversarialClassificationTask]:
     Raises:
         ValueError: No method is registered as `name`; the message lists those that are.
     """
-    if name not in _TASKS:
-        raise ValueError(f'Unknown method {name!r}; choose from {", ".join(_TASKS)}.')
-    return _TASKS[name]
+    return _TASKS.get(name)
 
 
 def list_tasks() -> List[str]:
     """Names of the registered methods, in registration order (the built-in ones in the order of the papers)."""
-    return list(_TASKS)
+    return _TASKS.names()
