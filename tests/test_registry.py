@@ -37,10 +37,12 @@ def test_name_taken_twice_is_refused_and_the_first_kept():
 
 
 def test_names_must_match_the_pattern():
-    registry = Registry('method', name_pattern=r'[a-z][a-z0-9_]*')
-    with pytest.raises(ValueError, match="Method name 'Fast-AdvProp' does not match"):
+    registry = Registry('method', name_pattern=r'[a-z][a-z0-9_]*', name_rule='lower case letters')
+    with pytest.raises(ValueError, match=r"^Method name 'Fast-AdvProp': use lower case letters\.$"):
         registry.register('Fast-AdvProp', 1)
-    with pytest.raises(ValueError, match='does not match'):
+    with pytest.raises(ValueError, match=r"^Attack name 'PGD': use a name matching \[a-z-\]\+\.$"):
+        Registry('attack', name_pattern='[a-z-]+').register('PGD', 1)
+    with pytest.raises(ValueError, match=r"^Subset name '': use a non-empty name\.$"):
         Registry('subset').register('', 1)
 
 

@@ -17,12 +17,14 @@ class Registry(Generic[T]):
     Args:
         kind: What an entry is, as error messages name it (``attack``, ``method``, ``protocol``).
         name_pattern: Regular expression every name must match in full; None accepts any non-empty string.
+        name_rule: The pattern in words, for the error refusing a name (``lower case letters and digits``).
         sort_names: Whether `names` and error messages list the names sorted rather than in registration order.
     """
 
-    def __init__(self, kind: str, name_pattern: Optional[str] = None, sort_names: bool = False):
+    def __init__(self, kind: str, name_pattern: Optional[str] = None, name_rule: str = '', sort_names: bool = False):
         self.kind = kind
         self._name_pattern = re.compile(name_pattern) if name_pattern else None
+        self._name_rule = name_rule or (f'a name matching {name_pattern}' if name_pattern else 'a non-empty name')
         self._sort_names = sort_names
         self._entries: Dict[str, T] = {}
         #: A read-only view of the entries that follows the registry.
@@ -35,8 +37,7 @@ class Registry(Generic[T]):
             ValueError: `name` does not match the registry's pattern, or is taken.
         """
         if not name or (self._name_pattern is not None and not self._name_pattern.fullmatch(name)):
-            raise ValueError(f'{self.kind.capitalize()} name {name!r} does not match '
-                             f'{self._name_pattern.pattern if self._name_pattern else "a non-empty name"}.')
+            raise ValueError(f'{self.kind.capitalize()} name {name!r}: use {self._name_rule}.')
         if name in self._entries:
             raise ValueError(f'{self.kind.capitalize()} {name!r} is registered twice.')
         self._entries[name] = entry

@@ -14,7 +14,9 @@ __all__ = ['TASKS', 'get_task_class', 'list_tasks', 'register_task', 'unregister
 T = TypeVar('T', bound=Type[AdversarialClassificationTask])
 
 # Method names go into option values, argument group titles and run folder names.
-_TASKS: Registry[Type[AdversarialClassificationTask]] = Registry('method', name_pattern=r'[a-z][a-z0-9_]*')
+_TASKS: Registry[Type[AdversarialClassificationTask]] = Registry(
+    'method', name_pattern=r'[a-z][a-z0-9_]*',
+    name_rule='lower case letters, digits and underscores, starting with a letter')
 
 #: The registered task classes by method name, in registration order: a read-only view that follows the registry.
 TASKS: Mapping[str, Type[AdversarialClassificationTask]] = _TASKS.entries
