@@ -13,25 +13,20 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import yaml
 from timm.utils.distributed import is_distributed_env
 
 from .arg_types import finite_float, positive_float, positive_int
-from .signals import Interrupted, signals_as_interrupts
+from .errors import USER_ERRORS, one_line, run_cli
 
 __all__ = ['AMP_DTYPES', 'USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'add_preprocessing_args',
            'check_device', 'check_normalization_lengths', 'check_pretrained_option', 'given_options', 'one_line',
            'parse_with_config', 'run_cli', 'show_progress']
 
 _logger = logging.getLogger(__name__)
-
-# Errors that mean "the input is wrong" (unknown model, missing or damaged file, bad value, malformed config). Other
-# exceptions are defects and keep their traceback; code that knows a library's RuntimeError means bad input (timm's
-# "Unknown model") re-raises it as a ValueError.
-USER_ERRORS = (ValueError, OSError, yaml.YAMLError)
 
 # ``--amp-dtype`` of every command: autocast dtypes by name.
 AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
@@ -40,12 +35,6 @@ AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
 def show_progress() -> bool:
     """Progress bars only for a person watching: stderr is a terminal and no CI is detected."""
     return sys.stderr.isatty() and not os.environ.get('CI')
-
-
-def one_line(error: BaseException, limit: int = 600) -> str:
-    """An exception as one line of at most `limit` characters (YAML and some library errors span several)."""
-    text = ' '.join(str(error).split()) or type(error).__name__
-    return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
 class _DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -372,23 +361,3 @@ def check_pretrained_option(model_name: str, num_classes: Optional[int], reset_c
             else f'pass --num-classes {available}')
     raise ValueError(f'--pretrained: the weights of {model_name} have {available} classes but the run has '
                      f'{num_classes} (--num-classes or the data set); {hint}')
-
-
-def run_cli(main: Callable[[Optional[List[str]]], Optional[int]], prog: str, argv: Optional[List[str]] = None) -> int:
-    """Run ``main(argv)``; report a user error as ``<prog>: error: <message>`` on stderr and return exit status 2.
-
-    Usage errors found by the parser already exit with status 2 through `ArgumentParser.error`. SIGINT and SIGTERM
-    stop the command with ``<prog>: interrupted (SIGINT) <where it stood and how to go on>`` on stderr and exit
-    status 128 + the signal's number (`timm_advnorm.signals`).
-    """
-    with signals_as_interrupts():
-        try:
-            return main(argv) or 0
-        except USER_ERRORS as e:
-            _logger.debug('%s failed', prog, exc_info=True)
-            print(f'{prog}: error: {one_line(e)}', file=sys.stderr)
-            return 2
-        except Interrupted as e:
-            _logger.debug('%s interrupted', prog, exc_info=True)
-            print(f'{prog}: {one_line(e)}', file=sys.stderr)
-            return e.exit_status

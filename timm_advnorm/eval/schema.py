@@ -31,7 +31,8 @@ from .describe import describe_attack
 
 __all__ = ['EvalResults', 'VariantResult', 'AttackResult', 'ProtocolInfo', 'SanityResult', 'SanityCheck',
            'SanityProbe', 'EpsPoint', 'OODAccuracy', 'AmpCheck', 'AmpComparison', 'BNStats', 'read_results',
-           'ITERATE_CONVENTIONS', 'SANITY_STATUSES', 'sanity_status', 'combined_sanity_status', 'passed_flag']
+           'ITERATE_CONVENTIONS', 'SANITY_STATUSES', 'sanity_status', 'combined_sanity_status', 'passed_flag',
+           'sanity_text']
 
 #: What the robust numbers of results that score the last iterate are (`EvalResults.conventions`).
 ITERATE_CONVENTIONS = {
@@ -733,6 +734,50 @@ class EvalResults(_Record):
             robustbench_model_info=dict(info) if isinstance(info, Mapping) else None,
             plots=[str(name) for name in plots] if isinstance(plots, list) else None)
 
+
+
+def _probe_text(probe: SanityProbe) -> str:
+    """What the sanity probes ran, in one clause (``probes (--sanity budget) on 16 samples: PGD-7 ...``)."""
+    mode = f' (--sanity {probe.mode})' if probe.mode else ''
+    ran = []
+    if probe.sweep_eps:
+        sweep = ', '.join(f'{eps:g}' for eps in probe.sweep_eps)
+        ran.append(f'untargeted PGD-{probe.steps} from the clean image at ε {sweep}/255')
+    if probe.more_steps:
+        ran.append(f'PGD-{probe.more_steps} at ε {probe.eps:g}/255')
+    if probe.blackbox_queries:
+        ran.append(f'Square with {probe.blackbox_queries} queries at ε {probe.eps:g}/255')
+    return f"probes{mode} on {probe.samples} samples" + (f": {', '.join(ran)}" if ran else '')
+
+
+def sanity_text(results: EvalResults) -> Optional[str]:
+    """The verdict of the sanity checks in one line, for the console and the model card: the status, how many checks
+    ran, which failed (on which variant), which did not run and why, and what the probes ran on; None when the
+    results record no checks."""
+    checked = [v for v in results.variants if v.sanity is not None and v.sanity.checks]
+    if not checked:
+        return None
+    checks = [check for v in checked for check in v.sanity.checks]
+    names = list(dict.fromkeys(check.name for check in checks))
+    ran = {check.name for check in checks if check.status in ('pass', 'fail')}
+    parts = [f'{results.sanity_status}: {len(ran)} of {len(names)} checks ran']
+    failed: Dict[str, List[str]] = {}  # the failed checks, and the variants each failed on
+    for v in checked:
+        for name in v.sanity.failed:
+            failed.setdefault(name, []).append(v.name)
+    if failed:
+        parts.append('failed: ' + '; '.join(f"{name} on {', '.join(variants)}" for name, variants in failed.items()))
+    reasons: Dict[str, List[str]] = {}
+    for check in checks:
+        if check.status not in ('pass', 'fail') and check.name not in ran:
+            reason = check.message.removeprefix('not run: ')
+            if check.name not in reasons.setdefault(reason, []):
+                reasons[reason].append(check.name)
+    parts += [f"not run: {', '.join(skipped)} ({reason})" for reason, skipped in reasons.items()]
+    probe = next((v.sanity_probe for v in checked if v.sanity_probe is not None), None)
+    if probe is not None and probe.samples:
+        parts.append(_probe_text(probe))
+    return '; '.join(parts)
 
 def read_results(path: Union[str, Path]) -> EvalResults:
     """Read a ``validate_adv.py`` results file.

@@ -28,7 +28,7 @@ import yaml
 from ..task import TASKS, method_papers, unused_options
 from .checkpoint import MODEL_CONFIG_ARG, split_source
 from .model_stats import ModelStats
-from .results import WORST_CASE, AttackResult, EvalResults
+from .results import WORST_CASE, CardEntry, CardResults
 
 __all__ = ['CardFacts', 'render_model_card', 'front_matter', 'results_table', 'hub_dataset_id', 'LAST_ITERATE_NAME']
 
@@ -102,7 +102,7 @@ class CardFacts:
     ema: bool = False
     args: Dict[str, Any] = field(default_factory=dict)
     epoch: Optional[int] = None
-    results: Optional[EvalResults] = None
+    results: Optional[CardResults] = None
     results_weights: Optional[bool] = True
     provenance: Optional[Dict[str, Any]] = None
     tf_same_padding: bool = False
@@ -120,7 +120,7 @@ def _inference_variant(facts: CardFacts) -> Optional[str]:
     return variants[0] if variants else None
 
 
-def _shown_entries(facts: CardFacts) -> List[AttackResult]:
+def _shown_entries(facts: CardFacts) -> List[CardEntry]:
     """Results of the published model, the variant it loads as first: when one branch is exported and the results
     name it, that branch only."""
     if facts.results is None:
@@ -132,7 +132,7 @@ def _shown_entries(facts: CardFacts) -> List[AttackResult]:
     return sorted(entries, key=lambda e: e.variant != first)  # stable: file order otherwise
 
 
-def _labelled(entries: List[AttackResult]) -> List[AttackResult]:
+def _labelled(entries: List[CardEntry]) -> List[CardEntry]:
     """`entries` with variant labels only where they tell variants apart."""
     if len({e.variant for e in entries}) > 1:
         return entries
@@ -144,19 +144,19 @@ def _number(value: float) -> str:
     return f'{value:.6g}'
 
 
-def _is_targeted(entry: AttackResult) -> Optional[bool]:
+def _is_targeted(entry: CardEntry) -> Optional[bool]:
     """Whether the attack aimed at target classes (APGD-T and FAB-T say so by their number of targets)."""
     if entry.targeted or 'n_target_classes' in entry.kwargs:
         return True
     return entry.targeted
 
 
-def _is_attack(entry: AttackResult) -> bool:
+def _is_attack(entry: CardEntry) -> bool:
     """Whether `entry` is an adversary's result (not clean images, the worst case, or random noise)."""
     return not entry.is_clean and entry.name != WORST_CASE and entry.threat != 'noise'
 
 
-def _threat(entry: AttackResult) -> str:
+def _threat(entry: CardEntry) -> str:
     """The threat model one row ran under: ``white-box, L∞ ε = 16/255, targeted, random target class``."""
     if entry.is_clean:
         return 'none'
@@ -178,7 +178,7 @@ def _threat(entry: AttackResult) -> str:
     return ', '.join(parts)
 
 
-def _step(entry: AttackResult) -> Optional[float]:
+def _step(entry: CardEntry) -> Optional[float]:
     """The step size (0-255 scale) the attack took: ``max(step, ε/N)`` under PGD's ``max`` rule."""
     step = entry.kwargs.get('step')
     if not isinstance(step, (int, float)) or isinstance(step, bool):
@@ -188,7 +188,7 @@ def _step(entry: AttackResult) -> Optional[float]:
     return float(step)
 
 
-def _iterations(entry: AttackResult) -> Optional[str]:
+def _iterations(entry: CardEntry) -> Optional[str]:
     """The iterations (``13 iterations``) or queries (``5000 queries``) an attack ran, when recorded."""
     kwargs = entry.kwargs
     steps = entry.steps if entry.steps is not None else kwargs.get('n_queries', kwargs.get('steps'))
@@ -197,8 +197,8 @@ def _iterations(entry: AttackResult) -> Optional[str]:
     return f'{steps} {"queries" if "n_queries" in kwargs or entry.threat == "black-box" else "iterations"}'
 
 
-def _budget(entry: AttackResult) -> str:
-    """The attack as ``validate_adv.py`` names it (`AttackResult.description`: norm, ε, step and rule, iterations or
+def _budget(entry: CardEntry) -> str:
+    """The attack as ``validate_adv.py`` names it (`CardEntry.description`: norm, ε, step and rule, iterations or
     queries, targeted or not, which iterate, reduced) or, for results from elsewhere, the iterations or queries and
     step as recorded; then restarts, targets, random start and any other argument of one row's attack."""
     if entry.is_clean or entry.name == WORST_CASE:
@@ -222,7 +222,7 @@ def _budget(entry: AttackResult) -> str:
     return ', '.join(parts)
 
 
-def _row_name(entry: AttackResult) -> str:
+def _row_name(entry: CardEntry) -> str:
     """The attack as it ran, and the protocol attack it stands for when the run changed its budget."""
     name = 'clean' if entry.is_clean else entry.name
     if entry.protocol_label and entry.protocol_label != entry.name:
@@ -230,12 +230,12 @@ def _row_name(entry: AttackResult) -> str:
     return name
 
 
-def _protocol_name(results: EvalResults) -> str:
+def _protocol_name(results: CardResults) -> str:
     """The protocol's name, marked ``(reduced)`` for a smoke-test run so no metric passes for the protocol's."""
     return f'{results.protocol} (reduced)' if results.reduced else results.protocol
 
 
-def _metric_name(results: EvalResults, entry: AttackResult) -> str:
+def _metric_name(results: CardResults, entry: CardEntry) -> str:
     """A model-index metric name that says what ran: ``xie2020: pgd-t-100 (white-box; PGD-100 L∞, ε = 16/255, ...)
     [adv]`` (results without the one description: the threat model, then the budget as recorded)."""
     threat = entry.threat if entry.description is not None else _threat(entry)  # a description names ε and targets
@@ -244,7 +244,7 @@ def _metric_name(results: EvalResults, entry: AttackResult) -> str:
     return f'{name} [{entry.variant}]' if entry.variant else name
 
 
-def _last_iterate_cell(entry: AttackResult) -> str:
+def _last_iterate_cell(entry: CardEntry) -> str:
     """The last-iterate accuracy (and success rate) of a row, as the results table shows it after the best
     iterate's."""
     accuracy = entry.accuracy_last_iterate
@@ -277,7 +277,7 @@ def _dataset_line(dataset: str) -> str:
     return _DATASET_NAMES.get(dataset, f'`{dataset}` (no Hugging Face Hub id known)')
 
 
-def _headline_entry(results: EvalResults, variant: Optional[str]) -> Optional[AttackResult]:
+def _headline_entry(results: CardResults, variant: Optional[str]) -> Optional[CardEntry]:
     """The row whose accuracy is `variant`'s headline robust accuracy: the protocol's headline attack or worst case;
     None when the headline is no single row (a mean over attacks)."""
     if variant not in results.headlines:
@@ -287,7 +287,7 @@ def _headline_entry(results: EvalResults, variant: Optional[str]) -> Optional[At
         label in (e.protocol_label or e.name, e.name) or (label == 'worst-case' and e.name == WORST_CASE))), None)
 
 
-def _headline_metrics(results: EvalResults, variant: Optional[str], label: Optional[str]) -> List[Dict[str, Any]]:
+def _headline_metrics(results: CardResults, variant: Optional[str], label: Optional[str]) -> List[Dict[str, Any]]:
     """The model-index metrics of one variant: its headline robust accuracy (then on the last iterate, where
     scored) and its clean accuracy; `label` tells variants apart."""
     suffix = f' [{label}]' if label else ''
@@ -568,7 +568,7 @@ def _recipe(facts: CardFacts) -> str:
     return '\n\n'.join(parts) or 'No training arguments were recorded with these weights.'
 
 
-def results_table(entries: List[AttackResult]) -> str:
+def results_table(entries: List[CardEntry]) -> str:
     """Markdown table: one row per attack (clean first) with its threat model and budget as they ran, and one
     accuracy column per evaluated variant (best iterate, then the last iterate where scored)."""
     variants = list(dict.fromkeys(e.variant for e in entries))
@@ -585,13 +585,13 @@ def results_table(entries: List[AttackResult]) -> str:
     return '\n'.join(lines)
 
 
-def _headline_attack(results: EvalResults, variant: Optional[str]) -> Optional[AttackResult]:
+def _headline_attack(results: CardResults, variant: Optional[str]) -> Optional[CardEntry]:
     """The row that stands for the protocol's headline attack label, if the headline is one."""
     return next((e for e in results.entries if e.variant == variant and results.headline in
                  (e.protocol_label or e.name, e.name)), None)
 
 
-def _robust_how(results: EvalResults, variant: Optional[str], robust: float) -> str:
+def _robust_how(results: CardResults, variant: Optional[str], robust: float) -> str:
     """Where a variant's robust accuracy comes from: the protocol's headline, or (reduced) what stood in for it."""
     strongest = results.strongest(variant)
     if variant not in results.headlines:
@@ -613,7 +613,7 @@ def _robust_how(results: EvalResults, variant: Optional[str], robust: float) -> 
     return how
 
 
-def _data(results: EvalResults) -> Optional[str]:
+def _data(results: CardResults) -> Optional[str]:
     """Data set, split, number of images and subset seed of the evaluation, as far as the results record them."""
     if not results.dataset:
         return None
@@ -650,7 +650,7 @@ def _preprocessing_line(facts: CardFacts) -> Optional[str]:
         for k in differ))
 
 
-def _sanity_line(results: EvalResults) -> Optional[str]:
+def _sanity_line(results: CardResults) -> Optional[str]:
     """The verdict of the evaluation's sanity checks: ``passed`` only when every check ran and passed; which ran on
     what, which did not and which failed on which variant (they print with results)."""
     if results.sanity_text is not None:

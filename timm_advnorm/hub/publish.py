@@ -31,7 +31,8 @@ from huggingface_hub.errors import RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from timm.models import split_model_name_tag
 
-from ..cli import ArgumentParser, add_hidden_alias, run_cli
+from ..cli import ArgumentParser, add_hidden_alias
+from ..errors import run_cli
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch
 from ..write_guard import EXPORT_MANIFEST, check_write_target
@@ -43,7 +44,7 @@ from .export import (
     write_export)
 from .loading import PLUGIN_CONFIG_KEY
 from .model_stats import count_model_stats
-from .results import EvalResults, read_eval_results
+from .results import CardResults, read_eval_results
 
 __all__ = ['get_args_parser', 'publish', 'check_upload_target', 'upload_export', 'main', 'run',
            'DEFAULT_CARD_TEMPLATE']
@@ -143,7 +144,7 @@ def _check_inference_branch(args: argparse.Namespace, model: nn.Module, branch: 
                          '--branch to export one branch.')
 
 
-def _check_results(args: argparse.Namespace, results: EvalResults) -> None:
+def _check_results(args: argparse.Namespace, results: CardResults) -> None:
     """Refuse smoke-test results unless the publisher says they mean to publish them (the card then says so)."""
     if results.reduced and not args.allow_reduced_results:
         raise ValueError(f'{args.results} holds a reduced run of protocol {results.protocol} (timm-advnorm-validate '
@@ -151,8 +152,8 @@ def _check_results(args: argparse.Namespace, results: EvalResults) -> None:
                          f'pass --allow-reduced-results to publish it marked as a smoke test.')
 
 
-def _check_results_weights(args: argparse.Namespace, results: EvalResults, model: nn.Module) -> Optional[bool]:
-    """Whether `results` evaluated the weights published (`model`'s; see `EvalResults.describes`): results of other
+def _check_results_weights(args: argparse.Namespace, results: CardResults, model: nn.Module) -> Optional[bool]:
+    """Whether `results` evaluated the weights published (`model`'s; see `CardResults.describes`): results of other
     weights, or of weights they do not record, are refused unless ``--allow-other-results`` (the card then says so).
 
     Returns:
@@ -176,7 +177,7 @@ def _check_results_weights(args: argparse.Namespace, results: EvalResults, model
                      f'as those of other weights.')
 
 
-def _check_results_model(results: EvalResults, *architectures: str) -> None:
+def _check_results_model(results: CardResults, *architectures: str) -> None:
     evaluated, _ = split_model_name_tag(results.model)
     if timm.is_model(evaluated) and evaluated not in architectures:
         _logger.warning(f'The results are for {results.model}, not {" or ".join(architectures)}.')
@@ -188,7 +189,7 @@ def _card_facts(
         model: nn.Module,
         source_arch: str,
         config: Mapping[str, Any],
-        results: Optional[EvalResults],
+        results: Optional[CardResults],
         results_weights: Optional[bool],
 ) -> CardFacts:
     mixture_bn = has_mixture_bn(model)

@@ -1,11 +1,12 @@
 """The results a model card states: per variant, the clean accuracy, each attack's and the worst case, read from
 ``timm-advnorm-validate``'s results file or from a flat file of results from elsewhere.
 
-``timm-advnorm-validate``'s own layout is read by its schema (`timm_advnorm.eval.schema.EvalResults.from_dict`, which
-names what is missing or malformed); the card keeps of it the rows below, the protocol's headline robust accuracy per
-variant, what ran (data, split, images, seed, preprocessing, precision, reduced budgets, aggregation) and which sanity
-checks failed. A file is read in that layout when its ``variants`` is a list of objects that each have an
-``attacks`` list.
+The results schema is the evaluation's (`timm_advnorm.eval.schema`); `CardResults` is not another one but the card's
+view of it. ``timm-advnorm-validate``'s own layout is read by that schema (`timm_advnorm.eval.schema.EvalResults`,
+whose reader names what is missing or malformed), and the card keeps of it its rows (`CardEntry`), the protocol's
+headline robust accuracy per variant, what ran (data, split, images, seed, preprocessing, precision, reduced budgets,
+aggregation) and which sanity checks failed. A file is read in that layout when its ``variants`` is a list of objects
+that each have an ``attacks`` list.
 
 A flat layout is read for results from elsewhere (fields not listed are ignored):
 
@@ -32,9 +33,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..eval import schema
-from ..eval.summary import sanity_text
 
-__all__ = ['AttackResult', 'EvalResults', 'parse_eval_results', 'read_eval_results', 'WORST_CASE']
+__all__ = ['CardEntry', 'CardResults', 'parse_eval_results', 'read_eval_results', 'WORST_CASE']
 
 #: The name of a row that is a clean accuracy, and of the per-sample worst case over the attacks.
 _CLEAN_NAMES = ('clean', 'none')
@@ -53,7 +53,7 @@ _SETTING_KEYS = ('restarts', 'queries')
 
 
 @dataclass(frozen=True)
-class AttackResult:
+class CardEntry:
     """A row of the card: accuracy (percent) under one attack, or on clean images when `is_clean`.
 
     Attributes:
@@ -107,7 +107,7 @@ class AttackResult:
 
 
 @dataclass(frozen=True)
-class EvalResults:
+class CardResults:
     """Results as a card states them; `entries` are in file order, a flat file's top-level clean accuracy first.
 
     Attributes:
@@ -135,13 +135,13 @@ class EvalResults:
         primary_variant: The variant of the model as it was loaded, when recorded.
         sanity_status: The verdict of the sanity checks (``passed``, ``partial``, ``not run``, ``failed``), when
             recorded.
-        sanity_text: The verdict with which checks ran on what and which did not (`eval.summary.sanity_text`), from
-            ``validate_adv.py`` results.
+        sanity_text: The verdict with which checks ran on what and which did not
+            (`timm_advnorm.eval.schema.sanity_text`), from ``validate_adv.py`` results.
     """
 
     model: str
     protocol: str
-    entries: Tuple[AttackResult, ...]
+    entries: Tuple[CardEntry, ...]
     dataset: Optional[str] = None
     split: Optional[str] = None
     num_samples: Optional[int] = None
@@ -173,7 +173,7 @@ class EvalResults:
         clean = {e.variant: e.accuracy for e in self.entries if e.is_clean}
         return clean.get(variant, clean.get(None))
 
-    def strongest(self, variant: Optional[str] = None) -> Optional[AttackResult]:
+    def strongest(self, variant: Optional[str] = None) -> Optional[CardEntry]:
         """The attack (or per-sample worst case) leaving the lowest accuracy on `variant`."""
         attacks = [e for e in self.entries if not e.is_clean and e.variant == variant]
         return min(attacks, key=lambda e: e.accuracy) if attacks else None
@@ -200,9 +200,9 @@ def _precision(amp: Any, recorded: bool) -> Optional[str]:
     return f'{amp} autocast' if amp else 'float32'
 
 
-def _row(attack: schema.AttackResult, variant: str, reduced: bool) -> AttackResult:
+def _row(attack: schema.AttackResult, variant: str, reduced: bool) -> CardEntry:
     """One attack of a variant, as a row of the card (`reduced`: the protocol's budgets were)."""
-    return AttackResult(
+    return CardEntry(
         name=attack.label, accuracy=float(attack.accuracy), variant=variant,
         success_rate=None if attack.success_rate is None else float(attack.success_rate),
         protocol_label=attack.protocol_label, attack=attack.attack, threat=attack.threat, norm=attack.norm,
@@ -212,15 +212,15 @@ def _row(attack: schema.AttackResult, variant: str, reduced: bool) -> AttackResu
         description=attack.describe(reduced) if attack.iterate is not None else None)
 
 
-def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalResults:
+def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> CardResults:
     """The card's view of ``timm-advnorm-validate`` results: per variant its clean accuracy, attacks and worst case."""
     entries, headlines, labels, failed = [], {}, {}, {}
     for variant in results.variants:
         if variant.clean is not None:
-            entries.append(AttackResult('clean', float(variant.clean), variant.name))
+            entries.append(CardEntry('clean', float(variant.clean), variant.name))
         entries += [_row(attack, variant.name, results.protocol.reduced) for attack in variant.attacks]
         if variant.worst_case is not None:
-            entries.append(AttackResult(WORST_CASE, float(variant.worst_case), variant.name))
+            entries.append(CardEntry(WORST_CASE, float(variant.worst_case), variant.name))
         if variant.robust is not None:
             headlines[variant.name] = float(variant.robust)
             if variant.robust_label is not None:
@@ -228,7 +228,7 @@ def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalR
         if variant.sanity is not None and variant.sanity.failed:
             failed[variant.name] = tuple(variant.sanity.failed)
     protocol = results.protocol
-    return EvalResults(
+    return CardResults(
         model=results.model, protocol=protocol.name, entries=tuple(entries), dataset=results.dataset,
         split=results.split, num_samples=results.num_samples, seed=results.seed, checkpoint=results.checkpoint,
         weights_digest=results.weights_digest, branch_weights_digests=dict(results.branch_weights_digests or {}),
@@ -236,7 +236,7 @@ def _from_schema(results: schema.EvalResults, precision_recorded: bool) -> EvalR
         aggregation=protocol.aggregation, reference=protocol.reference, data_config=dict(results.data_config),
         precision=_precision(results.amp, precision_recorded), sanity_passed=results.sanity_passed,
         sanity_failed=failed, primary_variant=results.primary_variant, sanity_status=results.sanity_status,
-        sanity_text=sanity_text(results))
+        sanity_text=schema.sanity_text(results))
 
 
 def _first(entry: Mapping[str, Any], keys: Sequence[str]) -> Any:
@@ -266,7 +266,7 @@ def _optional(value: Any, kind: Union[type, Tuple[type, ...]]) -> Any:
     return value if isinstance(value, kind) else None
 
 
-def _entry(entry: Mapping[str, Any], index: int) -> AttackResult:
+def _entry(entry: Mapping[str, Any], index: int) -> CardEntry:
     """One per-attack object of the flat layout."""
     name, accuracy = _first(entry, _NAME_KEYS), _first(entry, _ACCURACY_KEYS)
     if not isinstance(name, str) or accuracy is None:
@@ -274,7 +274,7 @@ def _entry(entry: Mapping[str, Any], index: int) -> AttackResult:
                          f'({"/".join(_ACCURACY_KEYS)}).')
     success, variant = _first(entry, _SUCCESS_KEYS), entry.get('variant')
     kwargs = entry.get('kwargs')
-    return AttackResult(
+    return CardEntry(
         name=name,
         accuracy=_number(accuracy, f'Accuracy of {name}'),
         variant=None if variant is None else str(variant),
@@ -293,12 +293,12 @@ def _entry(entry: Mapping[str, Any], index: int) -> AttackResult:
     )
 
 
-def _scaled(result: AttackResult, scale: float) -> AttackResult:
+def _scaled(result: CardEntry, scale: float) -> CardEntry:
     success = None if result.success_rate is None else result.success_rate * scale
     return replace(result, accuracy=result.accuracy * scale, success_rate=success)
 
 
-def _flat_entries(data: Mapping[str, Any]) -> List[AttackResult]:
+def _flat_entries(data: Mapping[str, Any]) -> List[CardEntry]:
     raw = _first(data, _LIST_KEYS)
     if not isinstance(raw, list) or not all(isinstance(e, Mapping) for e in raw):
         raise ValueError('Results need a "variants" list (timm-advnorm-validate) or a list of per-attack objects under '
@@ -306,11 +306,11 @@ def _flat_entries(data: Mapping[str, Any]) -> List[AttackResult]:
     entries = [_entry(e, i) for i, e in enumerate(raw)]
     clean = _first(data, _CLEAN_KEYS)
     if clean is not None:
-        entries.insert(0, AttackResult('clean', _number(clean, 'Clean accuracy')))
+        entries.insert(0, CardEntry('clean', _number(clean, 'Clean accuracy')))
     return entries
 
 
-def _parse_flat(data: Mapping[str, Any]) -> EvalResults:
+def _parse_flat(data: Mapping[str, Any]) -> CardResults:
     """Results of the flat layout (see the module docstring)."""
     model, protocol = data.get('model'), data.get('protocol')
     about = protocol if isinstance(protocol, Mapping) else {}
@@ -321,7 +321,7 @@ def _parse_flat(data: Mapping[str, Any]) -> EvalResults:
     entries = _flat_entries(data)
     scale = _percent_scale(data.get('accuracy_unit'), [e.accuracy for e in entries])
     data_config = data.get('data_config')
-    return EvalResults(
+    return CardResults(
         model=model,
         protocol=protocol,
         entries=tuple(_scaled(e, scale) for e in entries),
@@ -349,7 +349,7 @@ def _is_variant_list(variants: Any) -> bool:
         isinstance(v, Mapping) and isinstance(v.get('attacks'), list) for v in variants)
 
 
-def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
+def parse_eval_results(data: Mapping[str, Any]) -> CardResults:
     """Read a results mapping: ``timm-advnorm-validate``'s layout by its schema, or the flat one (module docstring).
 
     Raises:
@@ -363,7 +363,7 @@ def parse_eval_results(data: Mapping[str, Any]) -> EvalResults:
     return _parse_flat(data)
 
 
-def read_eval_results(path: Union[str, Path]) -> EvalResults:
+def read_eval_results(path: Union[str, Path]) -> CardResults:
     """Read a results JSON file (``timm-advnorm-validate``'s, or a flat one from elsewhere).
 
     Raises:

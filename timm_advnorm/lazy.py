@@ -1,0 +1,33 @@
+"""Public names a package loads on first use (PEP 562), as timm and torch load their heavy parts: the package stays
+cheap to import, and ``from package import name`` still works."""
+import importlib
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Tuple
+
+__all__ = ['lazy_names']
+
+
+def lazy_names(
+        namespace: MutableMapping[str, Any],
+        modules: Mapping[str, str],
+) -> Tuple[Callable[[str], Any], Callable[[], List[str]]]:
+    """The module-level ``__getattr__`` and ``__dir__`` of a package whose `modules` (public name -> submodule that
+    defines it, relative to the package) load on first use.
+
+    Args:
+        namespace: The package's ``globals()``; a name, once loaded, is kept there so later lookups skip the hook.
+        modules: Each lazily loaded public name, by the submodule that defines it (``'load_weights': 'hub'``).
+    """
+    package = namespace['__name__']
+    names: Dict[str, str] = dict(modules)
+
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f'module {package!r} has no attribute {name!r}')
+        value = getattr(importlib.import_module(f'.{names[name]}', package), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> List[str]:
+        return sorted(set(namespace) | set(names))
+
+    return __getattr__, __dir__
