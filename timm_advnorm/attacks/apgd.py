@@ -20,12 +20,12 @@ Budgets are on the 0-255 scale and the attack runs in timm's normalized space wi
 exactly the pixel-space L∞ ball. Evaluation semantics: per sample the first fooling iterate is returned (else the
 highest-loss one), fooled samples leave the batch, misclassified clean samples are returned unchanged.
 """
-from typing import List, Optional
+from typing import ClassVar, List, Optional
 
 import torch
 import torch.nn as nn
 
-from .base import hard_labels, project, random_linf_surface
+from .base import attack_dataclass, hard_labels, project, random_linf_surface
 from .core import cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, forward_logits, target_rounds
@@ -260,40 +260,25 @@ def apgd_targeted(
 APGD_STEP_DESCRIPTION = 'adaptive step (from 2ε, halved at checkpoints)'
 
 
+@attack_dataclass
 class _APGD(EvalAttack):
     """Shared configuration of the untargeted APGD classes."""
 
-    loss: str = 'ce'
+    eps: float = 4.0
+    steps: int = 100
+    n_restarts: int = 1
+    rho: float = 0.75
+
+    loss: ClassVar[str] = 'ce'
+    core = staticmethod(apgd)
     step_description = APGD_STEP_DESCRIPTION
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 4.0,
-            steps: int = 100,
-            n_restarts: int = 1,
-            rho: float = 0.75,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = True,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        _check_config(eps, steps, n_restarts, rho)
-        self.steps = int(steps)
-        self.n_restarts = int(n_restarts)
-        self.rho = float(rho)
-
-    def perturb(self, model, x, y, targets):
-        return apgd(model, x, y, space=self.space, eps=self.eps, steps=self.steps, loss=self.loss,
-                    n_restarts=self.n_restarts, rho=self.rho, generator=self.generator,
-                    autocast_dtype=self.autocast_dtype)
-
-    def extra_repr(self) -> str:
-        return f'steps={self.steps}, n_restarts={self.n_restarts}, rho={self.rho:g}, ' + super().extra_repr()
+    def check_options(self) -> None:
+        _check_config(self.eps, self.steps, self.n_restarts, self.rho)
 
 
 @register_attack('apgd-ce')
+@attack_dataclass
 class APGDCE(_APGD):
     """APGD on the cross-entropy (see `apgd`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
@@ -310,6 +295,7 @@ class APGDCE(_APGD):
 
 
 @register_attack('apgd-dlr')
+@attack_dataclass
 class APGDDLR(_APGD):
     """APGD on the DLR loss (see `apgd`); same defaults as `APGDCE`. Needs at least 3 classes."""
 
@@ -317,6 +303,7 @@ class APGDDLR(_APGD):
 
 
 @register_attack('apgd-t')
+@attack_dataclass
 class APGDT(EvalAttack):
     """Targeted APGD on the targeted DLR loss (see `apgd_targeted`); defaults: AutoAttack standard.
 
@@ -332,36 +319,17 @@ class APGDT(EvalAttack):
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
+    eps: float = 4.0
+    steps: int = 100
+    n_target_classes: int = 9
+    n_restarts: int = 1
+    rho: float = 0.75
+
+    core = staticmethod(apgd_targeted)
     accepts_targets = True
     step_description = APGD_STEP_DESCRIPTION
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 4.0,
-            steps: int = 100,
-            n_target_classes: int = 9,
-            n_restarts: int = 1,
-            rho: float = 0.75,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = True,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        _check_config(eps, steps, n_restarts, rho)
-        if n_target_classes < 1:
-            raise ValueError(f'n_target_classes must be >= 1, got {n_target_classes}.')
-        self.steps = int(steps)
-        self.n_target_classes = int(n_target_classes)
-        self.n_restarts = int(n_restarts)
-        self.rho = float(rho)
-
-    def perturb(self, model, x, y, targets):
-        return apgd_targeted(model, x, y, space=self.space, eps=self.eps, steps=self.steps,
-                             n_target_classes=self.n_target_classes, n_restarts=self.n_restarts, targets=targets,
-                             rho=self.rho, generator=self.generator, autocast_dtype=self.autocast_dtype)
-
-    def extra_repr(self) -> str:
-        return (f'steps={self.steps}, n_target_classes={self.n_target_classes}, n_restarts={self.n_restarts}, '
-                f'rho={self.rho:g}, ' + super().extra_repr())
+    def check_options(self) -> None:
+        _check_config(self.eps, self.steps, self.n_restarts, self.rho)
+        if self.n_target_classes < 1:
+            raise ValueError(f'n_target_classes must be >= 1, got {self.n_target_classes}.')

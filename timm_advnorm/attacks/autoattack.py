@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from .apgd import apgd, apgd_targeted
-from .base import hard_labels
+from .base import attack_dataclass, hard_labels
 from .core import attack_context, is_clearly_fooled, is_fooled
 from .eval_attack import EvalAttack, forward_logits
 from .fab import fab_targeted
@@ -144,6 +144,7 @@ def _fooling(model: nn.Module, x: torch.Tensor, labels: torch.Tensor,
 
 
 @register_attack('autoattack')
+@attack_dataclass
 class AutoAttack(EvalAttack):
     """AutoAttack (see `autoattack`); defaults: the standard version at RobustBench's ImageNet ε=4/255.
 
@@ -157,41 +158,24 @@ class AutoAttack(EvalAttack):
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 4.0,
-            attacks: Sequence[str] = AUTOATTACK_STANDARD,
-            steps: int = 100,
-            n_target_classes: int = 9,
-            n_queries: int = 5000,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = True,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if steps < 1 or n_target_classes < 1 or n_queries < 2:
-            raise ValueError(f'AutoAttack needs steps >= 1, n_target_classes >= 1 and n_queries >= 2, got {steps}, '
-                             f'{n_target_classes}, {n_queries}.')
-        self.attacks = _check_attacks(attacks)
-        self.steps = int(steps)
-        self.n_target_classes = int(n_target_classes)
-        self.n_queries = int(n_queries)
+    eps: float = 4.0
+    attacks: Sequence[str] = AUTOATTACK_STANDARD
+    steps: int = 100
+    n_target_classes: int = 9
+    n_queries: int = 5000
+
+    core = staticmethod(autoattack)
+
+    def check_options(self) -> None:
+        if self.steps < 1 or self.n_target_classes < 1 or self.n_queries < 2:
+            raise ValueError(f'AutoAttack needs steps >= 1, n_target_classes >= 1 and n_queries >= 2, got '
+                             f'{self.steps}, {self.n_target_classes}, {self.n_queries}.')
+        self.attacks = _check_attacks(self.attacks)
 
     def run(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> AutoAttackResult:
         """Like calling the attack, but return the full `AutoAttackResult` (which stage fooled which sample)."""
         with attack_context(model, self.bn_stats):
-            return self._autoattack(fold_batchnorm(model) if self.fold_bn else model, x, y)
-
-    def _autoattack(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> AutoAttackResult:
-        return autoattack(model, x, y, space=self.space, eps=self.eps, attacks=self.attacks, steps=self.steps,
-                          n_target_classes=self.n_target_classes, n_queries=self.n_queries, generator=self.generator,
-                          autocast_dtype=self.autocast_dtype)
+            return self.core(fold_batchnorm(model) if self.fold_bn else model, x, y, **self.core_kwargs())
 
     def perturb(self, model, x, y, targets):
-        return self._autoattack(model, x, y).x_adv
-
-    def extra_repr(self) -> str:
-        return (f'attacks={self.attacks}, steps={self.steps}, n_target_classes={self.n_target_classes}, '
-                f'n_queries={self.n_queries}, ' + super().extra_repr())
+        return self.core(model, x, y, **self.core_kwargs()).x_adv

@@ -10,9 +10,12 @@ to the units they act in, so an attack converts once per call, not once per iter
 Random draws come from an optional `torch.Generator` (on any device; the draw is moved to the input's device), so a
 seeded attack is reproducible on CPU and GPU alike.
 """
+import inspect
 import logging
 import math
-from typing import Callable, Iterable, Optional, Sequence, TypeVar, Union
+import typing
+from dataclasses import KW_ONLY, Field, dataclass, fields
+from typing import Any, Callable, ClassVar, Dict, Iterable, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
 import torch.nn as nn
@@ -23,8 +26,8 @@ from .fold_bn import BatchNormFolder
 from .space import InputSpace, check_budget_scale
 
 __all__ = [
-    'Attack', 'NORMS', 'STEP_DIRECTIONS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project', 'random_linf_start',
-    'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
+    'Attack', 'attack_dataclass', 'NORMS', 'STEP_DIRECTIONS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project',
+    'random_linf_start', 'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
     'num_classes_of', 'forward_logits', 'iterations',
 ]
 
@@ -176,13 +179,36 @@ def iterations(total: int, desc: str, show: bool) -> Iterable[int]:
     return tqdm(range(total), desc=desc, unit='it', leave=False, dynamic_ncols=True, disable=not show)
 
 
+#: How an attack class declares its options: as dataclass fields (annotation and default, written once), keyword-only
+#: after the positional `space`, compared by identity (an attack is a configured object, not a value) and shown by
+#: `Attack.extra_repr`. Decorate every registered attack class with it.
+attack_dataclass = dataclass(eq=False, repr=False, kw_only=True)
+
+
+def _number_type(annotation: Any) -> Optional[type]:
+    """``int`` or ``float`` for a field declared as that number (or as Optional of it), else None."""
+    if annotation in (int, float):
+        return annotation
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Union and len(args) == 2 and type(None) in args:
+        number = args[0] if args[1] is type(None) else args[1]
+        return number if number in (int, float) else None
+    return None
+
+
+@dataclass(eq=False, repr=False)
 class Attack:
     """Base of configured attacks: holds the configuration, runs `perturb` under `attack_context`.
 
-    Subclasses implement ``perturb(model, x, y, targets)`` with a functional core. `__call__` puts the model in the
-    requested BN mode (and restores mode, route, ``requires_grad`` and BN statistics after), draws targets for a
-    targeted attack when none are given, and with running statistics may hand `perturb` a copy of the model with
-    BN folded into the convolutions (same function, fewer layers; see `fold_bn.py`).
+    An attack's options are the fields of its dataclass (`attack_dataclass`): written once, they make the constructor,
+    the attributes, the keyword arguments of the attack's functional core (`core_kwargs`), the repr and the arguments
+    the registry reports (`registry.attack_arguments`). Options declared as numbers are stored as that type (a YAML
+    ``10.0`` iterations is 10, a `PixelBudget` a plain float).
+
+    Subclasses implement ``perturb(model, x, y, targets)`` with a functional core (or name it `core`). `__call__` puts
+    the model in the requested BN mode (and restores mode, route, ``requires_grad`` and BN statistics after), draws
+    targets for a targeted attack when none are given, and with running statistics may hand `perturb` a copy of the
+    model with BN folded into the convolutions (same function, fewer layers; see `fold_bn.py`).
 
     Args:
         space: The model's input normalization (`InputSpace.from_model(model)`).
@@ -200,6 +226,7 @@ class Attack:
             are left as they are.
 
     Attributes:
+        core: The functional core `perturb` calls by default, given as keywords what `core_kwargs` collects.
         targeted: Whether the attack moves toward a target class (random among the other classes if not given).
         progress: Show a transient progress bar over the iterations of the attacks that run thousands of them (PGD,
             Square); the evaluator sets it when a person is watching.
@@ -209,37 +236,62 @@ class Attack:
             the last iterate.
     """
 
-    targeted: bool = False
-    progress: bool = False
-    trains: bool = True
-    best_iterate: bool = False
+    space: InputSpace
+    _: KW_ONLY
+    eps: float = 16.0
+    bn_stats: str = 'running'
+    autocast_dtype: Optional[torch.dtype] = None
+    seed: Optional[int] = None
+    fold_bn: bool = True
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 16.0,
-            bn_stats: str = 'running',
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            fold_bn: bool = True,
-    ):
-        if not isinstance(space, InputSpace):
-            raise TypeError(f'space must be an InputSpace, got {type(space).__name__}.')
-        if eps < 0:
-            raise ValueError(f'eps must be >= 0 (0-255 scale), got {eps}.')
-        check_budget_scale(eps)
-        if bn_stats not in BN_STATS:
-            raise ValueError(f'bn_stats must be one of {BN_STATS}, got {bn_stats!r}.')
-        if autocast_dtype == torch.float16:
+    core: ClassVar[Optional[Callable[..., Any]]] = None
+    _core_keywords: ClassVar[Tuple[str, ...]] = ()
+    targeted = False
+    progress = False
+    trains: ClassVar[bool] = True
+    best_iterate = False
+
+    def __post_init__(self):
+        if not isinstance(self.space, InputSpace):
+            raise TypeError(f'space must be an InputSpace, got {type(self.space).__name__}.')
+        if self.eps < 0:
+            raise ValueError(f'eps must be >= 0 (0-255 scale), got {self.eps}.')
+        check_budget_scale(self.eps)
+        if self.bn_stats not in BN_STATS:
+            raise ValueError(f'bn_stats must be one of {BN_STATS}, got {self.bn_stats!r}.')
+        if self.autocast_dtype == torch.float16:
             _logger.warning('fp16 autocast: input gradients may underflow to zero and stall the attack; prefer bf16.')
-        self.space = space
-        self.eps = float(eps)
-        self.bn_stats = bn_stats
-        self.autocast_dtype = autocast_dtype
-        self.seed = seed
-        self.fold_bn = fold_bn
-        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        self.check_options()
+        for option in fields(self):
+            number, value = _number_type(option.type), getattr(self, option.name)
+            if number is not None and value is not None:
+                setattr(self, option.name, number(value))
+        self.generator = torch.Generator().manual_seed(self.seed) if self.seed is not None else None
         self._fold = BatchNormFolder()
+
+    def check_options(self) -> None:
+        """Refuse the attack's own options where they make no attack (ValueError); they are checked as given, before
+        numbers are stored as their declared type. Subclasses with options to check implement it."""
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if cls.core is not None:  # read the core's keywords once per class
+            parameters = inspect.signature(cls.core).parameters.values()
+            cls._core_keywords = tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+    def options_for(self, names: Iterable[str]) -> Dict[str, Any]:
+        """Of `names` (keywords of a functional core), those this attack holds, by name: its options, `space`,
+        `generator`, `progress` and class-level settings (APGD's ``loss``, BIM's ``norm``). A keyword it has no
+        attribute for is left out, to the core's default (APGD's ``momentum``)."""
+        return {name: getattr(self, name) for name in names if hasattr(self, name)}
+
+    def core_kwargs(self, targets: Optional[torch.Tensor] = None) -> Dict[str, Any]:
+        """The keyword arguments of `core` (`options_for` its keyword-only parameters), with `targets` where it takes
+        them."""
+        kwargs = self.options_for(self._core_keywords)
+        if 'targets' in self._core_keywords:
+            kwargs['targets'] = targets
+        return kwargs
 
     def perturb(
             self,
@@ -248,8 +300,11 @@ class Attack:
             y: torch.Tensor,
             targets: Optional[torch.Tensor],
     ) -> torch.Tensor:
-        """Adversarial inputs for `x`; `model` is already in the attack's mode. Implemented by subclasses."""
-        raise NotImplementedError
+        """Adversarial inputs for `x`; `model` is already in the attack's mode. By default ``core(model, x, y,
+        **core_kwargs(targets))``; subclasses without a core of that shape implement it."""
+        if self.core is None:
+            raise NotImplementedError(f'{type(self).__name__} has no core: implement perturb.')
+        return self.core(model, x, y, **self.core_kwargs(targets))
 
     def __call__(
             self,
@@ -306,11 +361,22 @@ class Attack:
         iterations are not steps of its own (a composite like AutoAttack, noise)."""
         return None
 
+    def option_repr(self, option: Field) -> str:
+        """``name=value`` of one of the attack's own options in `extra_repr` (floats as ``%g``)."""
+        value = getattr(self, option.name)
+        return f'{option.name}={value:g}' if option.type is float else f'{option.name}={value}'
+
+    def options_repr(self) -> str:
+        """The attack's own options (those `Attack` does not declare, in declaration order, without those declared
+        with ``repr=False``), each followed by ``, ``."""
+        shared = {option.name for option in fields(Attack)}
+        return ''.join(self.option_repr(option) + ', ' for option in fields(self)
+                       if option.repr and option.name not in shared)
+
     def extra_repr(self) -> str:
-        """Configuration summary for logs; subclasses append their own fields."""
-        return (f'eps={self.eps:g}, bn_stats={self.bn_stats}, autocast_dtype={self.autocast_dtype}, '
-                f'seed={self.seed}, fold_bn={self.fold_bn}')
+        """Configuration summary for logs: the attack's own options, then those every attack has."""
+        return (self.options_repr() + f'eps={self.eps:g}, bn_stats={self.bn_stats}, '
+                f'autocast_dtype={self.autocast_dtype}, seed={self.seed}, fold_bn={self.fold_bn}')
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}({self.extra_repr()})'
-

@@ -12,12 +12,12 @@ L2 budgets are norms on the [0, 1] pixel scale, given times 255 (`space.py`). Ev
 misclassified clean samples are returned unchanged.
 """
 import math
-from typing import Optional, Sequence
+from typing import ClassVar, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
-from .base import NORMS, STEP_DIRECTIONS
+from .base import NORMS, STEP_DIRECTIONS, attack_dataclass
 from .eval_attack import EvalAttack, pgd_correct_only
 from .registry import register_attack
 from .space import InputSpace
@@ -73,27 +73,24 @@ def bim(
         random_start=False, autocast_dtype=autocast_dtype)
 
 
+@attack_dataclass
 class _BIM(EvalAttack):
-    norm: str = 'linf'
-    default_eps: float = GALLOWAY_EPS_LINF
+    eps: Optional[float] = None
+    steps: int = 20
+    step: Optional[float] = None
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: Optional[float] = None,
-            steps: int = 20,
-            step: Optional[float] = None,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = True,
-    ):
-        eps = self.default_eps if eps is None else eps
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if steps < 1 or (step is not None and step < 0):
-            raise ValueError(f'BIM needs steps >= 1 and step >= 0, got {steps}, {step}.')
-        self.steps = int(steps)
-        self.step = None if step is None else float(step)
+    norm: ClassVar[str] = 'linf'
+    default_eps: ClassVar[float] = GALLOWAY_EPS_LINF
+    core = staticmethod(bim)
+
+    def __post_init__(self):
+        if self.eps is None:
+            self.eps = self.default_eps
+        super().__post_init__()
+
+    def check_options(self) -> None:
+        if self.steps < 1 or (self.step is not None and self.step < 0):
+            raise ValueError(f'BIM needs steps >= 1 and step >= 0, got {self.steps}, {self.step}.')
 
     @property
     def step_size(self) -> float:
@@ -105,15 +102,12 @@ class _BIM(EvalAttack):
         """``sign step`` or ``L2 step``, with ``ε/N`` when the size is the default."""
         return STEP_DIRECTIONS[self.norm] + (', ε/N' if self.step is None else '')
 
-    def perturb(self, model, x, y, targets):
-        return bim(model, x, y, space=self.space, eps=self.eps, steps=self.steps, step=self.step, norm=self.norm,
-                   autocast_dtype=self.autocast_dtype)
-
     def extra_repr(self) -> str:
-        return f'norm={self.norm}, steps={self.steps}, step={self.step}, ' + super().extra_repr()
+        return f'norm={self.norm}, ' + super().extra_repr()
 
 
 @register_attack('bim-linf')
+@attack_dataclass
 class BIMLinf(_BIM):
     """BIM-L∞ (see `bim`); defaults: Galloway et al. (ε∞ = 0.03 on the [0, 1] scale, 20 iterations of step ε/20).
 
@@ -129,6 +123,7 @@ class BIMLinf(_BIM):
 
 
 @register_attack('bim-l2')
+@attack_dataclass
 class BIML2(_BIM):
     """BIM-L2 (see `bim`); Galloway et al.: ε2 = ε∞·√d, 20 iterations of step ε2/20.
 

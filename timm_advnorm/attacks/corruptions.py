@@ -19,7 +19,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .eval_attack import EvalAttack
+from .base import attack_dataclass
+from .eval_attack import NoiseAttack
 from .registry import register_attack
 from .space import InputSpace
 
@@ -112,39 +113,29 @@ def corrupt(
 
 
 @register_attack('corruption')
-class Corruption(EvalAttack):
+@attack_dataclass
+class Corruption(NoiseAttack):
     """One ImageNet-C corruption at one severity (see `corrupt`); the model is not used.
 
     Args:
         space: The model's input normalization.
         corruption: Corruption name (``gaussian_noise``).
         severity: 1 to 5 (3).
-        eps: Unused (no budget); accepted so every registered attack takes the same keys.
         seed: Seeds the per-image corruption seeds (reproducible corruptions); see `Attack`.
-        autocast_dtype, bn_stats, fold_bn: See `EvalAttack` (unused).
+        eps, autocast_dtype, bn_stats, fold_bn: See `NoiseAttack` (unused).
 
     Raises:
         ImportError: At construction, when `imagecorruptions-imaug` is not installed.
     """
 
-    threat = 'noise'
+    corruption: str = 'gaussian_noise'
+    severity: int = 3
 
-    def __init__(
-            self,
-            space: InputSpace,
-            corruption: str = 'gaussian_noise',
-            severity: int = 3,
-            eps: float = 0.0,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = False,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        _check(corruption, severity)
+    core = staticmethod(corrupt)
+
+    def check_options(self) -> None:
+        _check(self.corruption, self.severity)
         _imagecorruptions()
-        self.corruption = corruption
-        self.severity = int(severity)
 
     def _seeds(self, n: int) -> Optional[Tuple[int, ...]]:
         if self.generator is None:
@@ -152,8 +143,4 @@ class Corruption(EvalAttack):
         return tuple(torch.randint(0, 2 ** 31 - 1, (n,), generator=self.generator).tolist())
 
     def perturb(self, model: nn.Module, x, y, targets):
-        return corrupt(x, space=self.space, corruption=self.corruption, severity=self.severity,
-                       seeds=self._seeds(x.shape[0]))
-
-    def extra_repr(self) -> str:
-        return f'corruption={self.corruption}, severity={self.severity}, seed={self.seed}'
+        return corrupt(x, seeds=self._seeds(x.shape[0]), **self.core_kwargs())

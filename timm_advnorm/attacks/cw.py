@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from .base import attack_dataclass
 from .eval_attack import EvalAttack, pgd_correct_only
 from .losses import cw_loss
 from .registry import register_attack
@@ -67,6 +68,7 @@ def cw_linf(
 
 
 @register_attack('cw-linf')
+@attack_dataclass
 class CWLinf(EvalAttack):
     """CW-L∞ (see `cw_linf`); defaults: FAT's evaluation (30 iterations, step ε/4, κ=50) at NoFrost's ε=8.
 
@@ -80,26 +82,18 @@ class CWLinf(EvalAttack):
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 8.0,
-            steps: int = 30,
-            step: Optional[float] = None,
-            confidence: float = 50.0,
-            random_start: bool = True,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = True,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if steps < 1 or (step is not None and step < 0):  # 0 iterations: the start point scored as robust accuracy
-            raise ValueError(f'CW-L∞ needs steps >= 1 and step >= 0, got {steps}, {step}.')
-        self.steps = int(steps)
-        self.step = None if step is None else float(step)
-        self.confidence = float(confidence)
-        self.random_start = random_start
+    eps: float = 8.0
+    steps: int = 30
+    step: Optional[float] = None
+    confidence: float = 50.0
+    random_start: bool = True
+
+    core = staticmethod(cw_linf)
+
+    def check_options(self) -> None:
+        # 0 iterations: the start point scored as robust accuracy
+        if self.steps < 1 or (self.step is not None and self.step < 0):
+            raise ValueError(f'CW-L∞ needs steps >= 1 and step >= 0, got {self.steps}, {self.step}.')
 
     @property
     def step_size(self) -> float:
@@ -110,12 +104,3 @@ class CWLinf(EvalAttack):
     def step_description(self) -> str:
         """``sign step`` (on the CW margin loss), with ``ε/4`` by default."""
         return 'sign step' + (', ε/4' if self.step is None else '')
-
-    def perturb(self, model, x, y, targets):
-        return cw_linf(model, x, y, space=self.space, eps=self.eps, steps=self.steps, step=self.step,
-                       confidence=self.confidence, random_start=self.random_start, generator=self.generator,
-                       autocast_dtype=self.autocast_dtype)
-
-    def extra_repr(self) -> str:
-        return (f'steps={self.steps}, step={self.step}, confidence={self.confidence:g}, '
-                f'random_start={self.random_start}, ' + super().extra_repr())

@@ -10,17 +10,16 @@ forwards (BN folded, bf16, pruned batches) round differently from the final scor
 rounding-sized margin could be scored robust (`best_iterate.BestIterate` keeps the candidates).
 """
 import logging
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, ClassVar, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from .base import Attack, forward_logits, hard_labels
+from .base import Attack, attack_dataclass, forward_logits, hard_labels
 from .core import is_clearly_fooled
 from .pgd import pgd
-from .space import InputSpace
 
-__all__ = ['EvalAttack', 'forward_logits', 'attack_correct_only', 'pgd_correct_only', 'target_rounds']
+__all__ = ['EvalAttack', 'NoiseAttack', 'forward_logits', 'attack_correct_only', 'pgd_correct_only', 'target_rounds']
 
 _logger = logging.getLogger(__name__)
 
@@ -99,28 +98,20 @@ class EvalAttack(Attack):
     """
 
     #: Whether `perturb` accepts explicit `targets`.
-    accepts_targets: bool = False
+    accepts_targets: ClassVar[bool] = False
     #: Evaluation semantics (best iterate, fooled samples dropped, running statistics) make no training examples.
-    trains: bool = False
+    trains: ClassVar[bool] = False
     #: Per sample the first iterate that fools the model, else the best candidate (`best_iterate.BestIterate`).
-    best_iterate: bool = True
+    best_iterate = True
     #: What the attack uses of the model: ``white-box`` (gradients), ``black-box`` (output queries only) or ``noise``
     #: (nothing: it perturbs every sample and has no ε budget). Evaluation treats them differently (`AttackSpec`).
-    threat: str = 'white-box'
+    threat: ClassVar[str] = 'white-box'
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 16.0,
-            bn_stats: str = 'running',
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            fold_bn: bool = True,
-    ):
-        if bn_stats != 'running':
+    def __post_init__(self):
+        if self.bn_stats != 'running':
             raise ValueError(f'{type(self).__name__} is an evaluation attack: it needs bn_stats="running" (eval mode), '
-                             f'got {bn_stats!r}.')
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
+                             f'got {self.bn_stats!r}.')
+        super().__post_init__()
 
     def __call__(
             self,
@@ -132,3 +123,23 @@ class EvalAttack(Attack):
         if targets is not None and not self.accepts_targets:
             raise ValueError(f'{type(self).__name__} is untargeted; use apgd-t, fab-t or pgd for targeted attacks.')
         return super().__call__(model, x, y, targets)
+
+
+@attack_dataclass
+class NoiseAttack(EvalAttack):
+    """Base of the perturbations that do not use the model (noise, corruptions): no ε budget and nothing to fold.
+
+    Args:
+        eps: Unused (no budget); accepted so every registered attack takes the same keys.
+        fold_bn: Unused (the model is not run).
+        space, autocast_dtype, seed, bn_stats: See `EvalAttack` (only `seed` matters).
+    """
+
+    eps: float = 0.0
+    fold_bn: bool = False
+
+    threat: ClassVar[str] = 'noise'
+
+    def extra_repr(self) -> str:
+        """The perturbation's own options and its seed (it has no budget and runs no model)."""
+        return self.options_repr() + f'seed={self.seed}'

@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import hard_labels, project, random_linf_surface
+from .base import attack_dataclass, hard_labels, project, random_linf_surface
 from .core import fooling_margin, input_gradient, is_clearly_fooled, is_fooled
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, forward_logits, target_rounds
@@ -205,6 +205,7 @@ def fab_targeted(
 
 
 @register_attack('fab-t')
+@attack_dataclass
 class FABT(EvalAttack):
     """Targeted FAB, L∞ (see `fab_targeted`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
@@ -218,41 +219,19 @@ class FABT(EvalAttack):
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
+    eps: float = 4.0
+    steps: int = 100
+    n_target_classes: int = 9
+    n_restarts: int = 1
+    alpha_max: float = 0.1
+    eta: float = 1.05
+    beta: float = 0.9
+
+    core = staticmethod(fab_targeted)
     accepts_targets = True
     step_description = 'projection onto the linearized boundary'
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 4.0,
-            steps: int = 100,
-            n_target_classes: int = 9,
-            n_restarts: int = 1,
-            alpha_max: float = 0.1,
-            eta: float = 1.05,
-            beta: float = 0.9,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = True,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if steps < 1 or n_restarts < 1 or n_target_classes < 1:
-            raise ValueError(f'steps, n_restarts and n_target_classes must be >= 1, got {steps}, {n_restarts}, '
-                             f'{n_target_classes}.')
-        self.steps = int(steps)
-        self.n_target_classes = int(n_target_classes)
-        self.n_restarts = int(n_restarts)
-        self.alpha_max = float(alpha_max)
-        self.eta = float(eta)
-        self.beta = float(beta)
-
-    def perturb(self, model, x, y, targets):
-        return fab_targeted(model, x, y, space=self.space, eps=self.eps, steps=self.steps,
-                            n_target_classes=self.n_target_classes, n_restarts=self.n_restarts, targets=targets,
-                            alpha_max=self.alpha_max, eta=self.eta, beta=self.beta, generator=self.generator,
-                            autocast_dtype=self.autocast_dtype)
-
-    def extra_repr(self) -> str:
-        return (f'steps={self.steps}, n_target_classes={self.n_target_classes}, n_restarts={self.n_restarts}, '
-                f'alpha_max={self.alpha_max:g}, eta={self.eta:g}, beta={self.beta:g}, ' + super().extra_repr())
+    def check_options(self) -> None:
+        if self.steps < 1 or self.n_restarts < 1 or self.n_target_classes < 1:
+            raise ValueError(f'steps, n_restarts and n_target_classes must be >= 1, got {self.steps}, '
+                             f'{self.n_restarts}, {self.n_target_classes}.')

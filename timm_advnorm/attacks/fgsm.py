@@ -4,14 +4,12 @@ Wong, Rice & Kolter, *Fast is better than free: revisiting adversarial training*
 and the 1.25ε step make one-step adversarial training as robust as PGD training at a fraction of its cost. Fast
 AdvProp's attacker is the same PGD-1 with step ε (``FGSM(space, eps, step=eps)``).
 """
+from dataclasses import field
 from typing import Optional
 
-import torch
-
-from .core import LossFn
+from .base import attack_dataclass
 from .pgd import PGD
 from .registry import register_attack
-from .space import InputSpace
 
 __all__ = ['FGSM', 'FGSM_STEP_FACTOR']
 
@@ -19,6 +17,7 @@ FGSM_STEP_FACTOR = 1.25
 
 
 @register_attack('fgsm')
+@attack_dataclass
 class FGSM(PGD):
     """One-step attack with random start (PGD-1 with a fixed step).
 
@@ -31,26 +30,11 @@ class FGSM(PGD):
         bn_stats, autocast_dtype, seed, fold_bn: See `Attack`.
     """
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 16.0,
-            step: Optional[float] = None,
-            norm: str = 'linf',
-            targeted: bool = False,
-            random_start: bool = True,
-            clean_start_prob: float = 0.0,
-            clean_start_mode: str = 'per_sample',
-            best_iterate: bool = True,
-            loss_fn: Optional[LossFn] = None,
-            bn_stats: str = 'running',
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            fold_bn: bool = True,
-    ):
-        super().__init__(
-            space, eps=eps, step=FGSM_STEP_FACTOR * eps if step is None else step, steps=1, norm=norm,
-            targeted=targeted, random_start=random_start, clean_start_prob=clean_start_prob,
-            clean_start_mode=clean_start_mode, step_rule='fixed',
-            best_iterate=best_iterate, loss_fn=loss_fn, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed,
-            fold_bn=fold_bn)
+    step: Optional[float] = None
+    steps: int = field(default=1, init=False)
+    step_rule: str = field(default='fixed', init=False, repr=False)
+
+    def __post_init__(self):
+        if self.step is None:
+            self.step = FGSM_STEP_FACTOR * self.eps
+        super().__post_init__()

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import hard_labels, project
+from .base import attack_dataclass, hard_labels, project
 from .core import cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, forward_logits
@@ -89,6 +89,7 @@ def mifgsm(
 
 
 @register_attack('mifgsm')
+@attack_dataclass
 class MIFGSM(EvalAttack):
     """MI-FGSM, L∞ (see `mifgsm`); defaults: Dong et al. (10 iterations, μ=1, α=ε/T) at NoFrost's ε=8.
 
@@ -101,24 +102,17 @@ class MIFGSM(EvalAttack):
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 8.0,
-            steps: int = 10,
-            step: Optional[float] = None,
-            decay: float = 1.0,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = True,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if steps < 1 or (step is not None and step < 0) or decay < 0:
-            raise ValueError(f'MI-FGSM needs steps >= 1 and step, decay >= 0, got {steps}, {step}, {decay}.')
-        self.steps = int(steps)
-        self.step = None if step is None else float(step)
-        self.decay = float(decay)
+    eps: float = 8.0
+    steps: int = 10
+    step: Optional[float] = None
+    decay: float = 1.0
+
+    core = staticmethod(mifgsm)
+
+    def check_options(self) -> None:
+        if self.steps < 1 or (self.step is not None and self.step < 0) or self.decay < 0:
+            raise ValueError(f'MI-FGSM needs steps >= 1 and step, decay >= 0, got {self.steps}, {self.step}, '
+                             f'{self.decay}.')
 
     @property
     def step_size(self) -> float:
@@ -129,10 +123,3 @@ class MIFGSM(EvalAttack):
     def step_description(self) -> str:
         """``momentum sign step`` (the sign of the accumulated normalized gradients), with ``ε/N`` by default."""
         return 'momentum sign step' + (', ε/N' if self.step is None else '')
-
-    def perturb(self, model, x, y, targets):
-        return mifgsm(model, x, y, space=self.space, eps=self.eps, steps=self.steps, step=self.step,
-                      decay=self.decay, autocast_dtype=self.autocast_dtype)
-
-    def extra_repr(self) -> str:
-        return f'steps={self.steps}, step={self.step}, decay={self.decay:g}, ' + super().extra_repr()

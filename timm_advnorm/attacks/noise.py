@@ -18,7 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .eval_attack import EvalAttack
+from .base import attack_dataclass
+from .eval_attack import NoiseAttack
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
@@ -29,6 +30,15 @@ NOISE_UNITS = ('normalized', 'pixels')
 #: standard deviation of the data), or the 0-255 pixel scale in every channel.
 SIGMA_SCALES = {'normalized': 'normalized input', 'pixels': '0-255'}
 DEFAULT_STD = 0.5
+
+
+def _check_noise(std: float, units: str, size: Optional[int]) -> None:
+    if std < 0:
+        raise ValueError(f'std must be >= 0, got {std}.')
+    if units not in NOISE_UNITS:
+        raise ValueError(f'units must be one of {NOISE_UNITS}, got {units!r}.')
+    if size is not None and size < 1:
+        raise ValueError(f'size must be >= 1, got {size}.')
 
 
 def gaussian_noise(
@@ -62,12 +72,7 @@ def gaussian_noise(
     Example:
         >>> x_noisy = gaussian_noise(x, space=InputSpace.from_model(model), std=0.5)
     """
-    if std < 0:
-        raise ValueError(f'std must be >= 0, got {std}.')
-    if units not in NOISE_UNITS:
-        raise ValueError(f'units must be one of {NOISE_UNITS}, got {units!r}.')
-    if size is not None and size < 1:
-        raise ValueError(f'size must be >= 1, got {size}.')
+    _check_noise(std, units, size)
     device = x.device if generator is None else generator.device
     shape = (x.shape[0], 1 if grey else x.shape[1], *((size, size) if size else x.shape[2:]))
     noise = torch.randn(shape, generator=generator, device=device).to(x.device, x.dtype)
@@ -80,7 +85,8 @@ def gaussian_noise(
 
 
 @register_attack('gaussian-noise')
-class GaussianNoise(EvalAttack):
+@attack_dataclass
+class GaussianNoise(NoiseAttack):
     """Additive Gaussian noise (see `gaussian_noise`); the model is not used. Defaults: Galloway et al.
 
     Args:
@@ -90,46 +96,22 @@ class GaussianNoise(EvalAttack):
         clip: Clip to valid pixels (True).
         size: Side the noise is drawn at before nearest-neighbour upscaling (None: the input's).
         grey: One noise value per pixel, shared by the channels (False).
-        eps: Unused (noise has no budget); accepted so every registered attack takes the same keys.
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack` (only `seed` matters).
+        eps, autocast_dtype, seed, bn_stats, fold_bn: See `NoiseAttack` (only `seed` matters).
     """
 
-    threat = 'noise'
+    std: float = DEFAULT_STD
+    units: str = 'normalized'
+    clip: bool = True
+    size: Optional[int] = None
+    grey: bool = False
 
-    def __init__(
-            self,
-            space: InputSpace,
-            std: float = DEFAULT_STD,
-            units: str = 'normalized',
-            clip: bool = True,
-            size: Optional[int] = None,
-            grey: bool = False,
-            eps: float = 0.0,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = False,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if std < 0:
-            raise ValueError(f'std must be >= 0, got {std}.')
-        if units not in NOISE_UNITS:
-            raise ValueError(f'units must be one of {NOISE_UNITS}, got {units!r}.')
-        self.std = float(std)
-        if size is not None and size < 1:
-            raise ValueError(f'size must be >= 1, got {size}.')
-        self.units = units
-        self.clip = clip
-        self.size = size
-        self.grey = grey
+    core = staticmethod(gaussian_noise)
+
+    def check_options(self) -> None:
+        _check_noise(self.std, self.units, self.size)
 
     def perturb(self, model: nn.Module, x, y, targets):
-        return gaussian_noise(x, space=self.space, std=self.std, units=self.units, clip=self.clip, size=self.size,
-                              grey=self.grey, generator=self.generator)
-
-    def extra_repr(self) -> str:
-        return (f'std={self.std:g}, units={self.units}, clip={self.clip}, size={self.size}, grey={self.grey}, '
-                f'seed={self.seed}')
+        return gaussian_noise(x, **self.core_kwargs())
 
 
 def noise_settings(kwargs: Mapping[str, Any]) -> Dict[str, Any]:

@@ -24,7 +24,7 @@ since from the same start the first N iterations of a longer run are exactly the
 clipping to valid pixels), so that attacks whose loop is not `pgd`'s (Fast AdvProp's gradient reuse, whose input
 gradient comes from a training backward) take exactly the same steps.
 """
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, List, Optional, Sequence, Union
 
 import torch
@@ -32,14 +32,14 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
-    NORMS, STEP_DIRECTIONS, Attack, bernoulli, forward_logits, hard_labels, iterations, l2_direction, normal, project_l2, project_linf,
-    random_l2_start, random_linf_start)
+    NORMS, STEP_DIRECTIONS, Attack, attack_dataclass, bernoulli, forward_logits, hard_labels, iterations, l2_direction,
+    normal, project_l2, project_linf, random_l2_start, random_linf_start)
 from .best_iterate import BestIterate
 from .core import LossFn, cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
-__all__ = ['pgd', 'pgd_budgets', 'pgd_best_and_last', 'BestAndLast', 'PGD', 'PGDGeometry', 'STEP_RULES',
+__all__ = ['pgd', 'pgd_budgets', 'pgd_best_and_last', 'BestAndLast', 'PGD', 'PGDGeometry', 'PGDOptions', 'STEP_RULES',
            'CLEAN_START_MODES', 'RANDN_CLEAN_START_THRESHOLD', 'check_clean_start', 'clean_start_rows']
 
 STEP_RULES = ('max', 'fixed')
@@ -152,26 +152,49 @@ def _uses_batch_stats(model: nn.Module) -> bool:
     return any(isinstance(m, _BatchNorm) and m.training for m in model.modules())
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PGDOptions:
+    """The keywords every PGD run shares (`pgd`, `pgd_budgets`, `pgd_best_and_last`), carried as one object from the
+    functions and from `PGD` to the loop; the iteration budgets and what a run keeps (best or last iterate) are
+    given beside them. Each field is the keyword argument of `pgd` of the same name."""
+
+    space: InputSpace
+    eps: float
+    step: float
+    norm: str = 'linf'
+    targeted: bool = False
+    targets: Optional[torch.Tensor] = None
+    random_start: bool = True
+    clean_start_prob: float = 0.0
+    clean_start_mode: str = 'per_sample'
+    loss_fn: Optional[LossFn] = None
+    generator: Optional[torch.Generator] = None
+    autocast_dtype: Optional[torch.dtype] = None
+    progress: bool = False
+
+    def check(self, budgets: Sequence[int]) -> None:
+        """Refuse a run of these options at iteration counts `budgets` that would attack nothing or something else
+        than asked (ValueError)."""
+        if not budgets:
+            raise ValueError('budgets must name at least one iteration count.')
+        if self.norm not in NORMS:
+            raise ValueError(f'norm must be one of {NORMS}, got {self.norm!r}.')
+        if min(budgets) < 0 or self.eps < 0 or self.step < 0:
+            raise ValueError(f'eps, step and steps must be >= 0, got eps={self.eps}, step={self.step}, '
+                             f'steps={list(budgets)}.')
+        check_clean_start(self.clean_start_prob, self.clean_start_mode)
+        if self.targeted and self.targets is None:
+            raise ValueError('A targeted attack needs targets; draw them with random_targets(y, num_classes).')
+
+
 def pgd(
         model: nn.Module,
         x: torch.Tensor,
         y: torch.Tensor,
         *,
-        space: InputSpace,
-        eps: float,
-        step: float,
         steps: int,
-        norm: str = 'linf',
-        targeted: bool = False,
-        targets: Optional[torch.Tensor] = None,
-        random_start: bool = True,
-        clean_start_prob: float = 0.0,
-        clean_start_mode: str = 'per_sample',
-        loss_fn: Optional[LossFn] = None,
         best_iterate: bool = False,
-        generator: Optional[torch.Generator] = None,
-        autocast_dtype: Optional[torch.dtype] = None,
-        progress: bool = False,
+        **options: Any,
 ) -> torch.Tensor:
     """Projected gradient descent in timm's normalized input space.
 
@@ -184,10 +207,15 @@ def pgd(
         model: Model in the mode to attack (eval for running BN statistics).
         x: Normalized inputs (B, C, H, W).
         y: Labels (B,), or soft targets (B, C) (Mixup/CutMix; attacked as given with `loss_fn`, never re-mixed).
+        steps: Number of gradient iterations (0 returns the start point).
+        best_iterate: Evaluation mode: return per sample the first iterate that clearly fools the model (past the
+            rounding tolerance), else the best candidate (`BestIterate`), and stop attacking clearly fooled samples
+            (unless BN uses batch statistics, which couple the rows). Costs one extra forward to score the last
+            iterate. ``False`` returns the last iterate.
+        options: The keywords every PGD run shares (`PGDOptions`):
         space: The model's input normalization.
         eps: Budget on the 0-255 scale; L2 norms are taken on the [0, 1] pixel scale (radius ``eps / 255``).
         step: Step size on the same scale as `eps` (no step rule applied here; see `PGD`).
-        steps: Number of gradient iterations (0 returns the start point).
         norm: ``linf`` or ``l2``.
         targeted: Move toward `targets` instead of away from `y`.
         targets: Target classes (B,); required when `targeted` (draw them with `random_targets`).
@@ -196,10 +224,6 @@ def pgd(
         clean_start_mode: How that is drawn (`CLEAN_START_MODES`): per sample, once per batch, or Fast AdvProp's
             per-batch ``randn() <= 0.2``.
         loss_fn: Per-sample loss ``(logits, target) -> (B,)``; default cross-entropy (accepts soft targets).
-        best_iterate: Evaluation mode: return per sample the first iterate that clearly fools the model (past the
-            rounding tolerance), else the best candidate (`BestIterate`), and stop attacking clearly fooled samples
-            (unless BN uses batch statistics, which couple the rows). Costs one extra forward to score the last
-            iterate. ``False`` returns the last iterate.
         generator: Source of the random start and clean-start draws.
         autocast_dtype: Forward under autocast at this dtype; loss, gradient and perturbation stay fp32.
         progress: Show a transient progress bar over the iterations.
@@ -213,11 +237,7 @@ def pgd(
         >>> with attack_context(model, 'running'):
         ...     x_adv = pgd(model, x, y, space=space, eps=16, step=1, steps=10, targeted=True, targets=targets)
     """
-    return pgd_budgets(
-        model, x, y, budgets=(steps,), space=space, eps=eps, step=step, norm=norm, targeted=targeted,
-        targets=targets, random_start=random_start, clean_start_prob=clean_start_prob,
-        clean_start_mode=clean_start_mode, loss_fn=loss_fn, best_iterate=best_iterate, generator=generator,
-        autocast_dtype=autocast_dtype, progress=progress)[0]
+    return pgd_budgets(model, x, y, budgets=(steps,), best_iterate=best_iterate, **options)[0]
 
 
 def pgd_budgets(
@@ -239,16 +259,26 @@ def pgd_budgets(
     Args:
         budgets: Iteration counts (>= 0), in any order; duplicates allowed.
         best_iterate: See `pgd`.
-        options: `pgd`'s other keyword arguments (``space``, ``eps``, ``step``, ``norm``, ``targeted``,
-            ``targets``, ``random_start``, ``clean_start_prob``, ``clean_start_mode``, ``loss_fn``, ``generator``,
-            ``autocast_dtype``, ``progress``).
+        options: `pgd`'s other keyword arguments, the fields of `PGDOptions` (``space``, ``eps`` and ``step``
+            required).
 
     Returns:
         One tensor per entry of `budgets`, in the given order, each as `pgd` returns it.
     """
-    if not best_iterate:
-        return [result.last for result in _run_pgd(model, x, y, budgets, keep='last', **options)]
-    return [result.best for result in _run_pgd(model, x, y, budgets, keep='best', **options)]
+    return _iterates(model, x, y, budgets, best_iterate, PGDOptions(**options))
+
+
+def _iterates(
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        budgets: Sequence[int],
+        best_iterate: bool,
+        options: PGDOptions,
+) -> List[torch.Tensor]:
+    """`pgd_budgets` on options already gathered: per budget the best-iterate record or the last iterate."""
+    keep = 'best' if best_iterate else 'last'
+    return [getattr(result, keep) for result in _run_pgd(model, x, y, budgets, keep, options)]
 
 
 @dataclass(frozen=True)
@@ -287,7 +317,7 @@ def pgd_best_and_last(
     Returns:
         One `BestAndLast` per entry of `budgets`, in the given order.
     """
-    return _run_pgd(model, x, y, budgets, keep='both', **options)
+    return _run_pgd(model, x, y, budgets, 'both', PGDOptions(**options))
 
 
 def _run_pgd(
@@ -295,51 +325,32 @@ def _run_pgd(
         x: torch.Tensor,
         y: torch.Tensor,
         budgets: Sequence[int],
-        *,
         keep: str,
-        space: InputSpace,
-        eps: float,
-        step: float,
-        norm: str = 'linf',
-        targeted: bool = False,
-        targets: Optional[torch.Tensor] = None,
-        random_start: bool = True,
-        clean_start_prob: float = 0.0,
-        clean_start_mode: str = 'per_sample',
-        loss_fn: Optional[LossFn] = None,
-        generator: Optional[torch.Generator] = None,
-        autocast_dtype: Optional[torch.dtype] = None,
-        progress: bool = False,
+        options: PGDOptions,
 ) -> List[BestAndLast]:
     """The PGD loop behind `pgd_budgets` and `pgd_best_and_last`; `keep` is ``last``, ``best`` or ``both``.
 
     Only a ``best`` run drops fooled samples from the batch (with running BN statistics): a run that keeps the last
     iterate computes every sample's iterations.
     """
-    if not budgets:
-        raise ValueError('budgets must name at least one iteration count.')
-    if norm not in NORMS:
-        raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
-    if min(budgets) < 0 or eps < 0 or step < 0:
-        raise ValueError(f'eps, step and steps must be >= 0, got eps={eps}, step={step}, steps={list(budgets)}.')
-    check_clean_start(clean_start_prob, clean_start_mode)
-    if targeted and targets is None:
-        raise ValueError('A targeted attack needs targets; draw them with random_targets(y, num_classes).')
+    options.check(budgets)
     steps, wanted = max(budgets), set(budgets)
-    loss_fn = cross_entropy_per_sample if loss_fn is None else loss_fn
+    loss_fn = cross_entropy_per_sample if options.loss_fn is None else options.loss_fn
+    targeted, targets, autocast_dtype = options.targeted, options.targets, options.autocast_dtype
     goal = targets if targeted else y
     sign = -1.0 if targeted else 1.0
 
     x_in = x.detach()
     x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    geometry = PGDGeometry.build(space, eps, step, norm, x)
+    geometry = PGDGeometry.build(options.space, options.eps, options.step, options.norm, x)
     x_adv = x.clone()
-    if random_start:
-        x_adv = geometry.clip(x + geometry.random_start(x, clean_start_prob, generator, clean_start_mode))
+    if options.random_start:
+        x_adv = geometry.clip(x + geometry.random_start(
+            x, options.clean_start_prob, options.generator, options.clean_start_mode))
 
     at_budget = {}
     if keep == 'last':
-        for i in iterations(steps + 1, 'pgd', progress):
+        for i in iterations(steps + 1, 'pgd', options.progress):
             if i in wanted:
                 at_budget[i] = BestAndLast(best=None, last=x_adv.to(x_in.dtype))
             if i == steps:
@@ -352,7 +363,7 @@ def _run_pgd(
     prune = keep == 'best' and not _uses_batch_stats(model)
     best = BestIterate(x_adv)
     active = torch.arange(x.shape[0], device=x.device)
-    for i in iterations(steps + 1, 'pgd', progress):
+    for i in iterations(steps + 1, 'pgd', options.progress):
         if i < steps:
             grad, logits, loss = input_gradient(model, x_adv, goal[active], loss_fn, autocast_dtype)
         else:
@@ -377,6 +388,7 @@ def _run_pgd(
 
 
 @register_attack('pgd')
+@attack_dataclass
 class PGD(Attack):
     """Configured PGD attack (see `pgd`); ``PGD(space)(model, x, y)`` returns adversarial inputs.
 
@@ -406,43 +418,26 @@ class PGD(Attack):
         bn_stats, autocast_dtype, seed, fold_bn: See `Attack`.
     """
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 16.0,
-            step: float = 1.0,
-            steps: int = 10,
-            norm: str = 'linf',
-            targeted: bool = False,
-            random_start: bool = True,
-            clean_start_prob: float = 0.0,
-            clean_start_mode: str = 'per_sample',
-            step_rule: str = 'max',
-            best_iterate: bool = True,
-            loss_fn: Optional[LossFn] = None,
-            bn_stats: str = 'running',
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            fold_bn: bool = True,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if norm not in NORMS:
-            raise ValueError(f'norm must be one of {NORMS}, got {norm!r}.')
-        if step_rule not in STEP_RULES:
-            raise ValueError(f'step_rule must be one of {STEP_RULES}, got {step_rule!r}.')
-        if steps < 1 or step < 0:  # 0 iterations would report the start point's accuracy as robust accuracy
-            raise ValueError(f'PGD needs steps >= 1 and step >= 0, got steps={steps}, step={step}.')
-        check_clean_start(clean_start_prob, clean_start_mode)
-        self.step = float(step)
-        self.steps = int(steps)
-        self.norm = norm
-        self.targeted = targeted
-        self.random_start = random_start
-        self.clean_start_prob = float(clean_start_prob)
-        self.clean_start_mode = clean_start_mode
-        self.step_rule = step_rule
-        self.best_iterate = best_iterate
-        self.loss_fn = loss_fn
+    eps: float = 16.0
+    norm: str = 'linf'
+    steps: int = 10
+    step: float = 1.0
+    targeted: bool = False
+    random_start: bool = True
+    clean_start_prob: float = 0.0
+    clean_start_mode: str = 'per_sample'
+    step_rule: str = field(default='max', repr=False)
+    best_iterate: bool = True
+    loss_fn: Optional[LossFn] = field(default=None, repr=False)
+
+    def check_options(self) -> None:
+        if self.norm not in NORMS:
+            raise ValueError(f'norm must be one of {NORMS}, got {self.norm!r}.')
+        if self.step_rule not in STEP_RULES:
+            raise ValueError(f'step_rule must be one of {STEP_RULES}, got {self.step_rule!r}.')
+        if self.steps < 1 or self.step < 0:  # 0 iterations would report the start point's accuracy as robust accuracy
+            raise ValueError(f'PGD needs steps >= 1 and step >= 0, got steps={self.steps}, step={self.step}.')
+        check_clean_start(self.clean_start_prob, self.clean_start_mode)
 
     @property
     def step_size(self) -> float:
@@ -505,26 +500,21 @@ class PGD(Attack):
             raise ValueError('best_and_last needs a best-iterate attack (best_iterate=True).')
         self._check_budgets(budgets)
         return self.call_in_context(
-            model, x, y, targets, lambda m, x_, y_, t: pgd_best_and_last(m, x_, y_, budgets=budgets,
-                                                                         **self._options(t)))
+            model, x, y, targets, lambda m, x_, y_, t: _run_pgd(m, x_, y_, budgets, 'both', self._options(t)))
 
     def _check_budgets(self, budgets: Sequence[int]) -> None:
         if not budgets or max(budgets) > self.steps:
             raise ValueError(f'budgets must be non-empty and at most steps={self.steps}, got {list(budgets)}.')
 
     def _run_budgets(self, model, x, y, targets, budgets: Sequence[int]) -> List[torch.Tensor]:
-        return pgd_budgets(model, x, y, budgets=budgets, best_iterate=self.best_iterate, **self._options(targets))
+        return _iterates(model, x, y, budgets, self.best_iterate, self._options(targets))
 
-    def _options(self, targets: Optional[torch.Tensor]) -> dict:
-        """`pgd`'s keyword arguments for this configuration (budgets and `best_iterate` aside)."""
-        return dict(space=self.space, eps=self.eps, step=self.step_size, norm=self.norm, targeted=self.targeted,
-                    targets=targets, random_start=self.random_start, clean_start_prob=self.clean_start_prob,
-                    clean_start_mode=self.clean_start_mode, loss_fn=self.loss_fn, generator=self.generator,
-                    autocast_dtype=self.autocast_dtype, progress=self.progress)
+    def _options(self, targets: Optional[torch.Tensor]) -> PGDOptions:
+        """The run's shared keywords: the options of the same names, the step after the step rule, `targets`."""
+        held = self.options_for(option.name for option in fields(PGDOptions))
+        return PGDOptions(**dict(held, step=self.step_size, targets=targets))
 
-    def extra_repr(self) -> str:
-        return (f'norm={self.norm}, steps={self.steps}, step={self.step:g} (taken {self.step_size:g}), '
-                f'targeted={self.targeted}, random_start={self.random_start}, '
-                f'clean_start_prob={self.clean_start_prob:g}, clean_start_mode={self.clean_start_mode}, '
-                f'best_iterate={self.best_iterate}, '
-                + super().extra_repr())
+    def option_repr(self, option: Field) -> str:
+        if option.name == 'step':
+            return f'step={self.step:g} (taken {self.step_size:g})'
+        return super().option_repr(option)

@@ -6,59 +6,52 @@ Training takes its attack from the same registry, among the attacks that can mak
 import inspect
 from typing import Any, Callable, Dict, List
 
+from ..registry import Registry
+
 __all__ = ['register_attack', 'create_attack', 'list_attacks', 'attack_arguments', 'attack_threat', 'training_attacks',
            'check_training_attack', 'create_training_attack']
 
-_ATTACKS: Dict[str, Callable] = {}
+_ATTACKS: Registry[Callable] = Registry('attack', sort_names=True)
 
 
 def register_attack(name: str) -> Callable:
     """Class decorator registering a configured attack class under `name` (lower case, dashes)."""
     def _register(cls: Callable) -> Callable:
-        if name in _ATTACKS:
-            raise ValueError(f'Attack {name!r} is registered twice.')
-        _ATTACKS[name] = cls
-        return cls
+        return _ATTACKS.register(name, cls)
     return _register
-
-
-def _attack_class(name: str) -> Callable:
-    """The class registered as `name` (a clear error listing the names otherwise)."""
-    if name not in _ATTACKS:
-        raise ValueError(f'Unknown attack {name!r}; available: {", ".join(sorted(_ATTACKS))}.')
-    return _ATTACKS[name]
 
 
 def create_attack(name: str, **kwargs):
     """Instantiate the attack registered as `name` with its configuration keyword arguments."""
-    return _attack_class(name)(**kwargs)
+    return _ATTACKS.get(name)(**kwargs)
 
 
 def list_attacks() -> List[str]:
     """Names of every registered attack."""
-    return sorted(_ATTACKS)
+    return _ATTACKS.names()
 
 
 def attack_arguments(name: str) -> Dict[str, Any]:
     """The keyword arguments the attack `name` takes and their defaults (`inspect.Parameter.empty` if required).
 
     Protocols read it to give an attack only the options it has and to record the budget (``steps``,
-    ``n_queries``) it runs with when none is given.
+    ``n_queries``) it runs with when none is given. For the built-in attacks these are the fields of their
+    dataclass (`base.attack_dataclass`), as its constructor takes them.
     """
     keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    parameters = inspect.signature(_attack_class(name)).parameters.values()
+    parameters = inspect.signature(_ATTACKS.get(name)).parameters.values()
     return {p.name: p.default for p in parameters if p.kind in keyword}
 
 
 def attack_threat(name: str) -> str:
     """``white-box`` (gradients), ``black-box`` (output queries only) or ``noise`` (no adversary) for attack `name`
     (its class's ``threat``; attacks registered without one use gradients)."""
-    return getattr(_attack_class(name), 'threat', 'white-box')
+    return getattr(_ATTACKS.get(name), 'threat', 'white-box')
 
 
 def training_attacks() -> List[str]:
     """Names of the registered attacks that can make training examples (their class's ``trains``)."""
-    return sorted(name for name, cls in _ATTACKS.items() if getattr(cls, 'trains', False))
+    return [name for name in _ATTACKS.names() if getattr(_ATTACKS.get(name), 'trains', False)]
 
 
 def check_training_attack(name: str) -> str:

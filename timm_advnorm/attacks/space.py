@@ -13,7 +13,6 @@ caller states the scale with `PixelBudget` (``eps=PixelBudget(0.5)``: half a gre
 import sys
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Dict, Sequence
 
 import torch
@@ -23,8 +22,8 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, resolve_data_
 __all__ = ['InputSpace', 'PIXEL_SCALE', 'PixelBudget', 'BudgetScaleWarning', 'check_budget_scale', 'scale_255_text']
 
 PIXEL_SCALE = 255.0
-#: Where this package's code lives: a warning points at the first caller outside it.
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+#: This package's name: a warning points at the first caller outside its modules.
+_PACKAGE = __name__.split('.')[0]
 
 
 class PixelBudget(float):
@@ -50,9 +49,10 @@ def scale_255_text(fraction: float) -> str:
 
 def _caller_stacklevel() -> int:
     """The `warnings.warn` stacklevel, seen from the function calling this one, of the first frame outside this
-    package: the user's call, however deep inside the package the warning is raised."""
+    package: the user's call, however deep inside the package the warning is raised. Frames are told by their
+    module, not their file: an attack's constructor is generated code (a dataclass ``__init__``) without a file."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and frame.f_globals.get('__name__', '').partition('.')[0] == _PACKAGE:
         frame, level = frame.f_back, level + 1
     return level
 

@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import hard_labels, iterations, project, uniform
+from .base import attack_dataclass, hard_labels, iterations, project, uniform
 from .core import is_clearly_fooled, rounding_tolerance
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, forward_logits
@@ -154,6 +154,7 @@ def square(
 
 
 @register_attack('square')
+@attack_dataclass
 class Square(EvalAttack):
     """Square attack, L∞ (see `square`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
@@ -167,36 +168,17 @@ class Square(EvalAttack):
         autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
+    eps: float = 4.0
+    n_queries: int = 5000
+    p_init: float = 0.8
+    n_restarts: int = 1
+    rescale_schedule: bool = False
+
+    core = staticmethod(square)
     threat = 'black-box'
     step_description = 'random ±ε squares (no gradient)'
 
-    def __init__(
-            self,
-            space: InputSpace,
-            eps: float = 4.0,
-            n_queries: int = 5000,
-            p_init: float = 0.8,
-            n_restarts: int = 1,
-            rescale_schedule: bool = False,
-            autocast_dtype: Optional[torch.dtype] = None,
-            seed: Optional[int] = None,
-            bn_stats: str = 'running',
-            fold_bn: bool = True,
-    ):
-        super().__init__(space, eps=eps, bn_stats=bn_stats, autocast_dtype=autocast_dtype, seed=seed, fold_bn=fold_bn)
-        if n_queries < 2 or n_restarts < 1 or not 0.0 < p_init <= 1.0:
-            raise ValueError(f'Square needs n_queries >= 2, n_restarts >= 1 and p_init in (0, 1], got {n_queries}, '
-                             f'{n_restarts}, {p_init}.')
-        self.n_queries = int(n_queries)
-        self.p_init = float(p_init)
-        self.n_restarts = int(n_restarts)
-        self.rescale_schedule = rescale_schedule
-
-    def perturb(self, model, x, y, targets):
-        return square(model, x, y, space=self.space, eps=self.eps, n_queries=self.n_queries, p_init=self.p_init,
-                      n_restarts=self.n_restarts, rescale_schedule=self.rescale_schedule, generator=self.generator,
-                      autocast_dtype=self.autocast_dtype, progress=self.progress)
-
-    def extra_repr(self) -> str:
-        return (f'n_queries={self.n_queries}, p_init={self.p_init:g}, n_restarts={self.n_restarts}, '
-                f'rescale_schedule={self.rescale_schedule}, ' + super().extra_repr())
+    def check_options(self) -> None:
+        if self.n_queries < 2 or self.n_restarts < 1 or not 0.0 < self.p_init <= 1.0:
+            raise ValueError(f'Square needs n_queries >= 2, n_restarts >= 1 and p_init in (0, 1], got '
+                             f'{self.n_queries}, {self.n_restarts}, {self.p_init}.')
