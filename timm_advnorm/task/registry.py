@@ -59,7 +59,7 @@ def register_task(name: str) -> Callable[[T], T]:
 def _check_declarations_agree(name: str, cls: Type[AdversarialClassificationTask]) -> None:
     """Refuse an option of `cls` that a registered method declares differently: the command makes one flag of it."""
     for field in dataclasses.fields(cls.options_class):
-        for other_name, other in _TASKS.items():
+        for other_name, other in TASKS.items():
             other_fields = {f.name: f for f in dataclasses.fields(other.options_class)}
             if field.name in other_fields and declaration(other_fields[field.name]) != declaration(field):
                 raise ValueError(f'Method {name} declares {option_flag(field.name)} unlike method {other_name}.')
