@@ -6,8 +6,9 @@ activations, a BN-folded copy of the model. An attack that kept its graph or its
 its iterations; the goal is that no method exceeds 1.10x vanilla at the same rows (the largest training forward of
 the step: twice the batch for the methods training on clean and adversarial rows together, the loader batch for
 Fast AdvProp, whose attack passes are training passes). Every method is built as the training command builds it
-(its parsed options, `from_args`) and runs on the first of ``--model`` (plain BN), ``--mbn-model`` (mixture BN) and
-``--nf-model`` (normalizer-free) it accepts; vanilla runs on each of them at the rows the methods put through it.
+(its parsed options, `create_run_task`) and runs on the first of ``--model`` (plain BN), ``--mbn-model`` (mixture
+BN) and ``--nf-model`` (normalizer-free) it accepts; vanilla runs on each of them at the rows the methods put through
+it.
 
 A deep model (``--deep-model``, vanilla step) is measured with and without timm's gradient checkpointing: the goal
 is at most a third of the memory without.
@@ -39,7 +40,8 @@ import torch.nn as nn
 import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.layers import set_grad_checkpointing
-from timm_advnorm.task import AdversarialClassificationTask, get_task_class, list_tasks
+from timm_advnorm.task import AdversarialClassificationTask, list_tasks
+from timm_advnorm.train.build import create_run_task
 from timm_advnorm.train.budget import memory_in_use_bytes, peak_memory_bytes, reset_peak_memory
 
 from _common import add_device_args
@@ -139,8 +141,8 @@ def _build(case: Case, device: torch.device) -> Tuple[str, nn.Module, Adversaria
             set_grad_checkpointing(model)
         space = InputSpace.from_model(model)
         try:
-            task = get_task_class(case.method).from_args(training_args, model, space, num_classes=NUM_CLASSES,
-                                                         amp_dtype=amp_dtype, device=device, verbose=False)
+            task = create_run_task(training_args, model, space, num_classes=NUM_CLASSES, amp_dtype=amp_dtype,
+                                   device=device, verbose=False)
         except ValueError:  # a model the method refuses (NoFrost: one with batch norm; MBN: one without)
             continue
         return name, model, task

@@ -2,8 +2,8 @@
 
 The papers count training cost in forward+backward passes per image (vanilla = 1, PGD-K adversarial training
 K + 1, AdvProp K + 2, Fast AdvProp ``p_adv * K + 1``); every task reports that figure as `passes_per_image`. Here
-every registered method, built as the training command builds it (`from_args` on the command's parsed options), runs
-full training steps (attack, task forward, backward, SGD step) on the same mixture-BN model and batch; its time per
+every registered method, built as the training command builds it (`create_run_task` on the command's parsed
+options), runs full training steps (attack, task forward, backward, SGD step) on the same mixture-BN model and batch; its time per
 image divided by vanilla training's is the measured cost, printed beside the model's. A method that refuses a
 mixture-BN model (NoFrost trains normalizer-free ones) runs on a normalizer-free model of the same depth, with that
 model's own vanilla step as its unit.
@@ -33,8 +33,9 @@ import torch.nn as nn
 
 import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace
-from timm_advnorm.task import AdversarialClassificationTask, get_task_class, list_tasks
+from timm_advnorm.task import AdversarialClassificationTask, list_tasks
 from timm_advnorm.train.args import get_args_parser as get_train_args_parser
+from timm_advnorm.train.build import create_run_task, task_options
 
 from _common import add_device_args, add_timing_args, apply_run_args, measure
 
@@ -101,7 +102,7 @@ def _training_args(method: str, steps: int) -> argparse.Namespace:
     args = get_train_args_parser().parse_args(
         ['--method', method, '--attack-steps', str(steps), *ATTACK_ARGS, *METHOD_ARGS.get(method, ())])
     args.rank, args.distributed = 0, False
-    get_task_class(method).check_args(args)
+    task_options(args)
     return args
 
 
@@ -118,8 +119,8 @@ def _tasks(args, device: torch.device, memory_format: torch.memory_format = torc
         for family, model in models.items():
             space = InputSpace.from_model(model)
             try:
-                task = get_task_class(method).from_args(training_args, model, space, num_classes=NUM_CLASSES,
-                                                        amp_dtype=amp_dtype, device=device, verbose=False)
+                task = create_run_task(training_args, model, space, num_classes=NUM_CLASSES, amp_dtype=amp_dtype,
+                                       device=device, verbose=False)
             except ValueError:  # a model the method refuses (NoFrost: one with batch norm)
                 continue
             batch = int(round(args.batch_size * task.batch_scale))

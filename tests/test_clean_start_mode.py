@@ -10,8 +10,9 @@ import torch.nn as nn
 import timm_advnorm  # noqa: F401  (registers the models and methods)
 from timm_advnorm.attacks import PGD, InputSpace, random_l2_start
 from timm_advnorm.attacks.pgd import RANDN_CLEAN_START_THRESHOLD, PGDGeometry, clean_start_rows
-from timm_advnorm.task import FastAdvPropTask, get_task_class
+from timm_advnorm.task import FastAdvPropTask
 from timm_advnorm.train.args import parse_args
+from timm_advnorm.train.build import create_run_task
 
 SPACE = InputSpace()
 DRAWS = 2000
@@ -97,11 +98,9 @@ def _built(method: str, mode: str, *argv: str):
     args, _ = parse_args(['--method', method, '--attack-steps', '1', *argv])
     args.attack_clean_start_mode = mode
     args.rank, args.distributed = 0, False
-    task_class = get_task_class(method)
-    task_class.check_args(args)
     torch.manual_seed(0)
     model = timm.create_model('test_mbn_resnet', num_classes=10)
-    return task_class.from_args(args, model, SPACE, num_classes=10, verbose=False)
+    return create_run_task(args, model, SPACE, num_classes=10, verbose=False)
 
 
 def test_training_attacks_are_built_with_the_mode():

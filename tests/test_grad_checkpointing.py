@@ -18,8 +18,9 @@ from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.layers import (
     guard_batch_norm_statistics, interleave, route, set_grad_checkpointing)
 from timm_advnorm.layers.recompute import PositionedHistory, autograd_position
-from timm_advnorm.task import get_task_class, list_tasks
+from timm_advnorm.task import list_tasks
 from timm_advnorm.train.args import parse_args
+from timm_advnorm.train.build import create_run_task
 
 from device_checks import NUM_CLASSES, seeded_model
 
@@ -63,8 +64,7 @@ def _training_step(method: str, name: str, checkpointing: bool, amp: bool = Fals
     args, _ = parse_args(['--method', method, *METHOD_OPTIONS, *extra])
     args.rank, args.distributed = 0, False
     amp_dtype = torch.bfloat16 if amp else None
-    task = get_task_class(method).from_args(args, model, SPACE, num_classes=NUM_CLASSES, amp_dtype=amp_dtype,
-                                            verbose=False)
+    task = create_run_task(args, model, SPACE, num_classes=NUM_CLASSES, amp_dtype=amp_dtype, verbose=False)
     task.train()
     x, y = _batch()
     if channels_last:

@@ -14,6 +14,7 @@ from timm_advnorm.attacks import InputSpace
 from timm_advnorm.recipes import list_recipes, recipe_path, resolve_config
 from timm_advnorm.task import TASKS
 from timm_advnorm.train.args import parse_args
+from timm_advnorm.train.build import create_run_task, task_options
 from timm_advnorm.train.optimization import create_run_optimizer, epoch_schedule, run_learning_rate
 
 RECIPES = list_recipes()
@@ -109,7 +110,7 @@ def test_fast_advprop_budget_and_the_released_epoch_count(epochs, trained):
     args, _ = parse_args(['-c', 'fast_advprop_mbn_resnet50', '--epochs', str(epochs)])
     args.distributed, args.rank, args.world_size = False, 0, 1
     model = timm.create_model('test_mbn_resnet', num_classes=10)
-    task = TASKS[args.method].from_args(args, model, InputSpace.from_model(model), num_classes=10, verbose=False)
+    task = create_run_task(args, model, InputSpace.from_model(model), num_classes=10, verbose=False)
     assert task.passes_per_image == pytest.approx(1.2)
     schedule = epoch_schedule(args, task.passes_per_image)
     assert (schedule.epochs, schedule.decay_milestones) == (trained, (25, 50, 75, 83))
@@ -134,7 +135,7 @@ def test_recipe_is_consistent(recipe):
         assert any('adv_bn' in n for n, _ in model.named_modules())
     if args.method in ('nofrost', 'nofrost_star'):
         assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    TASKS[args.method].check_args(args)  # the method takes the recipe's options (clean-start mode included)
+    task_options(args)  # the method takes the recipe's options (clean-start mode included)
 
 
 def test_unknown_recipe_key_is_rejected(tmp_path):

@@ -5,6 +5,7 @@ import argparse
 import csv
 import importlib
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,11 @@ import yaml
 import timm_advnorm  # noqa: F401  (registers the built-in methods)
 from timm_advnorm.attacks import FGSM, PGD, InputSpace
 from timm_advnorm.task import (
-    TASKS, AdversarialClassificationTask, FastAdvPropTask, MixedTask, VanillaTask, get_task_class, list_tasks,
-    register_task, unregister_task)
+    TASKS, AdversarialClassificationTask, FastAdvPropTask, MethodOptions, MixedTask, VanillaTask, get_task_class,
+    list_tasks, option, register_task, unregister_task)
 from timm_advnorm.train import loop, script
 from timm_advnorm.train.args import get_args_parser, parse_args
+from timm_advnorm.train.build import create_run_task
 
 REPO = Path(__file__).resolve().parents[1]
 BUILT_IN = ['vanilla', 'madry', 'mixed', 'alp', 'mbn', 'fast_advprop', 'nofrost', 'nofrost_star']
@@ -31,19 +33,17 @@ def scaled_vanilla():
     """A method of its own, registered by this file alone (and removed after the test): vanilla training whose loss
     is scaled by its own option, ``--loss-scale``; the unscaled loss is logged beside it."""
 
+    @dataclass(frozen=True)
+    class ScaledVanillaOptions(MethodOptions):
+        loss_scale: float = option(1.0, type=float, help='Factor of the loss.')
+
     @register_task('scaled_vanilla')
     class ScaledVanillaTask(VanillaTask):
+        options_class = ScaledVanillaOptions
+
         def __init__(self, model, loss_scale: float = 1.0, **kwargs):
             super().__init__(model, **kwargs)
             self.loss_scale = loss_scale
-
-        @classmethod
-        def add_args(cls, group):
-            group.add_argument('--loss-scale', type=float, default=1.0, help='Factor of the loss.')
-
-        @classmethod
-        def options_from_args(cls, args):
-            return dict(loss_scale=args.loss_scale)
 
         def forward(self, input, target):
             result = super().forward(input, target)
@@ -135,26 +135,26 @@ def derived_methods():
 
 
 def test_an_inherited_declaration_is_made_once_and_a_conflicting_one_is_refused(derived_methods):
-    derived_methods('mixed_again', type('MixedAgain', (MixedTask,), {}))  # inherits mixed's add_args
+    derived_methods('mixed_again', type('MixedAgain', (MixedTask,), {}))  # inherits mixed's options
     groups = _groups(get_args_parser())
     assert groups['Method mixed'] == ['--alpha', '--clean-ratio'] and groups['Method mixed_again'] == []
 
-    def add_args(cls, group):
-        group.add_argument('--alpha', type=float, default=0.3, help='Another clean-loss weight.')
-    derived_methods('mixed_other', type('MixedOther', (MixedTask,), {'add_args': classmethod(add_args)}))
+    @dataclass(frozen=True)
+    class OtherOptions(MethodOptions):
+        alpha: float = option(0.3, type=float, help='Another clean-loss weight.')
     with pytest.raises(ValueError, match='Method mixed_other declares --alpha unlike method mixed'):
-        get_args_parser()
+        register_task('mixed_other')(type('MixedOther', (MixedTask,), {'options_class': OtherOptions}))
+    assert 'mixed_other' not in TASKS
+    get_args_parser()  # the refused method left the command as it was
 
 
 def _built(argv, model_name='test_mbn_resnet'):
     """The task the command would build for `argv` (one process)."""
     args, _ = parse_args(argv)
     args.rank, args.distributed = 0, False
-    task_class = get_task_class(args.method)
-    task_class.check_args(args)
     torch.manual_seed(0)
     model = timm.create_model(model_name, num_classes=10)
-    return task_class.from_args(args, model, InputSpace(), num_classes=10, verbose=False)
+    return create_run_task(args, model, InputSpace(), num_classes=10, verbose=False)
 
 
 def test_the_training_attack_is_a_choice_from_the_attack_registry():

@@ -17,8 +17,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace
-from timm_advnorm.task import AdversarialClassificationTask, get_task_class
+from timm_advnorm.task import AdversarialClassificationTask
 from timm_advnorm.train.args import get_args_parser
+from timm_advnorm.train.build import create_run_task
 from timm_advnorm.train.budget import (
     RunBudget, count_budget, flop_counter, plan_budget, steps_per_epoch, write_budget)
 from timm_advnorm.train.loop import train_one_epoch
@@ -42,8 +43,7 @@ def _task(method: str) -> AdversarialClassificationTask:
     args.rank, args.distributed = 0, False
     torch.manual_seed(0)
     model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES)
-    return get_task_class(method).from_args(args, model, InputSpace.from_model(model), num_classes=NUM_CLASSES,
-                                            verbose=False)
+    return create_run_task(args, model, InputSpace.from_model(model), num_classes=NUM_CLASSES, verbose=False)
 
 
 def _rows(task: AdversarialClassificationTask) -> int:

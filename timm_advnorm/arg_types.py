@@ -10,9 +10,13 @@ from typing import Optional, Union
 
 from .attacks.space import scale_255_text
 
-__all__ = ['Number', 'PixelScale', 'finite_float', 'non_negative_float', 'positive_float', 'probability', 'fraction',
-           'open_fraction', 'non_negative_int', 'positive_int', 'seed_int', 'pixel_budget', 'pixel_step',
-           'positive_pixel_step']
+__all__ = ['BooleanOptionalAction', 'Number', 'PixelScale', 'finite_float', 'non_negative_float', 'positive_float',
+           'probability', 'fraction', 'open_fraction', 'non_negative_int', 'positive_int', 'seed_int', 'pixel_budget',
+           'pixel_step', 'positive_pixel_step']
+
+#: argparse's action of an on/off option with its ``--no-`` form, for the methods' option declarations (which do not
+#: import argparse themselves).
+BooleanOptionalAction = argparse.BooleanOptionalAction
 
 
 class Number:

@@ -36,12 +36,20 @@ class Registry(Generic[T]):
         Raises:
             ValueError: `name` does not match the registry's pattern, or is taken.
         """
+        self.check_new_name(name)
+        self._entries[name] = entry
+        return entry
+
+    def check_new_name(self, name: str) -> None:
+        """Refuse `name` unless `register` would take it (for registries that check more before registering).
+
+        Raises:
+            ValueError: `name` does not match the registry's pattern, or is taken.
+        """
         if not name or (self._name_pattern is not None and not self._name_pattern.fullmatch(name)):
             raise ValueError(f'{self.kind.capitalize()} name {name!r}: use {self._name_rule}.')
         if name in self._entries:
             raise ValueError(f'{self.kind.capitalize()} {name!r} is registered twice.')
-        self._entries[name] = entry
-        return entry
 
     def unregister(self, name: str) -> T:
         """Remove `name`; returns its entry.

@@ -16,7 +16,6 @@ the first iterate that fools the model); where the evaluation also scored the la
 convention, the card gives it beside them, named as such, so that a reader compares the right number with the
 papers' tables.
 """
-import argparse
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath, PureWindowsPath
@@ -537,7 +536,7 @@ def _unused_options(args: Mapping[str, Any]) -> FrozenSet[str]:
     recorded method is not registered here (a plug-in's, not imported), so its recipe keeps them all."""
     if args.get('method') not in TASKS:
         return frozenset()
-    return unused_options(argparse.Namespace(**args))
+    return unused_options(args)
 
 
 def _recipe_args(args: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[str]]:

@@ -11,18 +11,21 @@ first and attack the mixed images with the soft target).
 The contract with the training command, each part with a default here, so that a method is one module registered
 with `register_task`:
 
-* **Options**: `add_args` declares the method's own options in its "Method <name>" argument group; `check_args`
-  refuses combinations it cannot train, before anything is built; `borrowed_options` and `attack_options` name the
-  other options a run of it uses (`task.options`: a model card's recipe lists these, no other method's).
-* **Construction**: `from_args` builds the task from the parsed options: the training attack (`attack_from_args`,
-  the ``--attack`` of the attack registry), the method's options (`options_from_args`), the shared criterion
-  settings.
+* **Options**: `options_class`, a frozen dataclass of the method's own options (`method_options.option`; those it
+  reads from another method declared with `method_options.shared_option`), which `add_args` declares in its "Method
+  <name>" argument group; `check_options` refuses combinations it cannot train, before anything is built;
+  `used_attack_options` names the shared training-attack options a run of it uses (`task.options`: a model card's
+  recipe lists these and its own, no other method's).
+* **Construction**: `from_options` builds the task from its options, the training attack's (`TrainingAttackOptions`)
+  and the run's `TrainingContext`: the training attack, the method's options (`method_kwargs`), the shared
+  criterion settings.
 * **Run**: `batch_scale` (loader rows per configured batch row), `mixed_rows`, `passes_per_image` (the cost model),
   `validated_branches`, `default_eval_metric`, `finalize_gradients`, and `prepare_distributed` (which tells DDP
   whether some parameters go unused in a step).
 """
-import argparse
-from typing import Any, Callable, Dict, Optional, Protocol, Tuple
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Dict, Optional, Protocol, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -30,26 +33,43 @@ from timm.task import ClassificationTask
 from timm.utils.model import unwrap_model
 
 from ..attacks.base import Attack, hard_labels
-from ..attacks.registry import create_training_attack
 from ..attacks.space import InputSpace
 from ..layers.routing import has_mixture_bn, route
+from .method_options import MethodOptions, is_shared, option_flag, parser_arguments
+from .training_attack import TRAINING_ATTACK_OPTIONS, TrainingAttackOptions
 
-__all__ = ['AdversarialClassificationTask', 'ArgumentGroup', 'MixFn', 'TRAINING_ATTACK_OPTIONS']
+__all__ = ['AdversarialClassificationTask', 'ArgumentGroup', 'MixFn', 'TRAINING_ATTACK_OPTIONS', 'TrainingContext']
 
 MixFn = Callable[[torch.Tensor, torch.Tensor], tuple]
 
-#: The shared options (argparse destinations) `AdversarialClassificationTask.attack_from_args` makes the training
-#: attack from.
-TRAINING_ATTACK_OPTIONS = (
-    'attack', 'attack_eps', 'attack_step', 'attack_steps', 'attack_norm', 'attack_targeted', 'attack_clean_start_prob',
-    'attack_clean_start_mode', 'attack_step_rule', 'attack_bn_stats')
-
 
 class ArgumentGroup(Protocol):
-    """What `AdversarialClassificationTask.add_args` declares options in: argparse's ``add_argument``."""
+    """What `AdversarialClassificationTask.add_args` declares options in: a parser's ``add_argument``."""
 
     def add_argument(self, *flags: str, **kwargs: Any) -> Any:
         ...
+
+
+@dataclass(frozen=True)
+class TrainingContext:
+    """What a task is built for besides its options: the run's input space, classes, label smoothing, seed and
+    process.
+
+    Attributes:
+        space: The model's input normalization (budgets are on the 0-255 scale).
+        num_classes: Classes of the run.
+        smoothing: Label smoothing of the criterion.
+        seed: The run's seed; random draws made per process add `rank` to it.
+        rank: This process's rank (0 in a single process).
+        amp_dtype: Autocast dtype of the run, which attacks run their forwards under; None for fp32.
+    """
+
+    space: InputSpace
+    num_classes: int
+    smoothing: float = 0.0
+    seed: int = 0
+    rank: int = 0
+    amp_dtype: Optional[torch.dtype] = None
 
 
 class AdversarialClassificationTask(ClassificationTask):
@@ -77,9 +97,9 @@ class AdversarialClassificationTask(ClassificationTask):
     #: Whether the training loop's float16 loss scaler covers every backward of a step: true when the step's only
     #: backward is the loop's own, of the loss `forward` returns.
     supports_loss_scaling: bool = True
-    #: Options another method declares (in its `add_args`) that this one reads too, as argparse destinations
-    #: (``('alpha',)`` for a method weighting its clean loss with mixed's ``--alpha``).
-    borrowed_options: Tuple[str, ...] = ()
+    #: The method's own options, a frozen `MethodOptions` dataclass (none by default); a subclass that does not set
+    #: it takes its parent's.
+    options_class: ClassVar[Type[MethodOptions]] = MethodOptions
 
     def __init__(
             self,
@@ -99,17 +119,19 @@ class AdversarialClassificationTask(ClassificationTask):
 
     @classmethod
     def add_args(cls, group: ArgumentGroup) -> None:
-        """Declare the method's own command-line options in `group`, its "Method <name>" group of the training
-        command; none by default.
+        """Declare the method's options (`options_class`) in `group`, its "Method <name>" group of the training
+        command, but those it shares with another method (`method_options.shared_option`), whose flags are that
+        method's.
 
-        The shared options (the attack and its budget, Mixup, label smoothing, the seed) are the command's, and an
-        option another method declares may be read without declaring it again: every registered method's options are
-        on the parser whichever method runs. A subclass that does not override this declares its parent's options
-        again, which the command skips.
+        The shared options (the attack and its budget, Mixup, label smoothing, the seed) are the command's. A
+        subclass that keeps its parent's `options_class` declares its options again, which the command skips.
         """
+        for field in dataclasses.fields(cls.options_class):
+            if not is_shared(field):
+                group.add_argument(option_flag(field.name), **parser_arguments(field))
 
     @classmethod
-    def check_args(cls, args: argparse.Namespace) -> None:
+    def check_options(cls, options: MethodOptions, attack_options: TrainingAttackOptions) -> None:
         """Refuse option combinations the method cannot train, before anything is built; none by default.
 
         Raises:
@@ -117,67 +139,57 @@ class AdversarialClassificationTask(ClassificationTask):
         """
 
     @classmethod
-    def attack_options(cls, args: argparse.Namespace) -> Tuple[str, ...]:
-        """The shared training-attack options a run with `args` uses: by default every one `attack_from_args`
-        reads (`TRAINING_ATTACK_OPTIONS`); a method that runs no attack, or its own, names fewer."""
+    def used_attack_options(cls, options: MethodOptions) -> Tuple[str, ...]:
+        """The training-attack options (`TrainingAttackOptions` fields) a run with `options` uses: by default every
+        one, which make its attack; a method that runs no attack names none (and gets none), one that runs its own
+        names those it reads."""
         return TRAINING_ATTACK_OPTIONS
 
     @classmethod
-    def from_args(
+    def from_options(
             cls,
-            args: argparse.Namespace,
             model: nn.Module,
-            space: InputSpace,
+            options: MethodOptions,
+            attack_options: TrainingAttackOptions,
+            context: TrainingContext,
             *,
-            num_classes: int,
             mixup_fn: Optional[MixFn] = None,
-            amp_dtype: Optional[torch.dtype] = None,
             device: Optional[torch.device] = None,
             verbose: bool = True,
     ) -> 'AdversarialClassificationTask':
-        """The task the training command's parsed options describe, for `model`.
+        """The task `options` describe, for `model`.
 
         Args:
-            args: The parsed options, after the distributed set-up (``rank``, ``distributed``).
             model: The model to train, on its device.
-            space: The model's input normalization (budgets are on the 0-255 scale).
-            num_classes: Classes of the run.
-            mixup_fn: Mixup/CutMix, when the options ask for it (the criterion then takes soft targets).
-            amp_dtype: Autocast dtype of the run, which attacks run their forwards under; None for fp32.
+            options: The method's options (an `options_class`).
+            attack_options: The training attack.
+            context: The run it trains in: input space, classes, label smoothing, seed, process, autocast dtype.
+            mixup_fn: Mixup/CutMix, when the run asks for it (the criterion then takes soft targets).
             device: The training device.
             verbose: Whether this process logs (rank 0).
         """
-        criterion_kwargs = dict(smoothing=args.smoothing, soft_targets=mixup_fn is not None)
-        return cls(model, **cls.kwargs_from_args(args, space, num_classes=num_classes, amp_dtype=amp_dtype),
-                   mixup_fn=mixup_fn, criterion_kwargs=criterion_kwargs, device=device, verbose=verbose)
+        criterion_kwargs = dict(smoothing=context.smoothing, soft_targets=mixup_fn is not None)
+        return cls(model, **cls.task_kwargs(options, attack_options, context), mixup_fn=mixup_fn,
+                   criterion_kwargs=criterion_kwargs, device=device, verbose=verbose)
 
     @classmethod
-    def kwargs_from_args(cls, args: argparse.Namespace, space: InputSpace, *, num_classes: int,
-                         amp_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
-        """The constructor's method-specific keyword arguments (`from_args` adds the shared ones): the training
-        attack (`attack_from_args`) and the method's own options (`options_from_args`).
+    def task_kwargs(cls, options: MethodOptions, attack_options: TrainingAttackOptions,
+                    context: TrainingContext) -> Dict[str, Any]:
+        """The constructor's method-specific keyword arguments (`from_options` adds the shared ones): the training
+        attack, seeded per process, when the method uses it (`used_attack_options`), and the method's options
+        (`method_kwargs`).
 
         Override where the constructor takes others (Fast AdvProp runs its own attack inside the training pass).
         """
-        return {'attack': cls.attack_from_args(args, space, amp_dtype), **cls.options_from_args(args)}
+        attack = None
+        if 'attack' in cls.used_attack_options(options):
+            attack = attack_options.create_attack(context.space, context.seed + context.rank, context.amp_dtype)
+        return {'attack': attack, **cls.method_kwargs(options)}
 
     @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
-        """Constructor keyword arguments from the method's own options (those `add_args` declares); none by default."""
-        return {}
-
-    @classmethod
-    def attack_from_args(cls, args: argparse.Namespace, space: InputSpace,
-                         amp_dtype: Optional[torch.dtype] = None) -> Optional[Attack]:
-        """The training attack the shared options describe: ``--attack`` from the attack registry with the options it
-        takes (budget, step and its rule, iterations, threat model, targets, clean starts and how they are drawn, BN
-        statistics), returning the last iterate, seeded per process. None for a method that runs no attack."""
-        return create_training_attack(
-            args.attack, space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
-            norm=args.attack_norm, targeted=args.attack_targeted, random_start=True,
-            clean_start_prob=args.attack_clean_start_prob, clean_start_mode=args.attack_clean_start_mode,
-            step_rule=args.attack_step_rule, best_iterate=False,
-            bn_stats=args.attack_bn_stats, autocast_dtype=amp_dtype, seed=args.seed + args.rank)
+    def method_kwargs(cls, options: MethodOptions) -> Dict[str, Any]:
+        """Constructor keyword arguments from the method's options: each option as the argument of its name."""
+        return {field.name: getattr(options, field.name) for field in dataclasses.fields(options)}
 
     @property
     def attack_steps(self) -> int:

@@ -3,18 +3,29 @@
 ``loss = α·CE(f(x_clean), y) + (1 - α)·CE(f(x_adv), y) + λ·mean((f(x_clean) - f(x_adv))²)``: the mixed clean +
 adversarial objective plus a squared-L2 penalty pulling each adversarial image's logits towards its clean pair's.
 """
-import argparse
-from typing import Any, Dict
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
 
 import torch
 import torch.nn.functional as F
 
 from ..arg_types import non_negative_float
-from .adversarial import ArgumentGroup
+from .method_options import MethodOptions, option, shared_option
 from .mixed import MixedTask
 from .registry import register_task
 
-__all__ = ['AlpTask', 'logit_pairing_loss']
+__all__ = ['AlpOptions', 'AlpTask', 'logit_pairing_loss']
+
+
+@dataclass(frozen=True)
+class AlpOptions(MethodOptions):
+    """ALP's options: the mixed method's clean-loss weight and the pairing weight (None: each method's default; mbn
+    reads it too)."""
+
+    alpha: float = shared_option('mixed', 0.5)
+    pairing_weight: Optional[float] = option(
+        None, type=non_negative_float,
+        help='Adversarial logit pairing weight (alp: default 0.5; mbn: default 0 = off).')
 
 
 def logit_pairing_loss(logits_clean: torch.Tensor, logits_adv: torch.Tensor) -> torch.Tensor:
@@ -31,21 +42,17 @@ class AlpTask(MixedTask):
         alpha: Weight of the clean cross-entropy.
     """
 
-    borrowed_options = ('alpha',)
+    options_class = AlpOptions
 
     def __init__(self, *args, pairing_weight: float = 0.5, **kwargs):
         super().__init__(*args, clean_ratio=1.0, **kwargs)
         self.pairing_weight = pairing_weight
 
     @classmethod
-    def add_args(cls, group: ArgumentGroup) -> None:
-        """``--pairing-weight``; ``--alpha`` is the mixed method's."""
-        group.add_argument('--pairing-weight', type=non_negative_float, default=None,
-                           help='Adversarial logit pairing weight (alp: default 0.5; mbn: default 0 = off).')
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
-        return dict(alpha=args.alpha, pairing_weight=0.5 if args.pairing_weight is None else args.pairing_weight)
+    def method_kwargs(cls, options: AlpOptions) -> Dict[str, Any]:
+        """The pairing weight 0.5 (Kannan et al.) unless given."""
+        return dict(alpha=options.alpha, pairing_weight=0.5 if options.pairing_weight is None else
+                    options.pairing_weight)
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
         input, target = self.mix(input, target)

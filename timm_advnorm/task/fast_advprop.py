@@ -28,9 +28,9 @@ Its five ingredients, each here:
 Mixup/CutMix apply to the clean rows only; adversarial rows keep their one-hot (smoothed) targets. With equal-budget
 training, the script divides epochs by `passes_per_image` = ``p_adv * K + 1``.
 """
-import argparse
 import logging
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any, ContextManager, Dict, List, Optional, Tuple
 
 import torch
@@ -42,12 +42,15 @@ from ..attacks.pgd import PGDGeometry, check_clean_start
 from ..attacks.space import InputSpace
 from ..layers.mixture_bn import MixtureBatchNorm2d
 from ..layers.routing import has_mixture_bn, route
+from ..layers.sync_mixture_bn import SyncMixtureBatchNorm2d
 from ..arg_types import open_fraction, positive_float
-from .adversarial import AdversarialClassificationTask, ArgumentGroup, MixFn
+from .adversarial import AdversarialClassificationTask, MixFn, TrainingContext
 from .input_gradient import RowsGradient, rows_gradient
+from .method_options import MethodOptions, option, shared_option
 from .registry import register_task
+from .training_attack import TrainingAttackOptions
 
-__all__ = ['FastAdvPropTask', 'parameter_groups', 'shuffle_across_ranks']
+__all__ = ['FastAdvPropOptions', 'FastAdvPropTask', 'parameter_groups', 'shuffle_across_ranks']
 
 _logger = logging.getLogger(__name__)
 
@@ -89,6 +92,23 @@ def shuffle_across_ranks(
     return tuple(shuffled)
 
 
+@dataclass(frozen=True)
+class FastAdvPropOptions(MethodOptions):
+    """Fast AdvProp's batch split, row weights (β of the adversarial rows is NoFrost's ``--adv-weight``) and two
+    switches; its attack's budget, step and iterations are the shared training-attack options."""
+
+    p_adv: float = option(0.2, type=open_fraction, help='Fast AdvProp: attacked share of the batch.')
+    noise_weight: float = option(0.5, type=positive_float, help='Fast AdvProp: β of the noisy rows.')
+    adv_weight: float = shared_option('nofrost', 0.5)
+    shuffle_bn: bool = option(True, help='Fast AdvProp: shuffle adversarial rows across ranks before their forward.')
+    rescale_grads: bool = option(True, help='Fast AdvProp: per-group gradient rescaling (synchronized update speed).')
+
+
+def _several_processes() -> bool:
+    """Whether this process trains with others (a process group of more than one)."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 @register_task('fast_advprop')
 class FastAdvPropTask(AdversarialClassificationTask):
     """Fast AdvProp training step on a mixture-BN model.
@@ -117,7 +137,7 @@ class FastAdvPropTask(AdversarialClassificationTask):
     trained_branches = ('clean', 'adv')
     default_eval_metric = 'top1'  # inference on the clean branch; the paper reports clean accuracy
     supports_loss_scaling = False  # the fused clean + attack pass back-propagates inside `forward`, unscaled
-    borrowed_options = ('adv_weight',)
+    options_class = FastAdvPropOptions
 
     def __init__(
             self,
@@ -168,63 +188,48 @@ class FastAdvPropTask(AdversarialClassificationTask):
         self._groups = parameter_groups(model)
 
     @classmethod
-    def add_args(cls, group: ArgumentGroup) -> None:
-        """Its batch split, row weights and two switches; β of the adversarial rows is ``--adv-weight`` (nofrost's
-        option) and the attack's budget, step and iterations are the shared ``--attack-*`` options."""
-        group.add_argument('--p-adv', type=open_fraction, default=0.2,
-                           help='Fast AdvProp: attacked share of the batch.')
-        group.add_argument('--noise-weight', type=positive_float, default=0.5,
-                           help='Fast AdvProp: β of the noisy rows.')
-        group.add_argument('--shuffle-bn', action=argparse.BooleanOptionalAction, default=True,
-                           help='Fast AdvProp: shuffle adversarial rows across ranks before their forward.')
-        group.add_argument('--rescale-grads', action=argparse.BooleanOptionalAction, default=True,
-                           help='Fast AdvProp: per-group gradient rescaling (synchronized update speed).')
-
-    @classmethod
-    def check_args(cls, args: argparse.Namespace) -> None:
+    def check_options(cls, options: FastAdvPropOptions, attack_options: TrainingAttackOptions) -> None:
         """Its attack is its released code's PGD: no other ``--attack``, no other ``--attack-norm``, and clean starts
         as Algorithm 1 (none) or as its released code (``per_batch_randn``): it takes no clean-start probability."""
-        if args.attack != 'pgd':
+        if attack_options.attack != 'pgd':
             raise ValueError(f"Fast AdvProp's attack is its own gradient-reuse PGD (its released code): --attack "
-                             f"{args.attack} does not apply.")
-        if args.attack_norm != 'linf':
+                             f"{attack_options.attack} does not apply.")
+        if attack_options.attack_norm != 'linf':
             raise ValueError(f"Fast AdvProp's attack is L-inf PGD (its released code): --attack-norm "
-                             f"{args.attack_norm} does not apply.")
-        if args.attack_clean_start_mode == 'per_batch':
+                             f"{attack_options.attack_norm} does not apply.")
+        if attack_options.attack_clean_start_mode == 'per_batch':
             raise ValueError("Fast AdvProp takes no clean-start probability (--attack-clean-start-prob): use "
                              "--attack-clean-start-mode per_sample (Algorithm 1, always a random start) or "
                              "per_batch_randn (its released code).")
 
     @classmethod
-    def attack_options(cls, args: argparse.Namespace) -> Tuple[str, ...]:
-        """Those `kwargs_from_args` reads, and the attack and norm `check_args` holds to its PGD."""
+    def used_attack_options(cls, options: FastAdvPropOptions) -> Tuple[str, ...]:
+        """Those `task_kwargs` reads, and the attack and norm `check_options` holds to its PGD."""
         return 'attack', 'attack_eps', 'attack_step', 'attack_steps', 'attack_norm', 'attack_clean_start_mode'
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, model: nn.Module, space: InputSpace, *, num_classes: int,
-                  mixup_fn: Optional[MixFn] = None, amp_dtype: Optional[torch.dtype] = None,
-                  device: Optional[torch.device] = None, verbose: bool = True) -> 'FastAdvPropTask':
+    def from_options(cls, model: nn.Module, options: FastAdvPropOptions, attack_options: TrainingAttackOptions,
+                     context: TrainingContext, *, mixup_fn: Optional[MixFn] = None,
+                     device: Optional[torch.device] = None, verbose: bool = True) -> 'FastAdvPropTask':
         """As the base class's, and says when shuffle BN cannot prevent label leaking (one process, or statistics
         synchronized across processes)."""
-        if verbose and args.shuffle_bn and (not args.distributed or args.sync_bn):
+        distributed = _several_processes()
+        synchronized = any(isinstance(m, SyncMixtureBatchNorm2d) for m in model.modules())
+        if verbose and options.shuffle_bn and (not distributed or synchronized):
             _logger.warning('Fast AdvProp %s: adversarial rows are normalized with statistics of the batch they were '
                             'made from, so shuffle BN cannot prevent label leaking (Mei et al. Sec. 3.2.1).',
-                            'with --sync-bn' if args.distributed else 'in one process (shuffle BN needs torchrun)')
-        return super().from_args(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn, amp_dtype=amp_dtype,
-                                 device=device, verbose=verbose)
+                            'with --sync-bn' if distributed else 'in one process (shuffle BN needs torchrun)')
+        return super().from_options(model, options, attack_options, context, mixup_fn=mixup_fn, device=device,
+                                    verbose=verbose)
 
     @classmethod
-    def kwargs_from_args(cls, args: argparse.Namespace, space: InputSpace, *, num_classes: int,
-                         amp_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
+    def task_kwargs(cls, options: FastAdvPropOptions, attack_options: TrainingAttackOptions,
+                    context: TrainingContext) -> Dict[str, Any]:
         """No attack object: the shared budget, step and iterations configure the PGD run inside the training pass."""
-        return dict(space=space, eps=args.attack_eps, step=args.attack_step, steps=args.attack_steps,
-                    num_classes=num_classes, label_smoothing=args.smoothing, seed=args.seed,
-                    clean_start_mode=args.attack_clean_start_mode, **cls.options_from_args(args))
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
-        return dict(p_adv=args.p_adv, noise_weight=args.noise_weight, adv_weight=args.adv_weight,
-                    shuffle_bn=args.shuffle_bn, rescale_grads=args.rescale_grads)
+        return dict(space=context.space, eps=attack_options.attack_eps, step=attack_options.attack_step,
+                    steps=attack_options.attack_steps, num_classes=context.num_classes,
+                    label_smoothing=context.smoothing, seed=context.seed,
+                    clean_start_mode=attack_options.attack_clean_start_mode, **cls.method_kwargs(options))
 
     @property
     def attack_steps(self) -> int:
@@ -321,7 +326,7 @@ class FastAdvPropTask(AdversarialClassificationTask):
         return rows_gradient(self.attack_module(), input, rows)
 
     def _distributed(self) -> bool:
-        return self.shuffle_bn and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        return self.shuffle_bn and _several_processes()
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Runs the fused clean + attack pass (its backward included) and returns the adversarial loss to back-prop.

@@ -7,17 +7,26 @@ over ``cat([clean, adv])``). The attack runs on the adversarial branch.
 AdvProp is this method with a weak attack (PGD-1..5, ε≈1-4) and the clean branch used at inference; Xie & Yuille's
 "MBN_adv" evaluates the adversarial branch.
 """
-import argparse
-from typing import Any, Dict, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from ..layers.routing import deinterleave, has_mixture_bn, interleave, route
 from .adversarial import AdversarialClassificationTask
 from .alp import logit_pairing_loss
+from .method_options import MethodOptions, shared_option
 from .registry import register_task
 
-__all__ = ['MbnTask']
+__all__ = ['MbnOptions', 'MbnTask']
+
+
+@dataclass(frozen=True)
+class MbnOptions(MethodOptions):
+    """MBN's options, the mixed method's clean-loss weight and ALP's pairing weight (None: off)."""
+
+    alpha: float = shared_option('mixed', 0.5)
+    pairing_weight: Optional[float] = shared_option('alp', None)
 
 
 @register_task('mbn')
@@ -33,7 +42,7 @@ class MbnTask(AdversarialClassificationTask):
     uses_both_branches = True
     trained_branches = ('clean', 'adv')
     default_eval_metric = 'adv_branch_robust_top1'  # Xie & Yuille's MBN_adv: the adversarial branch's robustness
-    borrowed_options = ('alpha', 'pairing_weight')
+    options_class = MbnOptions
 
     def __init__(self, model, *args, alpha: float = 0.5, pairing_weight: float = 0.0, **kwargs):
         if not has_mixture_bn(model):
@@ -46,9 +55,9 @@ class MbnTask(AdversarialClassificationTask):
         self.pairing_weight = pairing_weight
 
     @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
-        """``--alpha`` (the mixed method's option) and ``--pairing-weight`` (alp's), off unless given."""
-        return dict(alpha=args.alpha, pairing_weight=args.pairing_weight or 0.0)
+    def method_kwargs(cls, options: MbnOptions) -> Dict[str, Any]:
+        """The clean-loss weight, and the pairing weight, off unless given."""
+        return dict(alpha=options.alpha, pairing_weight=options.pairing_weight or 0.0)
 
     @property
     def passes_per_image(self) -> float:

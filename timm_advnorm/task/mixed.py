@@ -4,16 +4,25 @@
 `clean_ratio` fraction of their clean counterparts is kept (Xie & Yuille remove 0-100% of them: Fig. 1). Clean and
 adversarial rows share one forward, so a BN model estimates its statistics on the mixture — the effect under study.
 """
-import argparse
-from typing import Any, Dict
+from dataclasses import dataclass
+from typing import Dict
 
 import torch
 
 from ..arg_types import probability
-from .adversarial import AdversarialClassificationTask, ArgumentGroup
+from .adversarial import AdversarialClassificationTask
+from .method_options import MethodOptions, option
 from .registry import register_task
 
-__all__ = ['MixedTask']
+__all__ = ['MixedOptions', 'MixedTask']
+
+
+@dataclass(frozen=True)
+class MixedOptions(MethodOptions):
+    """The mixed method's options: the clean loss's weight (alp and mbn read it too) and the clean images kept."""
+
+    alpha: float = option(0.5, type=probability, help='Clean-loss weight (mixed, alp, mbn).')
+    clean_ratio: float = option(1.0, type=probability, help='Share of clean images kept (mixed).')
 
 
 @register_task('mixed')
@@ -25,6 +34,8 @@ class MixedTask(AdversarialClassificationTask):
         clean_ratio: Fraction of the batch's clean images kept, in [0, 1].
     """
 
+    options_class = MixedOptions
+
     def __init__(self, *args, alpha: float = 0.5, clean_ratio: float = 1.0, **kwargs):
         super().__init__(*args, **kwargs)
         if not 0.0 <= alpha <= 1.0:
@@ -33,15 +44,6 @@ class MixedTask(AdversarialClassificationTask):
             raise ValueError(f'clean_ratio must be in [0, 1], got {clean_ratio}.')
         self.alpha = alpha
         self.clean_ratio = clean_ratio
-
-    @classmethod
-    def add_args(cls, group: ArgumentGroup) -> None:
-        group.add_argument('--alpha', type=probability, default=0.5, help='Clean-loss weight (mixed, alp, mbn).')
-        group.add_argument('--clean-ratio', type=probability, default=1.0, help='Share of clean images kept (mixed).')
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
-        return dict(alpha=args.alpha, clean_ratio=args.clean_ratio)
 
     @property
     def passes_per_image(self) -> float:

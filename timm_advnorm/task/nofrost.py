@@ -4,17 +4,24 @@
 mixture of clean and adversarial statistics to estimate), PGD-10 at ε = 8; its released training clips no gradient
 (``--clip-mode agc`` is available).
 """
-import argparse
-from typing import Any, Dict
+from dataclasses import dataclass
 
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..arg_types import non_negative_float
-from .adversarial import ArgumentGroup
+from .method_options import MethodOptions, option
 from .mixed import MixedTask
 from .registry import register_task
 
-__all__ = ['NofrostTask']
+__all__ = ['NofrostOptions', 'NofrostTask']
+
+
+@dataclass(frozen=True)
+class NofrostOptions(MethodOptions):
+    """NoFrost's option: λ, the adversarial loss's weight (Fast AdvProp reads it as its adversarial rows' β)."""
+
+    adv_weight: float = option(0.5, type=non_negative_float,
+                               help='Adversarial-loss weight λ (nofrost) / β of adversarial rows (fast_advprop).')
 
 
 @register_task('nofrost')
@@ -25,6 +32,8 @@ class NofrostTask(MixedTask):
         adv_weight: λ, the weight of the adversarial loss (NoFrost: 0.5).
     """
 
+    options_class = NofrostOptions
+
     def __init__(self, model, *args, adv_weight: float = 0.5, **kwargs):
         if any(isinstance(m, _BatchNorm) for m in model.modules()):
             raise ValueError('NoFrost trains normalizer-free models; this model has batch norm '
@@ -33,12 +42,3 @@ class NofrostTask(MixedTask):
             raise ValueError(f'adv_weight (λ) must be in [0, 1], got {adv_weight}.')
         super().__init__(model, *args, alpha=1.0 - adv_weight, clean_ratio=1.0, **kwargs)
         self.adv_weight = adv_weight
-
-    @classmethod
-    def add_args(cls, group: ArgumentGroup) -> None:
-        group.add_argument('--adv-weight', type=non_negative_float, default=0.5,
-                           help='Adversarial-loss weight λ (nofrost) / β of adversarial rows (fast_advprop).')
-
-    @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
-        return dict(adv_weight=args.adv_weight)

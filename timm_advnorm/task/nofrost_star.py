@@ -32,8 +32,8 @@ each row the output it gives it alone. Where this differs from the released code
 
 A resumed run restarts DeepAugment's distortion sequence from its seed, as the attacks restart theirs.
 """
-import argparse
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -46,11 +46,14 @@ from ..attacks.space import InputSpace
 from ..augment.deepaugment import NETS, DeepAugment
 from ..augment.tda import create_tda_transform
 from ..arg_types import positive_float, probability
-from .adversarial import ArgumentGroup
+from .adversarial import TrainingContext
+from .method_options import MethodOptions, option
 from .nofrost import NofrostTask
 from .registry import register_task
+from .training_attack import TrainingAttackOptions
 
-__all__ = ['AUGMENT_MODES', 'NofrostStarTask', 'VIEWS', 'deepaugment_passes', 'normalized_view_weights']
+__all__ = ['AUGMENT_MODES', 'NofrostStarOptions', 'NofrostStarTask', 'VIEWS', 'deepaugment_passes',
+           'normalized_view_weights']
 
 #: The views of an image NoFrost* trains on, in the order of ``--star-views``: the loader's image, its adversarial
 #: copy (the training attack), its DeepAugment copy and its texture-debiased copy.
@@ -94,6 +97,36 @@ def normalized_view_weights(views: Sequence[str], weights: Optional[Sequence[flo
     share = {view: 0.5 if augment == 'either' and view in _AUGMENTATIONS else 1.0 for view in views}
     total = sum(share[view] * weight for view, weight in zip(views, weights))
     return {view: weight / total for view, weight in zip(views, weights)}
+
+
+@dataclass(frozen=True)
+class NofrostStarOptions(MethodOptions):
+    """NoFrost*'s options: the views and their weights, the objective variant, the DeepAugment network and weights,
+    TDA's colour distortion and blur; the attack is the shared training-attack options, as NoFrost's."""
+
+    star_views: Tuple[str, ...] = option(VIEWS, nargs='+', choices=VIEWS, metavar='VIEW',
+                                         help=f'NoFrost*: views trained on, from {", ".join(VIEWS)}.')
+    star_view_weights: Optional[Tuple[float, ...]] = option(
+        None, nargs='+', type=positive_float, metavar='W',
+        help='NoFrost*: relative loss weight of each of --star-views, in its order, scaled to sum to 1 per image '
+             '(default: equal, the released code\'s /4).')
+    star_augment: str = option(
+        'both', choices=AUGMENT_MODES,
+        help='NoFrost*: "both" gives every image its DeepAugment and TDA views (the released code, the published '
+             'numbers); "either" one of them with probability 1/2 (Eq. 2, the two weigh half each in the sum to 1).')
+    deepaugment_net: str = option(
+        'edsr', choices=NETS, help='NoFrost*: DeepAugment network (the released code trains on EDSR images).')
+    deepaugment_weights: Optional[str] = option(
+        None, metavar='PATH', help="NoFrost*: the network's pretrained weights from hendrycks/imagenet-r "
+                                   '(EDSR_Weights/edsr_baseline_x4.pt or CAE_Weights/model_final.state).')
+    deepaugment_random_weights: bool = option(
+        False, help='NoFrost*: run DeepAugment on an untrained network instead, for tests and demos only: its images '
+                    'are noise, not DeepAugment.')
+    tda_color_prob: float = option(0.5, type=probability, help='NoFrost*: probability of TDA\'s colour distortion.')
+    tda_color_strength: float = option(1.0, type=positive_float,
+                                       help='NoFrost*: SimCLR strength of TDA\'s colour jitter.')
+    tda_blur_prob: float = option(
+        0.0, type=probability, help='NoFrost*: probability of a Gaussian blur in TDA (the released code has none).')
 
 
 def _forward_flops(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> int:
@@ -149,6 +182,8 @@ class NofrostStarTask(NofrostTask):
             DeepAugment view without `deepaugment`.
     """
 
+    options_class = NofrostStarOptions
+
     def __init__(
             self,
             model: nn.Module,
@@ -178,74 +213,46 @@ class NofrostStarTask(NofrostTask):
         self._tda_transforms: Dict[Tuple[int, int], Callable[[torch.Tensor], torch.Tensor]] = {}
 
     @classmethod
-    def add_args(cls, group: ArgumentGroup) -> None:
-        """The views and their weights, the objective variant, the DeepAugment network and weights, TDA's colour
-        distortion and blur; the attack is the shared ``--attack-*`` options, as NoFrost's."""
-        group.add_argument('--star-views', nargs='+', choices=VIEWS, default=list(VIEWS), metavar='VIEW',
-                           help=f'NoFrost*: views trained on, from {", ".join(VIEWS)}.')
-        group.add_argument('--star-view-weights', nargs='+', type=positive_float, default=None, metavar='W',
-                           help='NoFrost*: relative loss weight of each of --star-views, in its order, scaled to sum '
-                                'to 1 per image (default: equal, the released code\'s /4).')
-        group.add_argument('--star-augment', choices=AUGMENT_MODES, default='both',
-                           help='NoFrost*: "both" gives every image its DeepAugment and TDA views (the released '
-                                'code, the published numbers); "either" one of them with probability 1/2 (Eq. 2, '
-                                'the two weigh half each in the sum to 1).')
-        group.add_argument('--deepaugment-net', choices=NETS, default='edsr',
-                           help='NoFrost*: DeepAugment network (the released code trains on EDSR images).')
-        group.add_argument('--deepaugment-weights', default=None, metavar='PATH',
-                           help="NoFrost*: the network's pretrained weights from hendrycks/imagenet-r "
-                                '(EDSR_Weights/edsr_baseline_x4.pt or CAE_Weights/model_final.state).')
-        group.add_argument('--deepaugment-random-weights', action='store_true',
-                           help='NoFrost*: run DeepAugment on an untrained network instead, for tests and demos '
-                                'only: its images are noise, not DeepAugment.')
-        group.add_argument('--tda-color-prob', type=probability, default=0.5,
-                           help='NoFrost*: probability of TDA\'s colour distortion.')
-        group.add_argument('--tda-color-strength', type=positive_float, default=1.0,
-                           help='NoFrost*: SimCLR strength of TDA\'s colour jitter.')
-        group.add_argument('--tda-blur-prob', type=probability, default=0.0,
-                           help='NoFrost*: probability of a Gaussian blur in TDA (the released code has none).')
-
-    @classmethod
-    def check_args(cls, args: argparse.Namespace) -> None:
+    def check_options(cls, options: NofrostStarOptions, attack_options: TrainingAttackOptions) -> None:
         """Views and weights that fit together, and DeepAugment weights when its view is on: the authors' file,
         which must exist, or the explicit ``--deepaugment-random-weights``, not both."""
-        normalized_view_weights(args.star_views, args.star_view_weights, args.star_augment)
-        if 'deepaugment' not in args.star_views:
+        normalized_view_weights(options.star_views, options.star_view_weights, options.star_augment)
+        if 'deepaugment' not in options.star_views:
             return
-        if args.deepaugment_weights is None and not args.deepaugment_random_weights:
+        if options.deepaugment_weights is None and not options.deepaugment_random_weights:
             raise ValueError(f"NoFrost*'s DeepAugment view needs the authors' pretrained "
-                             f"{args.deepaugment_net.upper()} network: --deepaugment-weights PATH, or "
+                             f"{options.deepaugment_net.upper()} network: --deepaugment-weights PATH, or "
                              f"--deepaugment-random-weights for tests and demos, or leave deepaugment out of "
                              f"--star-views.")
-        if args.deepaugment_weights is not None and args.deepaugment_random_weights:
+        if options.deepaugment_weights is not None and options.deepaugment_random_weights:
             raise ValueError('--deepaugment-weights and --deepaugment-random-weights exclude each other.')
-        if args.deepaugment_weights is not None and not Path(args.deepaugment_weights).expanduser().is_file():
-            raise ValueError(f'--deepaugment-weights: no file {args.deepaugment_weights}')
+        if options.deepaugment_weights is not None and not Path(options.deepaugment_weights).expanduser().is_file():
+            raise ValueError(f'--deepaugment-weights: no file {options.deepaugment_weights}')
 
     @classmethod
-    def attack_options(cls, args: argparse.Namespace) -> Tuple[str, ...]:
+    def used_attack_options(cls, options: NofrostStarOptions) -> Tuple[str, ...]:
         """NoFrost's, when the adversarial view is on."""
-        return super().attack_options(args) if 'adv' in args.star_views else ()
+        return super().used_attack_options(options) if 'adv' in options.star_views else ()
 
     @classmethod
-    def kwargs_from_args(cls, args: argparse.Namespace, space: InputSpace, *, num_classes: int,
-                         amp_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
-        """The base class's, with the input space, and no attack when the adversarial view is off."""
-        attack = cls.attack_from_args(args, space, amp_dtype) if 'adv' in args.star_views else None
-        return {'attack': attack, 'space': space, **cls.options_from_args(args)}
+    def task_kwargs(cls, options: NofrostStarOptions, attack_options: TrainingAttackOptions,
+                    context: TrainingContext) -> Dict[str, Any]:
+        """The base class's, with the input space and the DeepAugment network (seeded per process, as the attack)
+        when its view is on."""
+        kwargs = {**super().task_kwargs(options, attack_options, context), 'space': context.space}
+        if 'deepaugment' in options.star_views:
+            kwargs['deepaugment'] = DeepAugment(
+                options.deepaugment_net, options.deepaugment_weights, seed=context.seed + context.rank,
+                allow_random_weights=options.deepaugment_random_weights)
+        return kwargs
 
     @classmethod
-    def options_from_args(cls, args: argparse.Namespace) -> Dict[str, Any]:
-        """The views, weights and mode, the TDA settings, and the DeepAugment network (seeded per process, as the
-        attack) when its view is on."""
-        deepaugment = None
-        if 'deepaugment' in args.star_views:
-            deepaugment = DeepAugment(args.deepaugment_net, args.deepaugment_weights, seed=args.seed + args.rank,
-                                      allow_random_weights=args.deepaugment_random_weights)
-        tda_options = dict(color_prob=args.tda_color_prob, color_strength=args.tda_color_strength,
-                           blur_prob=args.tda_blur_prob)
-        return dict(views=args.star_views, view_weights=args.star_view_weights, augment=args.star_augment,
-                    deepaugment=deepaugment, tda_options=tda_options)
+    def method_kwargs(cls, options: NofrostStarOptions) -> Dict[str, Any]:
+        """The views, weights and mode, and the TDA settings."""
+        tda_options = dict(color_prob=options.tda_color_prob, color_strength=options.tda_color_strength,
+                           blur_prob=options.tda_blur_prob)
+        return dict(views=options.star_views, view_weights=options.star_view_weights, augment=options.star_augment,
+                    tda_options=tda_options)
 
     @property
     def row_blocks(self) -> List[str]:

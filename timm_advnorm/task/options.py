@@ -1,35 +1,24 @@
-"""Which command-line options a run of a training method uses, from what the methods declare: their own options
-(`AdversarialClassificationTask.add_args`), those they read from another method's group (`borrowed_options`) and the
-shared training-attack options they take (`attack_options`).
+"""Which of the training command's options a run of a training method uses, from what the methods declare: their
+own options (`AdversarialClassificationTask.options_class`, those shared with another method included) and the
+shared training-attack options they take (`AdversarialClassificationTask.used_attack_options`).
 
 Every registered method's options are on the training command whichever method runs, so a run's recorded arguments
 hold them all; a model card's recipe keeps only those of the run's method (`unused_options`).
 """
-import argparse
-from typing import Any, FrozenSet, List, Type
+import dataclasses
+from typing import Any, FrozenSet, Mapping, Type
 
-from .adversarial import TRAINING_ATTACK_OPTIONS, AdversarialClassificationTask
+from .adversarial import AdversarialClassificationTask
+from .method_options import options_from_values
 from .registry import TASKS, get_task_class
+from .training_attack import TRAINING_ATTACK_OPTIONS
 
 __all__ = ['declared_options', 'method_options', 'used_options', 'unused_options']
 
 
-class _DestinationRecorder:
-    """An `ArgumentGroup` that records the destination of each option declared in it, as argparse names it."""
-
-    def __init__(self):
-        self.destinations: List[str] = []
-
-    def add_argument(self, *flags: str, **kwargs: Any) -> None:
-        long_flag = next((flag for flag in flags if flag.startswith('--')), flags[0])
-        self.destinations.append(kwargs.get('dest') or long_flag.lstrip('-').replace('-', '_'))
-
-
 def declared_options(task: Type[AdversarialClassificationTask]) -> FrozenSet[str]:
-    """The destinations of the options `task.add_args` declares."""
-    recorder = _DestinationRecorder()
-    task.add_args(recorder)
-    return frozenset(recorder.destinations)
+    """The options `task` declares (the fields of its `options_class`), by name."""
+    return frozenset(field.name for field in dataclasses.fields(task.options_class))
 
 
 def method_options() -> FrozenSet[str]:
@@ -38,21 +27,23 @@ def method_options() -> FrozenSet[str]:
     return frozenset(TRAINING_ATTACK_OPTIONS).union(*(declared_options(task) for task in TASKS.values()))
 
 
-def used_options(args: argparse.Namespace) -> FrozenSet[str]:
-    """The method options a run with `args` uses: its method's own, borrowed and training-attack options.
+def used_options(run: Mapping[str, Any]) -> FrozenSet[str]:
+    """The method options a run uses, from its arguments by name (``method`` and its method's options): its
+    method's own and the training-attack options it takes.
 
     Raises:
-        ValueError: ``args.method`` is not a registered method.
+        ValueError: ``run['method']`` is not a registered method.
     """
-    task = get_task_class(args.method)
-    return declared_options(task) | frozenset(task.borrowed_options) | frozenset(task.attack_options(args))
+    task = get_task_class(run['method'])
+    options = options_from_values(task.options_class, run)
+    return declared_options(task) | frozenset(task.used_attack_options(options))
 
 
-def unused_options(args: argparse.Namespace) -> FrozenSet[str]:
-    """The method options a run with `args` does not use: other methods' own, and the training attack's where its
-    method runs no attack or its own.
+def unused_options(run: Mapping[str, Any]) -> FrozenSet[str]:
+    """The method options a run with arguments `run` does not use: other methods' own, and the training attack's
+    where its method runs no attack or its own.
 
     Raises:
-        ValueError: ``args.method`` is not a registered method.
+        ValueError: ``run['method']`` is not a registered method.
     """
-    return method_options() - used_options(args)
+    return method_options() - used_options(run)

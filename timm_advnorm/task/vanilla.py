@@ -2,14 +2,12 @@
 
 Its cost is the budget unit, one forward+backward pass per image.
 """
-import argparse
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 
-from ..attacks.base import Attack
-from ..attacks.space import InputSpace
 from .adversarial import AdversarialClassificationTask
+from .method_options import MethodOptions
 from .registry import register_task
 
 __all__ = ['VanillaTask']
@@ -25,15 +23,9 @@ class VanillaTask(AdversarialClassificationTask):
         super().__init__(model, attack=None, **kwargs)
 
     @classmethod
-    def attack_options(cls, args: argparse.Namespace) -> Tuple[str, ...]:
-        """None: no attack runs."""
-        return ()
-
-    @classmethod
-    def attack_from_args(cls, args: argparse.Namespace, space: InputSpace,
-                         amp_dtype: Optional[torch.dtype] = None) -> Optional[Attack]:
+    def used_attack_options(cls, options: MethodOptions) -> Tuple[str, ...]:
         """None: vanilla training runs no attack, whatever ``--attack`` says."""
-        return None
+        return ()
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
         input, target = self.mix(input, target)

@@ -28,7 +28,9 @@ from ..data.preprocessing import check_input_channels, record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..hub.checkpoint import check_finite_weights
 from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
-from ..task import AdversarialClassificationTask, get_task_class
+from ..task import (
+    AdversarialClassificationTask, MethodOptions, TrainingAttackOptions, TrainingContext, get_task_class,
+    options_from_values)
 from ..write_guard import check_write_target
 from .accumulation import GradientAccumulation
 from .args import option_dests
@@ -45,7 +47,8 @@ from .resume import record_missing, resume_position
 from .run_folder import planned_run_folder
 from .tracking import import_wandb
 
-__all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'plan_training', 'prepare_training', 'ranked_branch']
+__all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'create_run_task', 'plan_training', 'prepare_training',
+           'ranked_branch', 'task_options']
 
 _logger = logging.getLogger('train_adv')
 
@@ -114,6 +117,29 @@ class TrainingStart:
     budget: RunBudget
     val_attack: Attack
     branches: Tuple[str, ...]
+
+
+def task_options(args: argparse.Namespace) -> Tuple[MethodOptions, TrainingAttackOptions]:
+    """The options of the method `args` names (its `options_class`) and of the training attack, from the parsed
+    arguments, checked by the method (`check_options`)."""
+    task = get_task_class(args.method)
+    values = vars(args)
+    options = options_from_values(task.options_class, values)
+    attack_options = options_from_values(TrainingAttackOptions, values)
+    task.check_options(options, attack_options)
+    return options, attack_options
+
+
+def create_run_task(args: argparse.Namespace, model: torch.nn.Module, space: InputSpace, *, num_classes: int,
+                    mixup_fn: Optional[Mixup] = None, amp_dtype: Optional[torch.dtype] = None,
+                    device: Optional[torch.device] = None, verbose: bool = True) -> AdversarialClassificationTask:
+    """The method `args` names, for `model`, built from its options (`task_options`) as the training command builds
+    it; ``args.rank`` is the process's (set by the distributed set-up)."""
+    options, attack_options = task_options(args)
+    context = TrainingContext(space=space, num_classes=num_classes, smoothing=args.smoothing, seed=args.seed,
+                              rank=args.rank, amp_dtype=amp_dtype)
+    return get_task_class(args.method).from_options(model, options, attack_options, context, mixup_fn=mixup_fn,
+                                                    device=device, verbose=verbose)
 
 
 def _val_attack(args, space: InputSpace, amp_dtype: Optional[torch.dtype]) -> Attack:
@@ -216,6 +242,7 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     and loaded before the EMA is set up, which starts from its EMA or the resumed weights.
     """
     check_args(args)
+    task_options(args)  # the method's own checks, before anything is built
     args.device = resolve_device(args.device)
     device = init_distributed_device(args)
     random_seed(args.seed, args.rank)
@@ -265,8 +292,8 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
         set_grad_checkpointing(model)
 
     mixup_fn = create_mixup(args, num_classes)
-    task = get_task_class(args.method).from_args(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn,
-                                                 amp_dtype=amp_dtype, device=device, verbose=args.rank == 0)
+    task = create_run_task(args, model, space, num_classes=num_classes, mixup_fn=mixup_fn, amp_dtype=amp_dtype,
+                           device=device, verbose=args.rank == 0)
     task.to(device)
     args_text = _record_attack(args, args_text, task)
     loss_scaler = _loss_scaler(task, amp_dtype, device)

@@ -10,7 +10,6 @@ from timm.data import create_transform
 from ..cli import check_device, check_normalization_lengths, one_line
 from ..hub import MODEL_CONFIG_ARG
 from ..hub.checkpoint import check_checkpoint_file
-from ..task import get_task_class
 
 __all__ = ['check_args', 'check_auto_augment', 'resolve_device', 'check_steps']
 
@@ -18,14 +17,14 @@ _logger = logging.getLogger('train_adv')
 
 
 def check_args(args) -> None:
-    """Checks between arguments (each numeric argument's own range is its parser type's), the method's included."""
+    """Checks between arguments (each numeric argument's own range is its parser type's); the method's own are its
+    task's (`build.task_options`)."""
     if args.running_stats_epochs > args.epochs:
         raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
     for name in ('scale', 'ratio', 'cutmix_minmax'):
         low, high = getattr(args, name) or (0, 0)
         if low > high:
             raise ValueError(f'--{name.replace("_", "-")} is a range: its lower bound {low} is above its upper {high}.')
-    get_task_class(args.method).check_args(args)
     check_normalization_lengths(args.mean, args.std, args.input_size)
     if args.aa:
         check_auto_augment(args.aa)
