@@ -249,11 +249,12 @@ def test_sanity_samples_0_never_reads_passed(digits_dir, checkpoint, tmp_path, c
 
 
 def test_sanity_full_is_the_complete_battery(digits_dir, checkpoint, tmp_path):
+    from timm_advnorm.eval.args import eval_options
     from timm_advnorm.eval.build import build_evaluation
     from timm_advnorm.eval.distributed import init_distributed
 
     args = validate_adv.parse_args(_argv(digits_dir, checkpoint, tmp_path, '--sanity', 'full'))
-    setup = build_evaluation(args, init_distributed(args.device))
+    setup = build_evaluation(eval_options(args), init_distributed(args.device))
     complete = build_plan(setup.protocol)
     assert [(s.name, s.limit) for s in setup.plan.stages] == [(s.name, s.limit) for s in complete.stages]
     assert setup.plan.sanity.mode == 'full'

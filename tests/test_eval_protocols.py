@@ -6,6 +6,7 @@ import pytest
 
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.attacks.registry import attack_threat
+from timm_advnorm.eval.args import eval_options
 from timm_advnorm.eval.build import build_protocol
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (
@@ -17,7 +18,7 @@ from timm_advnorm.eval import script as validate_adv
 def _cli_protocol(*argv):
     """The protocol `validate_adv.py` builds from these attack options."""
     args = validate_adv.parse_args(['--model', 'test_mbn_resnet', '--dataset', 'digits', *argv])
-    return build_protocol(args)
+    return build_protocol(eval_options(args).attacks)
 
 
 def _built(spec: AttackSpec):

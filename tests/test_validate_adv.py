@@ -17,6 +17,7 @@ from timm_advnorm.layers import mixture_bn_modules
 
 from timm_advnorm.eval import build, report, runner
 from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.eval.args import eval_options
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,6 +34,12 @@ def _pop_timings(results: dict) -> dict:
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+def _eval_model(argv) -> torch.nn.Module:
+    """The model the evaluation `argv` describe builds."""
+    options = eval_options(validate_adv.parse_args(argv))
+    return build.create_eval_model(options.model, options.data.dataset)[0]
 
 
 @pytest.fixture(scope='module')
@@ -171,7 +178,7 @@ def test_a_checkpoint_names_its_architecture_and_must_fit(digits_dir, tmp_path, 
     results = _results(tmp_path)
     assert results['model'] == 'test_mbn_resnet' and results['checkpoint'] == str(path)
     with torch.no_grad():
-        expected = build.create_eval_model(validate_adv.parse_args(argv))[0].state_dict()
+        expected = _eval_model(argv).state_dict()
     torch.testing.assert_close(expected, model.state_dict())
     capsys.readouterr()
     assert _run(argv + ['--num-classes', '5', '--overwrite']) == 2
@@ -188,7 +195,7 @@ def test_a_local_dir_export_is_evaluated_like_a_hub_model(digits_dir, tmp_path):
                  '--gammas', '0')
     assert _run(argv) == 0
     assert _results(tmp_path)['model'] == 'test_mbn_resnet'
-    loaded = build.create_eval_model(validate_adv.parse_args(argv))[0]
+    loaded = _eval_model(argv)
     torch.testing.assert_close(loaded.state_dict(), model.state_dict())  # its weights, not a fresh initialization
 
 
@@ -396,7 +403,8 @@ def test_the_evaluation_loader_never_evaluates_another_image_in_place_of_a_bad_o
     folder = _image_folder(digits_dir, tmp_path / 'images', {'0/late.png': b''})
     args = validate_adv.parse_args(['--model', 'test_mbn_resnet', '--dataset', '', '--data-dir', str(folder)])
     data_config = resolve_data_config({}, model=timm.create_model('test_mbn_resnet'))
-    dataset = build.create_eval_dataset(args, data_config, DistributedInfo())
+    options = eval_options(args)
+    dataset = build.create_eval_dataset(options.data, data_config, DistributedInfo(), options.runtime.batch_size)
     late = next(i for i in range(len(dataset)) if dataset.filename(i) == '0/late.png')
     with pytest.raises(RuntimeError, match='Failed to load'):
         dataset[late]

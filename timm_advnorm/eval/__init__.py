@@ -1,7 +1,8 @@
 """Robust evaluation: named protocols, a resumable and shardable evaluator, sanity checks, metrics and plots.
 
-``validate_adv.py`` (`script`) wires these together in four steps: parse (`args`), build (`build`), run (`runner`)
-and report (`assemble`, `report`). Each piece is usable on its own:
+``validate_adv.py`` (`script`) wires these together in four steps: parse (`args`, into the typed
+`options.EvalOptions` the library reads), build (`build`), run (`runner`) and report (`assemble`, `report`). Each
+piece is usable on its own:
 
 * `protocols`: the papers' attack suites as data (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``,
   ``corruptions``, ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``, ``nofrost-star``);

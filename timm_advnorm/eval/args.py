@@ -18,13 +18,16 @@ from ..cli import (
     given_options, parse_with_config)
 from ..data import BUILTIN_DATASETS
 from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
+from .options import (
+    AttackOptions, CheckOptions, DataOptions, EvalOptions, ModelOptions, OutputOptions, PreprocessingOptions,
+    RuntimeOptions, VariantOptions)
 from .protocols import PROTOCOLS, get_protocol, list_protocols
 from .recorded import DataRecord, take_recorded_data
 from .subsets import SUBSETS
 from .variants import INTERPOLATIONS
 
-__all__ = ['get_args_parser', 'parse_args', 'ood_folder', 'sanity_values', 'PROG', 'LOGGER', 'AMP_DTYPES',
-           'SANITY_MODES', 'SANITY_OPTIONS']
+__all__ = ['get_args_parser', 'parse_args', 'eval_options', 'ood_folder', 'sanity_values', 'PROG', 'LOGGER',
+           'AMP_DTYPES', 'SANITY_MODES', 'SANITY_OPTIONS']
 
 PROG = 'timm-advnorm-validate'
 #: The logger of the command's progress and results (as timm's ``validate.py`` logs under ``validate``).
@@ -293,3 +296,38 @@ def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error(str(e))
     if not (args.data_dir or args.data) and _needs_data_dir(args.dataset) and not _runs_on_ood(args):
         parser.error(f'dataset {args.dataset or "folder"!r} needs --data-dir')
+
+
+def eval_options(args: argparse.Namespace) -> EvalOptions:
+    """The typed options of the evaluation `args` (as `parse_args` returns them) describe: all the library reads."""
+    folders = {dataset.name: ood_folder(args, dataset) for dataset in OOD_DATASETS.values()}
+    return EvalOptions(
+        model=ModelOptions(name=args.model, checkpoint=args.checkpoint, pretrained=args.pretrained,
+                           use_ema=args.use_ema, branch=args.branch, num_classes=args.num_classes,
+                           kwargs=dict(args.model_kwargs)),
+        data=DataOptions(dataset=args.dataset, data_dir=args.data_dir or args.data, split=args.val_split,
+                         class_map=args.class_map, num_samples=args.num_samples, subset=args.subset,
+                         skip_bad_images=args.skip_bad_images,
+                         ood_folders={name: folder for name, folder in folders.items() if folder is not None},
+                         record=args.data_record),
+        preprocessing=PreprocessingOptions(
+            img_size=args.img_size, input_size=None if args.input_size is None else tuple(args.input_size),
+            interpolation=args.interpolation, crop_pct=args.crop_pct,
+            mean=None if args.mean is None else tuple(args.mean), std=None if args.std is None else tuple(args.std)),
+        runtime=RuntimeOptions(device=args.device, seed=args.seed, batch_size=args.batch_size, workers=args.workers,
+                               pin_memory=args.pin_mem, channels_last=args.channels_last,
+                               amp=args.amp_dtype if args.amp else None, fold_bn=not args.no_fold_bn,
+                               progress=not args.no_progress),
+        attacks=AttackOptions(protocol=args.protocol, attacks=tuple(args.attacks or ()), eps=args.attack_eps,
+                              step=args.attack_step, steps=tuple(args.attack_steps or ()), norm=args.attack_norm,
+                              targeted=args.attack_targeted, cascade=args.cascade, kwargs=dict(args.attack_kwargs),
+                              reduced=args.reduced, max_steps=args.max_steps, max_queries=args.max_queries,
+                              share_budgets=not args.separate_budgets),
+        checks=CheckOptions(sanity=args.sanity, sanity_pinned=sanity_values(args),
+                            metrics=None if args.metrics is None else tuple(args.metrics),
+                            metric_samples=args.metric_samples, amp_samples=args.verify_amp,
+                            amp_tolerance=args.amp_tolerance),
+        variants=VariantOptions(gammas=tuple(args.gammas), interpolations=tuple(args.interpolations)),
+        outputs=OutputOptions(results_file=args.results_file, plot_dir=args.plot_dir, bn_layer=args.bn_layer,
+                              resume_state=args.resume_state, overwrite=args.overwrite, config_file=args.config),
+        plan_only=args.plan)

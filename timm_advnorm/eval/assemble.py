@@ -6,7 +6,6 @@ on best iterates and, where the protocol scores it, on the last PGD iterate (the
 the warnings that void numbers come first, and what ran (data, subset, preprocessing, protocol, precision, ranks,
 the plan and timings) is recorded with them, with one verdict of the sanity checks over every variant.
 """
-import argparse
 import time
 from dataclasses import replace
 from typing import Sequence
@@ -15,6 +14,7 @@ from ..layers import get_inference_branch
 from .bn_stats import summarize_bn_stats
 from .build import EvalSetup
 from .ood import get_ood_dataset
+from .options import EvalOptions
 from .plan import EvalPlan
 from .records import ResultTable
 from .runner import RunOutcome
@@ -38,12 +38,12 @@ def _variant_result(table: ResultTable, variant: Variant, plan: EvalPlan, num_cl
     return replace(summary, sanity=SanityResult(**summarize_checks(checks, probes_ran), checks=checks))
 
 
-def assemble_results(args: argparse.Namespace, setup: EvalSetup, table: ResultTable, outcome: RunOutcome,
+def assemble_results(options: EvalOptions, setup: EvalSetup, table: ResultTable, outcome: RunOutcome,
                      world_size: int, started: float) -> EvalResults:
-    """The results of the evaluation `args` describe and `setup` ran.
+    """The results of the evaluation `options` describe and `setup` ran.
 
     Args:
-        args: The parsed command line.
+        options: The evaluation's options.
         setup: The evaluation as built.
         table: The per-sample results of every process.
         outcome: What this process evaluated (for the work computed and the time taken).
@@ -58,15 +58,16 @@ def assemble_results(args: argparse.Namespace, setup: EvalSetup, table: ResultTa
     # the headline is the model as loaded: a mixture-BN model on the branch it runs on (recorded by its checkpoint)
     inference_branch = get_inference_branch(model)
     primary = next((v for v in variants if v.kind in (inference_branch, 'model')), variants[0])
-    amp = args.amp_dtype if args.amp else None
-    amp_check = amp_report(table, primary.name, setup.plan, args.amp_tolerance) if args.verify_amp else None
+    amp, checks, data = options.runtime.amp, options.checks, options.data
+    amp_check = amp_report(table, primary.name, setup.plan, checks.amp_tolerance) if checks.amp_samples else None
     data_config = setup.data_config
     sanity = combined_sanity_status([v.sanity.status for v in variants])
     results = EvalResults(
-        warnings=results_warnings(variants, amp, amp_check), model=setup.model_name, checkpoint=args.checkpoint,
+        warnings=results_warnings(variants, amp, amp_check), model=setup.model_name,
+        checkpoint=options.model.checkpoint,
         weights_digest=setup.weights_digest, branch_weights_digests=setup.branch_weights_digests or None,
-        dataset=protocol.dataset or args.dataset or 'folder', split=None if protocol.dataset else args.val_split,
-        num_samples=len(main.indices), subset=args.subset, skipped_images=main.skipped, seed=args.seed,
+        dataset=protocol.dataset or data.dataset or 'folder', split=None if protocol.dataset else data.split,
+        num_samples=len(main.indices), subset=data.subset, skipped_images=main.skipped, seed=options.runtime.seed,
         ood_data={run.name: dict(get_ood_dataset(run.name).to_dict(), num_samples=len(run.indices),
                                  skipped_images=run.skipped) for run in runs if run.name},
         img_size=data_config['input_size'][-1],

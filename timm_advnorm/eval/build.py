@@ -1,4 +1,5 @@
-"""Building an evaluation from its arguments: the model, the protocol and its plan, the data runs, the state file.
+"""Building an evaluation from its options (`options.EvalOptions`): the model, the protocol and its plan, the data
+runs, the state file.
 
 `build_evaluation` does it all in an order that finds bad input (a model, a protocol, attack arguments, a BN layer,
 data and unreadable images, a state file of another evaluation) before anything is evaluated, and returns the
@@ -7,7 +8,6 @@ checkpoint's record, an export's config or the registry's defaults) unless the c
 training checkpoint's record set (data, preprocessing, inference branch) is said in one line, and recorded with the
 preprocessing's provenance (`recorded`).
 """
-import argparse
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,11 +27,12 @@ from ..data.preprocessing import check_input_channels, explicit_preprocessing
 from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..hub.digest import branch_digests, state_dict_digest
-from .args import AMP_DTYPES, LOGGER, ood_folder, sanity_values
+from .args import AMP_DTYPES, LOGGER
 from .bn_stats import collect_bn_stats
 from .data import seeded_subset
 from .distributed import DistributedInfo, primary_first
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
+from .options import AttackOptions, DataOptions, EvalOptions, ModelOptions, RuntimeOptions
 from .plan import EvalPlan, SanityBudget, build_plan, ood_stage
 from .protocols import Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol
 from .recorded import describe_record
@@ -50,41 +51,42 @@ _logger = logging.getLogger(LOGGER)
 REDUCED_ROOT = 3
 
 
-def create_eval_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, str]:
-    """The model to evaluate and its architecture name.
+def create_eval_model(options: ModelOptions, dataset: str = '') -> Tuple[torch.nn.Module, str]:
+    """The model to evaluate and its architecture name (`dataset`: the evaluation data's, whose class count is the
+    default of a model without a checkpoint when it is a built-in one).
 
     Built by `timm_advnorm.hub.create_model_from_name_or_checkpoint`, as in ``train_adv.py``: a registry,
     ``hf-hub:`` or ``local-dir:`` name (whose weights are always loaded), or a checkpoint naming its architecture;
     the checkpoint's class count is used and any conflicting ``--num-classes`` is an error (timm would silently
     drop the head).
     """
-    kwargs = dict(args.model_kwargs)
-    num_classes = args.num_classes
-    if num_classes is None and builtin_dataset(args.dataset) and not args.checkpoint:
-        num_classes = builtin_dataset(args.dataset).num_classes
+    kwargs = dict(options.kwargs)
+    num_classes = options.num_classes
+    if num_classes is None and builtin_dataset(dataset) and not options.checkpoint:
+        num_classes = builtin_dataset(dataset).num_classes
     if num_classes is not None:
         kwargs['num_classes'] = num_classes
     # an hf-hub: or local-dir: name *is* a set of weights: evaluating its random initialization makes no sense
-    from_hub = bool(args.model) and split_source(args.model)[0] != 'path' and not args.checkpoint
-    if args.pretrained and not args.checkpoint:
-        check_pretrained_option(args.model, num_classes, None, '--checkpoint')
+    from_hub = bool(options.name) and split_source(options.name)[0] != 'path' and not options.checkpoint
+    if options.pretrained and not options.checkpoint:
+        check_pretrained_option(options.name, num_classes, None, '--checkpoint')
     model = create_model_from_name_or_checkpoint(
-        args.model, args.checkpoint or None, pretrained=args.pretrained or from_hub, ema=args.use_ema,
-        branch=args.branch, **kwargs)
-    name = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture') or args.model
+        options.name, options.checkpoint or None, pretrained=options.pretrained or from_hub, ema=options.use_ema,
+        branch=options.branch, **kwargs)
+    name = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture') or options.name
     return model, name
 
 
-def _preprocessing_provenance(args: argparse.Namespace) -> Dict[str, Any]:
+def _preprocessing_provenance(model: ModelOptions, overrides: Sequence[str]) -> Dict[str, Any]:
     """Where the evaluated preprocessing came from: the checkpoint's record (what it was trained with), an export's
-    config, or the registry's defaults; and which values the command line overrode."""
-    if args.checkpoint:
+    config, or the registry's defaults; and which values the command line overrode (`overrides`)."""
+    if model.checkpoint:
         source = 'the checkpoint'
-    elif args.model and split_source(args.model)[0] != 'path':
-        source = f'the config of {args.model}'
+    elif model.name and split_source(model.name)[0] != 'path':
+        source = f'the config of {model.name}'
     else:
         source = 'the model registry'
-    overridden = [f'--{key.replace("_", "-")}' for key in explicit_preprocessing(vars(args))]
+    overridden = [f'--{key.replace("_", "-")}' for key in overrides]
     return dict(source=source, overridden=overridden)
 
 
@@ -95,29 +97,31 @@ def _shown(data_config: Dict[str, Any]) -> str:
                      for key in keys if key in data_config)
 
 
-def build_protocol(args: argparse.Namespace) -> Protocol:
-    """The named protocol or the ``--attacks`` list, with the command line's overrides and reduction applied."""
-    if args.attacks:
-        attack_kwargs = dict(args.attack_kwargs)
-        for key in ('step', 'norm'):
-            if getattr(args, f'attack_{key}') is not None:
-                attack_kwargs[key] = getattr(args, f'attack_{key}')
-        if args.attack_targeted:
+def build_protocol(options: AttackOptions) -> Protocol:
+    """The named protocol or the attack list, with the overrides and reduction of `options` applied."""
+    if options.attacks:
+        attack_kwargs = dict(options.kwargs)
+        for key, value in (('step', options.step), ('norm', options.norm)):
+            if value is not None:
+                attack_kwargs[key] = value
+        if options.targeted:
             attack_kwargs['targeted'] = True
-        eps = 16.0 if args.attack_eps is None else args.attack_eps
-        protocol = protocol_from_attacks(args.attacks, eps, attack_kwargs,
-                                         'cascade' if args.cascade else 'independent', steps=args.attack_steps or ())
+        eps = 16.0 if options.eps is None else options.eps
+        protocol = protocol_from_attacks(list(options.attacks), eps, attack_kwargs,
+                                         'cascade' if options.cascade else 'independent', steps=options.steps)
     else:
-        protocol = override_protocol(get_protocol(args.protocol or 'xie2020'), args.attack_eps, args.attack_step,
-                                     args.attack_steps[0] if args.attack_steps else None, args.attack_norm)
-    if args.reduced or args.max_steps is not None or args.max_queries is not None:
-        protocol = reduce_protocol(protocol, args.max_steps, args.max_queries,
-                                   root=REDUCED_ROOT if args.reduced else None)
+        protocol = override_protocol(get_protocol(options.protocol or 'xie2020'), options.eps, options.step,
+                                     options.steps[0] if options.steps else None, options.norm)
+    if options.reduced or options.max_steps is not None or options.max_queries is not None:
+        protocol = reduce_protocol(protocol, options.max_steps, options.max_queries,
+                                   root=REDUCED_ROOT if options.reduced else None)
     return protocol
 
 
-def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], dist_info: DistributedInfo):
-    """The evaluation split with the model's eval transform (which normalizes: the only normalization).
+def create_eval_dataset(data: DataOptions, data_config: Dict[str, Any], dist_info: DistributedInfo,
+                        batch_size: int):
+    """The evaluation split with the model's eval transform (which normalizes: the only normalization); timm's
+    iterable datasets are told the `batch_size` (and refused).
 
     Raises:
         FileNotFoundError: The dataset root does not exist.
@@ -125,32 +129,31 @@ def create_eval_dataset(args: argparse.Namespace, data_config: Dict[str, Any], d
             (`scan_image_folder`), or timm cannot load the dataset (its assertion or error, on one line).
     """
     with primary_first(dist_info):  # the built-in datasets are rendered on first use: once, by rank 0
-        dataset_name, root = resolve_dataset(args.dataset, args.data_dir or args.data,
-                                             img_size=data_config['input_size'][-1])
+        dataset_name, root = resolve_dataset(data.dataset, data.data_dir, img_size=data_config['input_size'][-1])
     if root is not None and not Path(root).exists():
         raise FileNotFoundError(f'dataset root {root} not found')
     search_split = True
     if root is not None and is_folder_dataset(dataset_name) and Path(root).is_dir():
-        root, search_split = str(split_folder(Path(root), args.val_split)), False
+        root, search_split = str(split_folder(Path(root), data.split)), False
         scan_image_folder(Path(root))  # refuses link loops and images reached twice, which timm would read twice
     try:
-        dataset = create_dataset(dataset_name, root=root, split=args.val_split, search_split=search_split,
-                                 class_map=args.class_map, is_training=False, batch_size=args.batch_size)
+        dataset = create_dataset(dataset_name, root=root, split=data.split, search_split=search_split,
+                                 class_map=data.class_map, is_training=False, batch_size=batch_size)
     except (AssertionError, RuntimeError, OSError) as e:  # unknown name, no images, class map missing, ...
-        raise ValueError(f'cannot load dataset {args.dataset or "folder"!r} from {root}: {one_line(e)}') from e
+        raise ValueError(f'cannot load dataset {data.dataset or "folder"!r} from {root}: {one_line(e)}') from e
     if isinstance(dataset, IterableDataset):
-        raise ValueError(f'dataset {args.dataset!r} is iterable; robust evaluation needs a map-style dataset')
+        raise ValueError(f'dataset {data.dataset!r} is iterable; robust evaluation needs a map-style dataset')
     if isinstance(dataset, ImageDataset):  # a file that turns unreadable after `select_subset` checked it: fail,
         dataset._max_retries = 1  # never evaluate the next image in its place (timm's ImageDataset tries 10)
     dataset.transform = create_transform(**data_config, is_training=False)
     return dataset
 
 
-def select_subset(args: argparse.Namespace, dataset: Dataset, subset: Optional[str]
+def select_subset(data: DataOptions, runtime: RuntimeOptions, dataset: Dataset, subset: Optional[str]
                   ) -> Tuple[List[int], List[Dict[str, str]]]:
     """The seeded subset to evaluate (or the named `subset`'s images), its images decoded first (`checked_indices`):
     unreadable files are an error naming them, or with ``--skip-bad-images`` skipped for the next readable images of
-    the seeded order.
+    the seeded order (`data`'s subset size, drawn with `runtime`'s seed and decoded by its workers).
 
     Every rank draws and checks the same subset itself (no rank waits on another, so an error ends them all alike).
 
@@ -160,9 +163,9 @@ def select_subset(args: argparse.Namespace, dataset: Dataset, subset: Optional[s
     Raises:
         ValueError: Unreadable images without ``--skip-bad-images``, or no readable image at all.
     """
-    order = (named_subset_order(dataset, subset, args.num_samples) if subset
-             else seeded_subset(len(dataset), 0, args.seed))
-    return checked_indices(dataset, order, args.num_samples, args.skip_bad_images, args.workers, 'evaluate')
+    order = (named_subset_order(dataset, subset, data.num_samples) if subset
+             else seeded_subset(len(dataset), 0, runtime.seed))
+    return checked_indices(dataset, order, data.num_samples, data.skip_bad_images, runtime.workers, 'evaluate')
 
 
 @dataclass(frozen=True)
@@ -193,27 +196,27 @@ class DataRun:
         return None if self.classes is None else len(self.classes)
 
 
-def _ood_run(args: argparse.Namespace, dataset: OODDataset, stages: Sequence[Stage], transform) -> DataRun:
+def _ood_run(options: EvalOptions, dataset: OODDataset, stages: Sequence[Stage], transform) -> DataRun:
     """`stages` on the seeded subset of `dataset`'s folder, scored on its classes."""
-    folder = ood_folder(args, dataset)
+    folder = options.data.ood_folders[dataset.name]
     images = create_ood_dataset(dataset, Path(folder), transform)
-    return DataRun(dataset.name, images, *select_subset(args, images, None), tuple(stages), dataset.logit_indices(),
-                   folder)
+    return DataRun(dataset.name, images, *select_subset(options.data, options.runtime, images, None), tuple(stages),
+                   dataset.logit_indices(), folder)
 
 
-def _check_model_classes(args: argparse.Namespace, num_classes: int, dataset: Dataset) -> None:
+def _check_model_classes(model: ModelOptions, data: DataOptions, num_classes: int, dataset: Dataset) -> None:
     """The model's classes must be the evaluation data's (`check_num_classes`), where the dataset's reader says what
     its classes are: a checkpoint with fewer classes would fail on the first label it lacks, and one with more be
     scored against labels numbered by folder, not by the model's classes, unless ``--class-map`` says how."""
     reader = getattr(dataset, 'reader', dataset)  # torchvision's ImageFolder holds its class map itself
     class_to_idx = getattr(reader, 'class_to_idx', None)
     if class_to_idx:
-        source = (f'the checkpoint {args.checkpoint}' if args.checkpoint else '--num-classes' if args.num_classes
-                  else f'the default of {args.model}')
-        check_num_classes(num_classes, class_to_idx, bool(args.class_map), source)
+        source = (f'the checkpoint {model.checkpoint}' if model.checkpoint else '--num-classes' if model.num_classes
+                  else f'the default of {model.name}')
+        check_num_classes(num_classes, class_to_idx, bool(data.class_map), source)
 
 
-def create_runs(args: argparse.Namespace, protocol: Protocol, plan: EvalPlan, data_config: Dict[str, Any],
+def create_runs(options: EvalOptions, protocol: Protocol, plan: EvalPlan, data_config: Dict[str, Any],
                 dist_info: DistributedInfo, num_classes: int) -> List[DataRun]:
     """The data sets of an evaluation, each subset drawn and decoded before anything is evaluated: first the plan's
     stages on the evaluation data (or on the out-of-distribution set the protocol runs on), then a clean pass over
@@ -229,12 +232,14 @@ def create_runs(args: argparse.Namespace, protocol: Protocol, plan: EvalPlan, da
     """
     transform = create_transform(**data_config, is_training=False)
     if protocol.dataset:
-        main = _ood_run(args, get_ood_dataset(protocol.dataset), plan.stages, transform)
+        main = _ood_run(options, get_ood_dataset(protocol.dataset), plan.stages, transform)
     else:
-        dataset = create_eval_dataset(args, data_config, dist_info)
-        _check_model_classes(args, num_classes, dataset)
-        main = DataRun(None, dataset, *select_subset(args, dataset, args.subset), plan.stages)
-    return [main] + [_ood_run(args, get_ood_dataset(name), (ood_stage(name),), transform) for name in protocol.ood]
+        data = options.data
+        dataset = create_eval_dataset(data, data_config, dist_info, options.runtime.batch_size)
+        _check_model_classes(options.model, data, num_classes, dataset)
+        main = DataRun(None, dataset, *select_subset(data, options.runtime, dataset, data.subset), plan.stages)
+    return [main] + [_ood_run(options, get_ood_dataset(name), (ood_stage(name),), transform)
+                     for name in protocol.ood]
 
 
 def _check_imagenet_model(protocol: Protocol, model: torch.nn.Module) -> None:
@@ -245,12 +250,12 @@ def _check_imagenet_model(protocol: Protocol, model: torch.nn.Module) -> None:
                          f'{model.num_classes} classes, not ImageNet\'s {IMAGENET_CLASSES}')
 
 
-def _check_bn_layer(args: argparse.Namespace, bn_stats: Dict[str, Any]) -> None:
+def _check_bn_layer(bn_layer: Optional[str], bn_stats: Dict[str, Any]) -> None:
     """``--bn-layer`` must name a mixture-BN layer of the model: found now, not when the plots are drawn after the
     evaluation."""
-    if args.bn_layer is not None and args.bn_layer not in bn_stats:
+    if bn_layer is not None and bn_layer not in bn_stats:
         examples = f'; e.g. {", ".join(list(bn_stats)[:3])}' if bn_stats else ' (it has none)'
-        raise ValueError(f'--bn-layer {args.bn_layer}: the model has no mixture-BN layer of that name{examples}')
+        raise ValueError(f'--bn-layer {bn_layer}: the model has no mixture-BN layer of that name{examples}')
 
 
 @dataclass(frozen=True)
@@ -290,57 +295,62 @@ class EvalSetup:
     branch_weights_digests: Dict[str, str]
 
 
-def build_evaluation(args: argparse.Namespace, dist_info: DistributedInfo) -> EvalSetup:
-    """Everything the evaluation `args` describe needs, each part checked as it is built.
+def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSetup:
+    """Everything the evaluation `options` describe needs, each part checked as it is built.
 
     Raises:
         FileNotFoundError: A checkpoint or data folder is missing.
         ValueError: Bad input: model, protocol, attacks, variants, BN layer, data, or a state file of another
             evaluation.
     """
-    torch.manual_seed(args.seed)  # a randomly initialized model (no checkpoint) is then reproducible too
-    model, model_name = create_eval_model(args)
-    weights = weights_digest(model) if args.resume_state else ''
+    runtime, checks = options.runtime, options.checks
+    torch.manual_seed(runtime.seed)  # a randomly initialized model (no checkpoint) is then reproducible too
+    model, model_name = create_eval_model(options.model, options.data.dataset)
+    weights = weights_digest(model) if options.outputs.resume_state else ''
     digest, branches = state_dict_digest(model.state_dict()), branch_digests(model)  # what the results describe
-    data_config = resolve_data_config(vars(args), model=model, use_test_size=True)
+    preprocessing_args = options.preprocessing.as_args()
+    data_config = resolve_data_config(preprocessing_args, model=model, use_test_size=True)
     check_input_channels(model, data_config)
-    preprocessing = _preprocessing_provenance(args)
+    overrides = explicit_preprocessing(preprocessing_args)
+    preprocessing = _preprocessing_provenance(options.model, overrides)
     _logger.info('Preprocessing %s, from %s%s.', _shown(data_config), preprocessing['source'],
                  f" with {', '.join(preprocessing['overridden'])} from the command line"
                  if preprocessing['overridden'] else '')
-    said, against, record = describe_record(args, args.data_record, model, data_config,
-                                            resolve_data_config({}, model=model, use_test_size=True))
+    said, against, record = describe_record(options.data.record, model, data_config,
+                                            resolve_data_config({}, model=model, use_test_size=True), overrides,
+                                            options.model.branch)
     if said:
         _logger.info(said + '.')
     if against:
         _logger.warning(against + '.')
     preprocessing.update(record)
-    protocol = build_protocol(args)
-    variants = model_variants(model, args.gammas, args.interpolations)
-    probes = SanityBudget(**sanity_values(args)) if args.sanity != 'off' else SanityBudget(samples=0)
+    protocol = build_protocol(options.attacks)
+    variants = model_variants(model, options.variants.gammas, options.variants.interpolations)
+    probes = SanityBudget(**checks.sanity_pinned) if checks.sanity != 'off' else SanityBudget(samples=0)
     plan = build_plan(protocol, sanity_samples=probes.samples, sanity_steps=probes.steps,
-                      sanity_queries=probes.queries, metrics=args.metrics, metric_samples=args.metric_samples,
-                      amp_samples=args.verify_amp, share_budgets=not args.separate_budgets, reduced_sanity=args.reduced)
+                      sanity_queries=probes.queries, metrics=checks.metrics, metric_samples=checks.metric_samples,
+                      amp_samples=checks.amp_samples, share_budgets=options.attacks.share_budgets,
+                      reduced_sanity=options.attacks.reduced)
     ctx = EvalContext(space=InputSpace.from_data_config(data_config), input_size=tuple(data_config['input_size']),
-                      autocast_dtype=AMP_DTYPES[args.amp_dtype] if args.amp else None, fold_bn=not args.no_fold_bn,
-                      progress=show_progress() and not args.no_progress)
+                      autocast_dtype=AMP_DTYPES[runtime.amp] if runtime.amp else None, fold_bn=runtime.fold_bn,
+                      progress=show_progress() and runtime.progress)
     plan.check_attacks(ctx)
     bn_stats = collect_bn_stats(model)
-    _check_bn_layer(args, bn_stats)
+    _check_bn_layer(options.outputs.bn_layer, bn_stats)
     _check_imagenet_model(protocol, model)
 
-    runs = create_runs(args, protocol, plan, data_config, dist_info, model.num_classes)
-    if args.sanity == 'budget':  # a share of the attacks' cost, which the subset's size sets
-        plan = fit_sanity(plan, len(runs[0].indices), pinned=sanity_values(args))
+    runs = create_runs(options, protocol, plan, data_config, dist_info, model.num_classes)
+    if checks.sanity == 'budget':  # a share of the attacks' cost, which the subset's size sets
+        plan = fit_sanity(plan, len(runs[0].indices), pinned=checks.sanity_pinned)
         runs[0] = replace(runs[0], stages=plan.stages)
     model.to(dist_info.device)
-    if args.channels_last:
+    if runtime.channels_last:
         model.to(memory_format=torch.channels_last)
     state = None
-    if args.resume_state and not args.plan:  # a plan evaluates one batch and keeps nothing
-        fingerprint = evaluation_fingerprint(args, model_name, weights, protocol, variants, plan, runs, data_config,
-                                             dist_info)
-        state = open_state(state_path(args.resume_state, dist_info), fingerprint)
+    if options.outputs.resume_state and not options.plan_only:  # a plan evaluates one batch and keeps nothing
+        fingerprint = evaluation_fingerprint(options, model_name, weights, protocol, variants, plan, runs,
+                                             data_config, dist_info)
+        state = open_state(state_path(options.outputs.resume_state, dist_info), fingerprint)
     return EvalSetup(model=model, model_name=model_name, data_config=data_config, preprocessing=preprocessing,
                      protocol=protocol, variants=variants, plan=plan, ctx=ctx, bn_stats=bn_stats, runs=runs,
                      state=state, weights_digest=digest, branch_weights_digests=branches)

@@ -2,23 +2,21 @@
 evaluates unless the command line says otherwise.
 
 A ``train_adv.py`` checkpoint records its run's arguments (`hub.checkpoint.recorded_training_args`): the dataset, its
-root, validation split and class map. `take_recorded_data` sets those the command line (or ``-c`` file) does not give:
+root, validation split and class map. `recorded_data` takes those the command line (or ``-c`` file) does not give:
 the dataset, and, while it is the recorded one, its root, split and class map. The preprocessing and the inference
 branch come with the model, from its recorded pretrained config and model arguments (`hub.loading`).
 `describe_record` says in one line what came from the record, and names each option given against it.
 """
-import argparse
 from dataclasses import dataclass, field
-from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
-from ..data.preprocessing import explicit_preprocessing
 from ..hub.checkpoint import MODEL_CONFIG_ARG, recorded_training_args
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG
 
-__all__ = ['DataRecord', 'take_recorded_data', 'describe_record']
+__all__ = ['DataRecord', 'recorded_data', 'take_recorded_data', 'describe_record']
 
 # The options of the evaluation data a training run records, its dataset first.
 _DATA_OPTIONS = ('dataset', 'data_dir', 'val_split', 'class_map')
@@ -41,34 +39,53 @@ class DataRecord:
     inference_branch: Optional[str] = None
 
 
-def take_recorded_data(args: argparse.Namespace, given: Collection[str]) -> DataRecord:
-    """Set on `args` the data options of ``--checkpoint``'s record that the invocation does not give (`given`, as
-    `cli.given_options`; a positional data root counts as ``--data-dir``).
+def recorded_data(checkpoint: str, data: Mapping[str, Any], given: Collection[str]) -> DataRecord:
+    """The data options of `checkpoint`'s record that the invocation does not give (`given`, by destination), and
+    those it gives unlike the record.
 
     The dataset's root, split and class map are taken only while the dataset is the recorded one: they belong to it.
+
+    Args:
+        checkpoint: The checkpoint evaluated.
+        data: The invocation's data options by destination (``dataset``, ``data_dir``, ``val_split``,
+            ``class_map``).
+        given: The destinations the invocation gives.
 
     Raises:
         ValueError: A damaged checkpoint file.
     """
-    recorded = recorded_training_args(args.checkpoint)
+    recorded = recorded_training_args(checkpoint)
     if not recorded:
         return DataRecord()
-    given = set(given) | ({'data_dir'} if args.data else set())
+    current = {dest: data.get(dest) for dest in _DATA_OPTIONS}
     taken, overridden = {}, {}
     for dest in _DATA_OPTIONS:
-        if dest != 'dataset' and args.dataset != recorded.get('dataset'):
+        if dest != 'dataset' and current['dataset'] != recorded.get('dataset'):
             break
         value = recorded.get(dest)
         if value in (None, '') and dest != 'dataset':  # unset in training: the default, as here
             continue
         if dest not in given:
-            setattr(args, dest, value)
-            taken[dest] = value
-        elif value != getattr(args, dest):
-            overridden[dest] = (value, getattr(args, dest))
+            current[dest] = taken[dest] = value
+        elif value != current[dest]:
+            overridden[dest] = (value, current[dest])
     model_args = (recorded.get(MODEL_CONFIG_ARG) or {}).get('model_args') or {}
     return DataRecord(recorded=True, taken=taken, overridden=overridden,
                       inference_branch=model_args.get(INFERENCE_BRANCH_ARG))
+
+
+def take_recorded_data(parsed: Any, given: Collection[str]) -> DataRecord:
+    """The parser's step of `recorded_data`: set on the parsed command line `parsed` the data options of its
+    ``--checkpoint``'s record that the invocation does not give (`given`, as `cli.given_options`; a positional data
+    root counts as ``--data-dir``), so that its usage checks see them.
+
+    Raises:
+        ValueError: A damaged checkpoint file.
+    """
+    record = recorded_data(parsed.checkpoint, vars(parsed), set(given) | ({'data_dir'} if parsed.data else set()))
+    for dest, value in record.taken.items():
+        setattr(parsed, dest, value)
+    return record
 
 
 def _option(dest: str) -> str:
@@ -96,17 +113,18 @@ def _size(config: Mapping[str, Any]) -> str:
     return str(height) if height == width else f'{height}x{width}'
 
 
-def describe_record(args: argparse.Namespace, record: DataRecord, model: nn.Module,
-                    data_config: Mapping[str, Any], recorded_config: Mapping[str, Any]
+def describe_record(record: DataRecord, model: nn.Module, data_config: Mapping[str, Any],
+                    recorded_config: Mapping[str, Any], overrides: Sequence[str], branch: Optional[str]
                     ) -> Tuple[Optional[str], Optional[str], Dict[str, Any]]:
     """What this evaluation took from the checkpoint's record, and what it was told otherwise.
 
     Args:
-        args: The evaluation's arguments.
-        record: The data options taken and overridden (`take_recorded_data`).
+        record: The data options taken and overridden (`recorded_data`).
         model: The model as loaded (a whole mixture-BN model routed to its recorded inference branch).
         data_config: The preprocessing evaluated.
         recorded_config: The preprocessing the model records, without the command line's overrides.
+        overrides: The preprocessing options the command line gives (`explicit_preprocessing`, timm's names).
+        branch: The branch asked for (``--branch``; None: none).
 
     Returns:
         The console line of what came from the record (``dataset digits, img size 16, branch adv: from the
@@ -117,7 +135,6 @@ def describe_record(args: argparse.Namespace, record: DataRecord, model: nn.Modu
         return None, None, {}
     taken: Dict[str, Any] = dict(record.taken)
     unlike: Dict[str, List[Any]] = {_option(dest): list(change) for dest, change in record.overridden.items()}
-    overrides = explicit_preprocessing(vars(args))
     size_given = 'img_size' in overrides or 'input_size' in overrides
     if not size_given:
         taken['input_size'] = list(data_config['input_size'])
@@ -128,8 +145,8 @@ def describe_record(args: argparse.Namespace, record: DataRecord, model: nn.Modu
     recorded_branch = record.inference_branch if has_mixture_bn(model) else None  # a whole model, loaded on it
     if recorded_branch is not None:
         taken['inference_branch'] = recorded_branch
-    if args.branch is not None and record.inference_branch not in (None, args.branch):
-        unlike['--branch'] = [record.inference_branch, args.branch]
+    if branch is not None and record.inference_branch not in (None, branch):
+        unlike['--branch'] = [record.inference_branch, branch]
     parts = [_data_name(dest, value) for dest, value in record.taken.items()]
     parts += [] if size_given else [f'img size {_size(data_config)}']
     parts += [f'branch {recorded_branch}'] if recorded_branch else []

@@ -9,7 +9,6 @@ which iterate, reduced or not), then each variant's numbers under those labels: 
 PGD iterate's (the papers' convention) beside them where the protocol scores it, and the sanity checks' verdict
 (`summary.sanity_text`).
 """
-import argparse
 import importlib
 import logging
 from pathlib import Path
@@ -17,9 +16,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..hub import split_source
 from ..write_guard import check_write_target
-from .args import LOGGER, ood_folder
+from .args import LOGGER
 from .distributed import DistributedInfo
 from .ood import OOD_DATASETS
+from .options import EvalOptions, OutputOptions
 from .plots import PLOT_NAMES, write_plots
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .schema import AttackResult, EvalResults
@@ -48,19 +48,21 @@ def _check_matplotlib() -> None:
                          ) from None
 
 
-def _inputs(args: argparse.Namespace) -> Dict[str, Optional[str]]:
+def _inputs(options: EvalOptions) -> Dict[str, Optional[str]]:
     """What the evaluation reads, by description, for `write_guard.check_write_target`: no output may equal or lie
     inside one of them (a results file replacing the checkpoint, plots becoming images of the data)."""
-    model_kind, model_location = split_source(args.model or '')
-    reads = {'the checkpoint being evaluated': args.checkpoint,
+    model, data = options.model, options.data
+    model_kind, model_location = split_source(model.name or '')
+    reads = {'the checkpoint being evaluated': model.checkpoint,
              'the model folder being evaluated': model_location if model_kind == 'local-dir' else None,
-             'the evaluation data': args.data_dir or args.data, 'the class map': args.class_map,
-             'the config file': args.config}
-    reads.update((f'the {dataset.title} data', ood_folder(args, dataset)) for dataset in OOD_DATASETS.values())
+             'the evaluation data': data.data_dir, 'the class map': data.class_map,
+             'the config file': options.outputs.config_file}
+    reads.update((f'the {dataset.title} data', data.ood_folders.get(dataset.name))
+                 for dataset in OOD_DATASETS.values())
     return reads
 
 
-def check_outputs(args: argparse.Namespace, dist_info: DistributedInfo) -> None:
+def check_outputs(options: EvalOptions, dist_info: DistributedInfo) -> None:
     """Probe every output now, so that an output that cannot be written (or a missing matplotlib) ends the run
     before the evaluation and not after it, losing its results. Creates nothing: a run refused later, for its model
     or data, leaves no folder behind.
@@ -70,23 +72,23 @@ def check_outputs(args: argparse.Namespace, dist_info: DistributedInfo) -> None:
         ValueError: An output cannot be written, it is or lies inside something the evaluation reads, or
             ``--plot-dir`` is given without matplotlib.
     """
-    reads = _inputs(args)
-    if args.resume_state:
-        check_write_target(args.resume_state, '--resume-state', reads, kind='file')
-        check_state_path(state_path(args.resume_state, dist_info))
+    reads, files = _inputs(options), options.outputs
+    if files.resume_state:
+        check_write_target(files.resume_state, '--resume-state', reads, kind='file')
+        check_state_path(state_path(files.resume_state, dist_info))
     if not dist_info.is_primary:
         return
-    reads['the state file'] = args.resume_state
-    outputs = [('--results-file', path) for path in results_paths(args.results_file) if path is not None]
-    if args.plot_dir:
+    reads['the state file'] = files.resume_state
+    outputs = [('--results-file', path) for path in results_paths(files.results_file) if path is not None]
+    if files.plot_dir:
         _check_matplotlib()
-        outputs += [('--plot-dir', Path(args.plot_dir) / name) for name in PLOT_NAMES]
+        outputs += [('--plot-dir', Path(files.plot_dir) / name) for name in PLOT_NAMES]
     for option, path in outputs:
         check_write_target(path, option, reads, kind='file' if option == '--results-file' else 'folder')
-        check_writable(path, args.overwrite)
+        check_writable(path, files.overwrite)
 
 
-def write_outputs(args: argparse.Namespace, results: EvalResults, bn_stats: Dict[str, Any]) -> OutputFiles:
+def write_outputs(files: OutputOptions, results: EvalResults, bn_stats: Dict[str, Any]) -> OutputFiles:
     """CSV, BN statistics and plots, then the JSON, which names the files as written (`results` records them:
     ``bn_stats.file`` and ``plots``); a failing plot still leaves the JSON and the CSV (the JSON is written on the way
     out), so it never costs the results.
@@ -94,16 +96,16 @@ def write_outputs(args: argparse.Namespace, results: EvalResults, bn_stats: Dict
     Every file is published by one `OutputFiles` (returned): none replaces another run's without ``--overwrite``,
     and from the first clash on, this run's files are kept under tagged names.
     """
-    outputs = OutputFiles(args.overwrite)
-    json_path, csv_path, bn_path = results_paths(args.results_file)
+    outputs = OutputFiles(files.overwrite)
+    json_path, csv_path, bn_path = results_paths(files.results_file)
     if json_path is not None:
         csv_written = outputs.publish(csv_path, lambda tmp: tmp.write_text(csv_text(csv_rows(results))))
         if bn_stats:
             bn_written = outputs.publish(bn_path, lambda tmp: tmp.write_text(json_text(bn_stats)))
             results.bn_stats.file = bn_written.name
     try:
-        if args.plot_dir:
-            results.plots = write_plots(results, args.plot_dir, bn_stats, args.bn_layer, outputs)
+        if files.plot_dir:
+            results.plots = write_plots(results, files.plot_dir, bn_stats, files.bn_layer, outputs)
     finally:
         if json_path is not None:
             json_written = outputs.publish(json_path, lambda tmp: tmp.write_text(json_text(results.to_dict())))

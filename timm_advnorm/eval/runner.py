@@ -8,7 +8,6 @@ Before it runs, the evaluation states its plan (`evaluation_cost`: each stage's 
 cost against the attacks'); the first batch is timed and the plan's time projected from it, which is all that
 ``--plan`` runs. One progress bar covers the whole evaluation, every data run, in passes of the model.
 """
-import argparse
 import logging
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from .cost import EvalCost, count_cost
 from .data import IndexedSubset, shard_range
 from .distributed import DistributedInfo
 from .evaluator import RobustEvaluator
+from .options import EvalOptions, RuntimeOptions
 from .ood import get_ood_dataset
 from .records import Record
 
@@ -51,34 +51,36 @@ class RunOutcome:
     cost: EvalCost
 
 
-def _shard(args: argparse.Namespace, run: DataRun, dist_info: DistributedInfo) -> range:
+def _shard(batch_size: int, run: DataRun, dist_info: DistributedInfo) -> range:
     """The positions of `run`'s subset this process evaluates."""
-    return range(*shard_range(len(run.indices), dist_info.rank, dist_info.world_size, args.batch_size))
+    return range(*shard_range(len(run.indices), dist_info.rank, dist_info.world_size, batch_size))
 
 
-def evaluation_cost(args: argparse.Namespace, setup: EvalSetup, dist_info: DistributedInfo, shard: bool = False
+def evaluation_cost(options: EvalOptions, setup: EvalSetup, dist_info: DistributedInfo, shard: bool = False
                     ) -> EvalCost:
     """The cost of every data run's stages for every variant: on the whole subsets (the evaluation's plan), or on this
     process's shards (what its progress bar counts)."""
-    runs = [(run.stages, _shard(args, run, dist_info) if shard else range(len(run.indices))) for run in setup.runs]
-    return count_cost(runs, len(setup.variants), dist_info.world_size, args.sanity)
+    batch_size = options.runtime.batch_size
+    runs = [(run.stages, _shard(batch_size, run, dist_info) if shard else range(len(run.indices)))
+            for run in setup.runs]
+    return count_cost(runs, len(setup.variants), dist_info.world_size, options.checks.sanity)
 
 
-def plan_title(args: argparse.Namespace, setup: EvalSetup, dist_info: DistributedInfo) -> str:
+def plan_title(options: EvalOptions, setup: EvalSetup, dist_info: DistributedInfo) -> str:
     """The plan's first line: what is evaluated, on how much, where."""
     variants = len(setup.variants)
     return (f'Plan of the evaluation of {setup.model_name} (protocol {setup.protocol.name}, {variants} '
             f'variant{"s" if variants > 1 else ""} x {len(setup.runs[0].indices)} samples, '
             f'{dist_info.world_size} process{"es" if dist_info.world_size > 1 else ""} on {dist_info.device.type}; '
-            f'batches of {args.batch_size})')
+            f'batches of {options.runtime.batch_size})')
 
 
-def _loader(args: argparse.Namespace, run: DataRun, positions: range) -> DataLoader:
-    return DataLoader(IndexedSubset(run.dataset, run.indices, positions), batch_size=args.batch_size, shuffle=False,
-                      num_workers=args.workers, pin_memory=args.pin_mem)
+def _loader(runtime: RuntimeOptions, run: DataRun, positions: range) -> DataLoader:
+    return DataLoader(IndexedSubset(run.dataset, run.indices, positions), batch_size=runtime.batch_size,
+                      shuffle=False, num_workers=runtime.workers, pin_memory=runtime.pin_memory)
 
 
-def evaluate_runs(args: argparse.Namespace, setup: EvalSetup, dist_info: DistributedInfo,
+def evaluate_runs(options: EvalOptions, setup: EvalSetup, dist_info: DistributedInfo,
                   first_batch_only: bool = False) -> RunOutcome:
     """Evaluate this process's shard of every data run of `setup`, run after run; log the plan first (rank 0) and
     its projected time after the first batch.
@@ -87,35 +89,35 @@ def evaluate_runs(args: argparse.Namespace, setup: EvalSetup, dist_info: Distrib
         first_batch_only: Evaluate the first batch alone, without the state file (``--plan``): the outcome's `cost`
             is then the plan with its time.
     """
-    model, branch = setup.model, get_inference_branch(setup.model)
-    cost = evaluation_cost(args, setup, dist_info)
+    model, branch, runtime = setup.model, get_inference_branch(setup.model), options.runtime
+    cost = evaluation_cost(options, setup, dist_info)
     if not first_batch_only:
         _logger.info('Evaluating %s (%s%s): protocol %s, variants %s.', setup.model_name,
-                     args.checkpoint or 'no checkpoint', f', loaded on its {branch} branch' if branch else '',
+                     options.model.checkpoint or 'no checkpoint', f', loaded on its {branch} branch' if branch else '',
                      setup.protocol.name, ', '.join(v.name for v in setup.variants))
         if dist_info.is_primary:
-            _logger.info('%s', cost.format(plan_title(args, setup, dist_info)))
+            _logger.info('%s', cost.format(plan_title(options, setup, dist_info)))
     started = time.perf_counter()
     records, computed = [], 0
     state = None if first_batch_only else setup.state
-    total = evaluation_cost(args, setup, dist_info, shard=True).total
+    total = evaluation_cost(options, setup, dist_info, shard=True).total
     with tqdm(total=total, desc='robust eval', unit='pass', unit_scale=True, dynamic_ncols=True,
               disable=not setup.ctx.progress or first_batch_only) as bar:
         for run in setup.runs:
-            positions = _shard(args, run, dist_info)
+            positions = _shard(runtime.batch_size, run, dist_info)
             if not first_batch_only:
                 _logger.info('%s: %d samples (%d on this rank)%s.', get_ood_dataset(run.name).title if run.name else
                              'Evaluation data', len(run.indices), len(positions),
                              f', scored on its {run.num_classes} classes' if run.classes else '')
             evaluator = RobustEvaluator(model, setup.variants, run.stages, setup.ctx,
-                                        run.num_classes or model.num_classes, len(run.indices), args.seed,
-                                        dist_info.device, state=state, channels_last=args.channels_last, bar=bar,
+                                        run.num_classes or model.num_classes, len(run.indices), runtime.seed,
+                                        dist_info.device, state=state, channels_last=runtime.channels_last, bar=bar,
                                         classes=run.classes)
-            batches = iter(_loader(args, run, positions))
+            batches = iter(_loader(runtime, run, positions))
             if run is setup.runs[0]:
                 records += evaluator.run(islice(batches, 1))
                 if evaluator.rows:  # nothing to time when the first batch was read back from the state file
-                    cost = cost.measured(evaluator.seconds, evaluator.rows, min(args.batch_size, len(positions)))
+                    cost = cost.measured(evaluator.seconds, evaluator.rows, min(runtime.batch_size, len(positions)))
                     if not first_batch_only and dist_info.is_primary:
                         _logger.info('Time: %s.', cost.time_text())
                 if first_batch_only:

@@ -38,7 +38,7 @@ from timm.utils import setup_default_logging
 
 from ..cli import run_cli
 from ..signals import Interrupted
-from .args import PROG, get_args_parser, parse_args
+from .args import PROG, eval_options, get_args_parser, parse_args
 from .assemble import assemble_results
 from .build import build_evaluation
 from .distributed import cleanup_distributed, gather_records, init_distributed
@@ -64,26 +64,27 @@ def validate(args: argparse.Namespace) -> Optional[EvalResults]:
     """Run the evaluation `args` describe; returns its results on rank 0 (None on other ranks, and under ``--plan``,
     which prints the plan with the time its first batch projects and evaluates nothing else)."""
     started = time.perf_counter()
-    dist_info = init_distributed(args.device)
-    check_outputs(args, dist_info)
-    setup = build_evaluation(args, dist_info)
+    options = eval_options(args)
+    dist_info = init_distributed(options.runtime.device)
+    check_outputs(options, dist_info)
+    setup = build_evaluation(options, dist_info)
 
     try:
-        outcome = evaluate_runs(args, setup, dist_info, first_batch_only=args.plan)
+        outcome = evaluate_runs(options, setup, dist_info, first_batch_only=options.plan_only)
     except Interrupted as e:
         raise e.with_detail(_resume_hint(setup.state)) from e
-    if args.plan:
+    if options.plan_only:
         cleanup_distributed(dist_info)
         if dist_info.is_primary:
-            print(outcome.cost.format(plan_title(args, setup, dist_info)))
+            print(outcome.cost.format(plan_title(options, setup, dist_info)))
         return None
     records = gather_records(outcome.records, dist_info)
     cleanup_distributed(dist_info)
     if not dist_info.is_primary:
         return None
 
-    results = assemble_results(args, setup, ResultTable(records), outcome, dist_info.world_size, started)
-    outputs = write_outputs(args, results, setup.bn_stats)
+    results = assemble_results(options, setup, ResultTable(records), outcome, dist_info.world_size, started)
+    outputs = write_outputs(options.outputs, results, setup.bn_stats)
     log_results(results)
     outputs.check_nothing_kept()
     return results

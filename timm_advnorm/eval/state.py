@@ -9,7 +9,6 @@ it off the file), so the work it described simply runs again. A file whose heade
 The first line holds a fingerprint of the evaluation (`evaluation_fingerprint`: model and the digest of its weights,
 data and subset, protocol, batch size, ...): a state file is only ever resumed by the evaluation that wrote it.
 """
-import argparse
 import hashlib
 import json
 import logging
@@ -27,6 +26,7 @@ from .results import atomic_write, check_folder_writable
 if TYPE_CHECKING:
     from .build import DataRun
     from .distributed import DistributedInfo
+    from .options import EvalOptions
     from .plan import EvalPlan
     from .protocols import Protocol
     from .variants import Variant
@@ -81,7 +81,7 @@ def _subset_digest(indices: Sequence[int]) -> str:
     return hashlib.sha256(json.dumps(indices).encode()).hexdigest()
 
 
-def evaluation_fingerprint(args: argparse.Namespace, model_name: str, weights: str, protocol: 'Protocol',
+def evaluation_fingerprint(options: 'EvalOptions', model_name: str, weights: str, protocol: 'Protocol',
                            variants: Sequence['Variant'], plan: 'EvalPlan', runs: Sequence['DataRun'],
                            data_config: Mapping[str, Any], dist_info: 'DistributedInfo') -> Dict[str, Any]:
     """What makes two evaluations the same one: `EvalState` refuses to resume a state file written by another.
@@ -91,18 +91,18 @@ def evaluation_fingerprint(args: argparse.Namespace, model_name: str, weights: s
     and how the work is cut (batch size, ranks). An evaluation without out-of-distribution sets has the fingerprint
     it had before they existed, so that its state file still resumes.
     """
-    data_dir = args.data_dir or args.data
+    model, data, runtime = options.model, options.data, options.runtime
     ood = {run.name: dict(folder=str(Path(run.folder).resolve()), subset=_subset_digest(run.indices))
            for run in runs if run.name}
-    return dict(model=model_name, source=args.model or '', weights=weights,
-                checkpoint=str(Path(args.checkpoint).resolve()) if args.checkpoint else '',
-                pretrained=args.pretrained, use_ema=args.use_ema, branch=args.branch,
-                model_kwargs=dict(args.model_kwargs), num_classes=args.num_classes,
-                dataset=args.dataset, data_dir=str(Path(data_dir).resolve()) if data_dir else '', split=args.val_split,
-                class_map=args.class_map, protocol=protocol.to_dict(),
-                variants=[v.name for v in variants], subset=_subset_digest(runs[0].indices), seed=args.seed,
+    return dict(model=model_name, source=model.name or '', weights=weights,
+                checkpoint=str(Path(model.checkpoint).resolve()) if model.checkpoint else '',
+                pretrained=model.pretrained, use_ema=model.use_ema, branch=model.branch,
+                model_kwargs=dict(model.kwargs), num_classes=model.num_classes,
+                dataset=data.dataset, data_dir=str(Path(data.data_dir).resolve()) if data.data_dir else '',
+                split=data.split, class_map=data.class_map, protocol=protocol.to_dict(),
+                variants=[v.name for v in variants], subset=_subset_digest(runs[0].indices), seed=runtime.seed,
                 stages=[[s.name, s.limit, getattr(s, 'source', None)] for s in plan.stages],
-                batch_size=args.batch_size, amp=args.amp_dtype if args.amp else None,
+                batch_size=runtime.batch_size, amp=runtime.amp,
                 data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
                 rank=dist_info.rank, world_size=dist_info.world_size, **(dict(ood=ood) if ood else {}))
 
