@@ -18,7 +18,7 @@ from timm_advnorm.task import (
     TASKS, AdversarialClassificationTask, FastAdvPropTask, MixedTask, VanillaTask, get_task_class, list_tasks,
     register_task, unregister_task)
 from timm_advnorm.train import loop, script
-from timm_advnorm.train.args import get_args_parser, parse_args
+from timm_advnorm.commands.train import get_args_parser, parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 BUILT_IN = ['vanilla', 'madry', 'mixed', 'alp', 'mbn', 'fast_advprop', 'nofrost', 'nofrost_star']

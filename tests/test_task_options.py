@@ -8,7 +8,7 @@ from timm_advnorm.task import (
     METHOD_PAPERS, TASKS, AdversarialClassificationTask, declared_options, list_tasks, unused_options, used_options)
 from timm_advnorm.task.adversarial import TRAINING_ATTACK_OPTIONS
 from timm_advnorm.task.options import method_options
-from timm_advnorm.train.args import parse_args
+from timm_advnorm.commands.train import parse_args
 
 METHOD_OWN = {'alpha', 'clean_ratio', 'pairing_weight', 'adv_weight', 'p_adv', 'noise_weight', 'shuffle_bn',
               'rescale_grads'}

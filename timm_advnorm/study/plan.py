@@ -11,9 +11,9 @@ import timm
 from timm.data import resolve_data_config
 
 from ..attacks import InputSpace
+from ..commands.train import parse_args
 from ..data import builtin_dataset
 from ..task import get_task_class
-from ..train.args import parse_args
 from ..train.budget import RunBudget, count_budget
 from ..train.model_options import architecture_kwargs
 from ..train.optimization import epoch_schedule
