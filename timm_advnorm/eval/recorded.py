@@ -43,7 +43,7 @@ class DataRecord:
 
 def take_recorded_data(args: argparse.Namespace, given: Collection[str]) -> DataRecord:
     """Set on `args` the data options of ``--checkpoint``'s record that the invocation does not give (`given`, as
-    `cli.given_options`; a positional data root counts as ``--data-dir``).
+    `commands.parser.given_options`; a positional data root counts as ``--data-dir``).
 
     The dataset's root, split and class map are taken only while the dataset is the recorded one: they belong to it.
 
