@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Adversarial training of timm models, timm-style: the thin entry point of `timm_advnorm.train.script`.
+"""Adversarial training of timm models, timm-style: the thin entry point of `timm_advnorm.commands.train`.
 
     python train_adv.py -c digits_demo_mbn                    # a packaged recipe (--list-recipes)
     torchrun --nproc_per_node=8 train_adv.py -c xie2020_mbn_resnet152 --data-dir /imagenet
@@ -8,7 +8,7 @@ After ``pip install timm-advnorm`` the same command is ``timm-advnorm-train`` (o
 """
 import sys
 
-from timm_advnorm.train.script import run
+from timm_advnorm.commands.train import run
 
 if __name__ == '__main__':
     sys.exit(run('train_adv.py'))

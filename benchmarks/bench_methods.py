@@ -34,7 +34,7 @@ import torch.nn as nn
 import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.task import AdversarialClassificationTask, list_tasks
-from timm_advnorm.train.args import get_args_parser as get_train_args_parser
+from timm_advnorm.commands.train import get_args_parser as get_train_args_parser
 from timm_advnorm.train.build import create_run_task, task_options
 
 from _common import add_device_args, add_timing_args, apply_run_args, measure

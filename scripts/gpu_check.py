@@ -169,7 +169,8 @@ class Outcome:
 class _OneLineErrorParser(argparse.ArgumentParser):
     """Bad input as the package's commands report it: ``gpu_check.sh: error: <message>`` on stderr, exit status 2.
 
-    Not `timm_advnorm.cli.ArgumentParser`: this script runs before the wheels it installs, on the standard library.
+    Not `timm_advnorm.commands.parser.ArgumentParser`: this script runs before the wheels it installs, on the standard
+    library.
     """
 
     def error(self, message: str):

@@ -30,7 +30,7 @@ from timm_advnorm.eval.variants import Variant
 from timm_advnorm.layers import (
     MixtureBatchNorm2d, convert_sync_mixture_bn, mixture_bn_modules, route, set_grad_checkpointing)
 from timm_advnorm.task import AdversarialClassificationTask
-from timm_advnorm.train.args import parse_args
+from timm_advnorm.commands.train import parse_args
 from timm_advnorm.train.budget import RunBudget, plan_budget
 from timm_advnorm.train.build import _loss_scaler, create_run_task
 from timm_advnorm.train.loop import LossScaler, train_one_epoch

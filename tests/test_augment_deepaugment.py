@@ -15,8 +15,8 @@ from timm_advnorm.augment import (
     perturb_weights)
 from timm_advnorm.augment import deepaugment as da
 from timm_advnorm.augment import deepaugment_nets as nets
-from timm_advnorm.augment import generate
-from timm_advnorm.augment.generate import run
+from timm_advnorm.commands import deepaugment
+from timm_advnorm.commands.deepaugment import run
 
 PARTIAL = '.deepaugment-partial-'
 
@@ -340,7 +340,7 @@ def test_command_line_generates(src, tmp_path):
 def test_command_line_bad_input_is_one_line(src, tmp_path, capsys, extra, message):
     assert run(argv=[str(src), str(tmp_path / 'dst'), '--net', 'cae', '--no-progress', *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f'{generate.PROG}: error: {message}'), err
+    assert len(err) == 1 and err[0].startswith(f'{deepaugment.PROG}: error: {message}'), err
 
 
 def test_command_line_usage_error_is_one_line(tmp_path, capsys):
@@ -348,12 +348,12 @@ def test_command_line_usage_error_is_one_line(tmp_path, capsys):
         run(argv=['a', 'b', '--net', 'unet'])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"{generate.PROG}: error: argument --net: invalid choice: 'unet' (choose from 'cae', 'edsr') "
+    assert err == [f"{deepaugment.PROG}: error: argument --net: invalid choice: 'unet' (choose from 'cae', 'edsr') "
                    f'(see --help)'], err
 
 
 def test_module_runs_as_a_script_without_warnings():
-    command = [sys.executable, '-W', 'error::RuntimeWarning', '-m', 'timm_advnorm.augment.generate', '--help']
+    command = [sys.executable, '-W', 'error::RuntimeWarning', '-m', 'timm_advnorm.commands.deepaugment', '--help']
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f'usage: {generate.PROG}') and not result.stderr
+    assert result.stdout.startswith('usage: python -m timm_advnorm.commands.deepaugment') and not result.stderr

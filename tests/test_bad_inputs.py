@@ -12,10 +12,10 @@ from typing import Callable, List, Tuple
 import pytest
 
 from snapshots import folder_snapshot
-from timm_advnorm.convert.cli import run as run_convert
-from timm_advnorm.eval.script import run as run_validate
-from timm_advnorm.hub.publish import run as run_publish
-from timm_advnorm.train.script import run as run_train
+from timm_advnorm.commands.convert import run as run_convert
+from timm_advnorm.commands.validate import run as run_validate
+from timm_advnorm.commands.publish import run as run_publish
+from timm_advnorm.commands.train import run as run_train
 
 COMMANDS = {
     'train': (run_train, 'train_adv.py'),

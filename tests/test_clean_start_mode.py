@@ -11,7 +11,7 @@ import timm_advnorm  # noqa: F401  (registers the models and methods)
 from timm_advnorm.attacks import PGD, InputSpace, random_l2_start
 from timm_advnorm.attacks.pgd import RANDN_CLEAN_START_THRESHOLD, PGDGeometry, clean_start_rows
 from timm_advnorm.task import FastAdvPropTask
-from timm_advnorm.train.args import parse_args
+from timm_advnorm.commands.train import parse_args
 from timm_advnorm.train.build import create_run_task
 
 SPACE = InputSpace()

@@ -15,7 +15,7 @@ import torchvision
 import timm_advnorm  # noqa: F401  (registers mbn_resnet*)
 from timm_advnorm.convert import (
     read_tensorpack_npz, tensorpack_resnet_layers, tensorpack_resnet_state_dict, use_tf_same_padding)
-from timm_advnorm.convert.cli import run
+from timm_advnorm.commands.convert import run
 from timm_advnorm.convert.common import load_exactly
 from timm_advnorm.hub import create_model_from_name_or_checkpoint
 from timm_advnorm.layers import route

@@ -10,10 +10,10 @@ import pytest
 from PIL import Image
 
 from timm_advnorm.data.folders import check_num_classes, scan_image_folder, split_class_map
-from timm_advnorm.eval.script import run as run_validate
-from timm_advnorm.train.args import parse_args as parse_train_args
+from timm_advnorm.commands.validate import run as run_validate
+from timm_advnorm.commands.train import parse_args as parse_train_args
 from timm_advnorm.train.build import build_training
-from timm_advnorm.train.script import run as run_train
+from timm_advnorm.commands.train import run as run_train
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

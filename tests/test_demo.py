@@ -2,13 +2,12 @@
 held to the commands' parsers here, and its report table."""
 import json
 import shlex
-from pathlib import Path
 
 import pytest
 
 from timm_advnorm.demo import demo_steps, report_table, run
-from timm_advnorm.eval.args import parse_args as parse_validate_args
-from timm_advnorm.train.args import parse_args as parse_train_args
+from timm_advnorm.commands.validate import parse_args as parse_validate_args
+from timm_advnorm.commands.train import parse_args as parse_train_args
 
 
 @pytest.mark.parametrize('smoke', [False, True])

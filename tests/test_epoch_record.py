@@ -21,7 +21,7 @@ from tiny_runs import tiny_digits, tiny_train_argv
 from timm_advnorm.train import runner
 from timm_advnorm.train.epoch_record import EpochRecordSaver, write_summary_row
 from timm_advnorm.train.run_lock import LOCK_FILE, acquire_run_lock, release_run_lock
-from timm_advnorm.train.script import main, run
+from timm_advnorm.commands.train import main, run
 
 # columns that measure the machine, not the training
 _TIMING = ('train_seconds', 'train_images_per_sec', 'train_peak_memory_mb')

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from timm_advnorm.data.preprocessing import explicit_preprocessing
-from timm_advnorm.eval.args import eval_options, parse_args
+from timm_advnorm.commands.validate import eval_options, parse_args
 from timm_advnorm.eval.build import build_evaluation
 from timm_advnorm.eval.distributed import DistributedInfo
 from timm_advnorm.eval.recorded import DataRecord, recorded_data

@@ -249,7 +249,7 @@ def test_sanity_samples_0_never_reads_passed(digits_dir, checkpoint, tmp_path, c
 
 
 def test_sanity_full_is_the_complete_battery(digits_dir, checkpoint, tmp_path):
-    from timm_advnorm.eval.args import eval_options
+    from timm_advnorm.commands.validate import eval_options
     from timm_advnorm.eval.build import build_evaluation
     from timm_advnorm.eval.distributed import init_distributed
 

@@ -6,7 +6,7 @@ import pytest
 
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.attacks.registry import attack_threat
-from timm_advnorm.eval.args import eval_options
+from timm_advnorm.commands.validate import eval_options
 from timm_advnorm.eval.build import build_protocol
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (

@@ -148,8 +148,8 @@ def test_every_gpu_size_command_parses(gpu_check, tmp_path, monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
-    from timm_advnorm.eval.args import parse_args as parse_validate_args
-    from timm_advnorm.train.args import parse_args as parse_train_args
+    from timm_advnorm.commands.validate import parse_args as parse_validate_args
+    from timm_advnorm.commands.train import parse_args as parse_train_args
     monkeypatch.syspath_prepend(str(REPO / 'benchmarks'))
     args = gpu_check.get_args_parser().parse_args(['--wheels', str(tmp_path), str(tmp_path / 'out')])
     stages = {stage.name: stage for stage in gpu_check.build_stages(args, gpu_check.GPU_SIZES, tmp_path / 'site')}

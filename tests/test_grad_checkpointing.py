@@ -19,7 +19,7 @@ from timm_advnorm.layers import (
     guard_batch_norm_statistics, interleave, route, set_grad_checkpointing)
 from timm_advnorm.layers.recompute import PositionedHistory, autograd_position
 from timm_advnorm.task import list_tasks
-from timm_advnorm.train.args import parse_args
+from timm_advnorm.commands.train import parse_args
 from timm_advnorm.train.build import create_run_task
 
 from device_checks import NUM_CLASSES, seeded_model
@@ -192,7 +192,7 @@ def test_positioned_history_answers_what_each_node_was_built_under():
 
 
 def test_training_command_with_grad_checkpointing(tmp_path, digits_dir, monkeypatch):
-    from timm_advnorm.train.script import main
+    from timm_advnorm.commands.train import main
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     fast = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-attack-steps', '2', '--num-samples',
             '32', '-b', '64', '--workers', '0', '--hflip', '0', '--log-interval', '0']

@@ -13,7 +13,8 @@ from huggingface_hub import ModelCard
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
 from timm_advnorm.hub.digest import branch_digests, state_dict_digest
-from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE, get_args_parser, publish
+from timm_advnorm.commands.publish import get_args_parser
+from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE, publish
 
 NUM_CLASSES = 5
 
@@ -217,7 +218,7 @@ def test_results_read_the_run_budget_and_the_protocol_label():
 def method_runs(run):
     """Checkpoints of the same weights recorded as trained by madry, vanilla and mbn, with every option the training
     command records (those of every method among them)."""
-    from timm_advnorm.train.args import parse_args
+    from timm_advnorm.commands.train import parse_args
     saved = torch.load(run / 'last.pth.tar', weights_only=False)
     for method in ('madry', 'vanilla', 'mbn'):
         args, _ = parse_args(['-c', 'digits_demo_mbn', '--method', method])
@@ -255,7 +256,7 @@ def test_card_lists_only_the_options_and_papers_of_the_run_s_method(method_runs,
 
 
 def test_the_recipe_passes_back_to_the_training_command(method_runs, tmp_path):
-    from timm_advnorm.train.args import parse_args
+    from timm_advnorm.commands.train import parse_args
     recipe = _recipe(_card(method_runs, tmp_path, checkpoint='madry.pth.tar'))
     (tmp_path / 'recipe.yaml').write_text(yaml.safe_dump(recipe))
     args, _ = parse_args(['-c', str(tmp_path / 'recipe.yaml')])

@@ -16,7 +16,7 @@ import yaml
 from timm_advnorm.hub import parse_eval_results, read_eval_results
 from timm_advnorm.hub import publish as publish_module
 from timm_advnorm.hub.digest import branch_digests, state_dict_digest
-from timm_advnorm.hub.publish import run as run_publish
+from timm_advnorm.commands.publish import run as run_publish
 from timm_advnorm.layers import MixtureBatchNorm2d, has_mixture_bn, route
 from timm_advnorm.write_guard import EXPORT_MANIFEST
 

@@ -23,7 +23,7 @@ def imagenet_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope='module')
 def trained_run(imagenet_dir, tmp_path_factory) -> Path:
     """Two steps of two images of mixture-BN training (PGD-1), the robust validation on one image."""
-    from timm_advnorm.train.script import main
+    from timm_advnorm.commands.train import main
     output = tmp_path_factory.mktemp('runs')
     assert main([
         '--dataset', '', '--data-dir', str(imagenet_dir), '--val-split', 'val',
@@ -54,7 +54,7 @@ def test_training_writes_checkpoint_summary_and_its_arguments(trained_run):
 
 def test_reduced_xie2020_evaluation_of_the_checkpoint(trained_run, imagenet_dir, tmp_path):
     """The checkpoint's adversarial branch (the one its method ranks checkpoints by) under the reduced protocol."""
-    from timm_advnorm.eval.script import main
+    from timm_advnorm.commands.validate import main
     results_file = tmp_path / 'xie2020.json'
     assert main([
         '--checkpoint', str(trained_run / 'last.pth.tar'), '--data-dir', str(imagenet_dir), '--val-split', 'val',

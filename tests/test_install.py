@@ -113,12 +113,12 @@ def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
     ['timm-advnorm-convert', '--help'],
     ['python', '-m', 'timm_advnorm.train', '--help'],
     ['python', '-m', 'timm_advnorm.eval', '--help'],
-    ['python', '-m', 'timm_advnorm.hub.publish', '--help'],
+    ['python', '-m', 'timm_advnorm.commands.publish', '--help'],
     ['python', '-m', 'timm_advnorm.convert', '--help'],
     ['timm-advnorm-deepaugment', '--help'],
     ['timm-advnorm-demo', '--help'],
     ['python', '-m', 'timm_advnorm.demo', '--help'],
-    ['python', '-m', 'timm_advnorm.augment.generate', '--help'],
+    ['python', '-m', 'timm_advnorm.commands.deepaugment', '--help'],
 ])
 def test_every_command_and_module_form_answers_help(installed, tmp_path, command):
     result = _run(command, tmp_path, installed[1])

@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 #: Packages and modules above the models, layers and attacks.
-UPPER = ('train', 'eval', 'hub', 'study', 'task', 'cli', 'commands')
+UPPER = ('train', 'eval', 'hub', 'study', 'task', 'commands', 'usage')
 
 
 def _loaded_after(code: str) -> dict:
@@ -62,7 +62,7 @@ def test_hub_loading_does_not_load_evaluation_training_or_the_parsers():
         f'timm_advnorm.hub.{m}' for m in ('checkpoint', 'export', 'loading'))
     publishing = _loaded_after('import timm_advnorm.hub\nout = timm_advnorm.hub.CardFacts.__module__')
     assert publishing['out'] == 'timm_advnorm.hub.card' and 'timm_advnorm.eval.schema' in publishing['modules']
-    assert 'timm_advnorm.cli' not in publishing['modules']
+    assert not [m for m in publishing['modules'] if m.startswith('timm_advnorm.commands')]
 
 
 def test_a_plug_in_method_registered_through_the_package_is_a_training_method():
@@ -70,6 +70,6 @@ def test_a_plug_in_method_registered_through_the_package_is_a_training_method():
         'import timm_advnorm\n'
         'from timm_advnorm.task import VanillaTask\n'
         "timm_advnorm.register_task('plugin_method')(type('PluginTask', (VanillaTask,), {}))\n"
-        'from timm_advnorm.train.args import get_args_parser\n'
+        'from timm_advnorm.commands.train import get_args_parser\n'
         "out = get_args_parser()._option_string_actions['--method'].choices")
     assert result['out'][:2] == ['vanilla', 'madry'] and result['out'][-1] == 'plugin_method'

@@ -13,7 +13,7 @@ import timm_advnorm  # noqa: F401
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.recipes import list_recipes, recipe_path, resolve_config
 from timm_advnorm.task import TASKS
-from timm_advnorm.train.args import parse_args
+from timm_advnorm.commands.train import parse_args
 from timm_advnorm.train.build import create_run_task, task_options
 from timm_advnorm.train.optimization import create_run_optimizer, epoch_schedule, run_learning_rate
 
@@ -245,7 +245,7 @@ def test_train_config_values_are_held_to_the_options_types(tmp_path, capsys, tex
     ('reduced: 1\n', 'key reduced: expected true or false, got 1'),
 ])
 def test_validate_config_values_are_held_to_the_options_types(tmp_path, capsys, text, message):
-    from timm_advnorm.eval.script import parse_args as parse_validate_args
+    from timm_advnorm.commands.validate import parse_args as parse_validate_args
     path = tmp_path / 'bad.yaml'
     path.write_text(text)
     line = _usage_error(parse_validate_args, ['-c', str(path), '--model', 'test_mbn_resnet', '--dataset', 'digits'],
@@ -256,7 +256,7 @@ def test_validate_config_values_are_held_to_the_options_types(tmp_path, capsys, 
 def test_config_values_convert_as_the_command_line_would(tmp_path):
     """One value for a list option is a one-element list (as ``--mean 0.5``); PyYAML's string ``1e-4`` is a float;
     the command line still wins over the config."""
-    from timm_advnorm.eval.script import parse_args as parse_validate_args
+    from timm_advnorm.commands.validate import parse_args as parse_validate_args
     path = tmp_path / 'config.yaml'
     path.write_text('lr: 1e-4\nmean: 0.5\ndecay_milestones: 30\nval_attack_targeted: null\n')
     args, _ = parse_args(['-c', str(path)])

@@ -18,9 +18,9 @@ import yaml
 from snapshots import folder_snapshot
 from tiny_runs import tiny_digits, tiny_train_argv
 from timm_advnorm.eval import script as validate_adv
-from timm_advnorm.hub.publish import run as run_publish
+from timm_advnorm.commands.publish import run as run_publish
 from timm_advnorm.train import runner, script
-from timm_advnorm.train.script import main, run
+from timm_advnorm.commands.train import main, run
 
 RECIPE = ('--epochs', '2', '--attack-eps', '8', '--lr', '0.02', '--img-size', '16')
 

@@ -19,7 +19,7 @@ import pytest
 
 from tiny_runs import tiny_digits, tiny_train_argv
 from timm_advnorm.signals import Interrupted, check_interrupted, interrupts_between_steps, signals_as_interrupts
-from timm_advnorm.train.script import main
+from timm_advnorm.commands.train import main
 
 _ROOT = Path(__file__).resolve().parents[1]
 

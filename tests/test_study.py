@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from timm_advnorm.eval.args import parse_args as parse_validate_args
+from timm_advnorm.commands.validate import parse_args as parse_validate_args
 from timm_advnorm.study import cell_state, expand_cells, list_studies, load_study
 from timm_advnorm.study.plot import figure_study
 from timm_advnorm.study.runner import InProcessCommands, SubmititLauncher, run_cell
-from timm_advnorm.study.script import main
+from timm_advnorm.commands.study import main
 from timm_advnorm.study.spec import PlotSpec
 from timm_advnorm.study.table import CellResult, GroupResult, read_cell
-from timm_advnorm.train.args import parse_args as parse_train_args
+from timm_advnorm.commands.train import parse_args as parse_train_args
 
 # Two cells, clean (vanilla) and adversarial (madry) training: 1 epoch (PGD-1) at 16 px, PGD-2 on 48 digits.
 _TRAIN = dict(model='tiny_bn_resnet', img_size=16, epochs=1, batch_size=64, workers=0, hflip=0.0,
@@ -99,7 +99,7 @@ def test_the_study_plots_x_axis_is_the_grid(ratios):
 def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_evaluates(tmp_path, digits_dir):
     spec = load_study(_study(tmp_path, digits_dir, epochs=2))
     cell = expand_cells(spec, 'digits', tmp_path / 'study')[0]
-    from timm_advnorm.train.script import main as train_main
+    from timm_advnorm.commands.train import main as train_main
     assert train_main(list(cell.train_argv)) == 0
     assert cell_state(cell) == 'trained'
     # as if killed after the first epoch: its checkpoint is the last, its summary row the only one
@@ -125,7 +125,7 @@ def test_a_cell_is_trained_only_once_its_cool_down_epochs_are(tmp_path, digits_d
     """The run's budget file counts the epochs it trains, cool-down included (``--epochs`` alone does not)."""
     spec = load_study(_study(tmp_path, digits_dir, epochs=1))
     cell = expand_cells(spec, 'digits', tmp_path / 'study')[0]
-    from timm_advnorm.train.script import main as train_main
+    from timm_advnorm.commands.train import main as train_main
     assert train_main([*cell.train_argv, '--cooldown-epochs', '1']) == 0
     assert yaml.safe_load((cell.run_dir / 'budget.yaml').read_text())['epochs'] == 2
     assert cell_state(cell) == 'trained'
@@ -184,6 +184,6 @@ def test_bad_study_file_is_one_line_error(tmp_path, digits_dir, problem, message
     path = _study(tmp_path, digits_dir)
     spec = {**yaml.safe_load(path.read_text()), **problem}
     path.write_text(yaml.safe_dump(spec))
-    from timm_advnorm.study.script import run
+    from timm_advnorm.commands.study import run
     assert run(argv=[str(path), '--dry-run']) == 2
     assert message in capsys.readouterr().err

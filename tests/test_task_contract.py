@@ -19,7 +19,7 @@ from timm_advnorm.task import (
     TASKS, AdversarialClassificationTask, FastAdvPropTask, MethodOptions, MixedTask, VanillaTask, get_task_class,
     list_tasks, option, register_task, unregister_task)
 from timm_advnorm.train import loop, script
-from timm_advnorm.train.args import get_args_parser, parse_args
+from timm_advnorm.commands.train import get_args_parser, parse_args
 from timm_advnorm.train.build import create_run_task
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from timm_advnorm.task.method_options import is_shared
 from timm_advnorm.task.mixed import MixedOptions
 from timm_advnorm.task.nofrost_star import NofrostStarOptions
 from timm_advnorm.task.options import method_options
-from timm_advnorm.train.args import get_args_parser, parse_args
+from timm_advnorm.commands.train import get_args_parser, parse_args
 from timm_advnorm.train.build import task_options
 
 METHOD_OWN = {'alpha', 'clean_ratio', 'pairing_weight', 'adv_weight', 'p_adv', 'noise_weight', 'shuffle_bn',

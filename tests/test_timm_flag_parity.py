@@ -9,8 +9,8 @@ from typing import Dict, List
 
 import pytest
 
-from timm_advnorm.eval.args import get_args_parser as validate_parser
-from timm_advnorm.train.args import get_args_parser as train_parser
+from timm_advnorm.commands.validate import get_args_parser as validate_parser
+from timm_advnorm.commands.train import get_args_parser as train_parser
 
 TABLE = Path(__file__).parent / 'data' / 'timm_flags.csv'
 PARSERS = {'train': train_parser, 'validate': validate_parser}

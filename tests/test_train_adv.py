@@ -17,7 +17,7 @@ FAST = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-att
 
 
 def _train(tmp_path: Path, digits_dir: Path, *extra: str) -> Path:
-    from timm_advnorm.train.script import main
+    from timm_advnorm.commands.train import main
     out = tmp_path / 'runs'
     assert main(['--data-dir', str(digits_dir), '--output', str(out), '--experiment', 'run', *FAST, *extra]) == 0
     return out / 'run'
@@ -86,7 +86,7 @@ def test_resume_stays_in_its_run_and_restores_history_ema_and_task_state(tmp_pat
 
 def test_resume_refuses_another_method(tmp_path, digits_dir):
     run = _train(tmp_path, digits_dir, '--method', 'madry')
-    from timm_advnorm.train.script import main
+    from timm_advnorm.commands.train import main
     with pytest.raises(ValueError, match='--method'):
         main(['--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, '--method', 'mbn',
               '--resume', str(run / 'last.pth.tar')])
@@ -180,7 +180,7 @@ def test_same_budget_scales_epochs_decay_points_and_running_statistics_epochs():
 def test_evaluation_uses_the_preprocessing_the_checkpoint_was_trained_with(tmp_path, digits_dir):
     """test_resnet's registry default is 160 px with mean = std = 0.5: a run at 32 px with ImageNet statistics must
     be evaluated at 32 px with ImageNet statistics unless the user overrides a value, and the results say which."""
-    from timm_advnorm.eval.script import run as run_validate
+    from timm_advnorm.commands.validate import run as run_validate
     imagenet = (['--mean', '0.485', '0.456', '0.406', '--std', '0.229', '0.224', '0.225'])
     run = _train(tmp_path, digits_dir, '--model', 'test_resnet', '--method', 'vanilla', '--img-size', '32', *imagenet)
     common = ['--checkpoint', str(run / 'last.pth.tar'), '--dataset', 'digits', '--data-dir', str(digits_dir),

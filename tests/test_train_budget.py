@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.task import AdversarialClassificationTask
-from timm_advnorm.train.args import get_args_parser
+from timm_advnorm.commands.train import get_args_parser
 from timm_advnorm.train.build import create_run_task
 from timm_advnorm.train.budget import (
     RunBudget, count_budget, flop_counter, plan_budget, steps_per_epoch, write_budget)

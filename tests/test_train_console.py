@@ -20,7 +20,7 @@ from timm_advnorm.train import budget as budget_module
 from timm_advnorm.train import loop
 from timm_advnorm.train.budget import RunBudget, plan_validation, validation_batches
 from timm_advnorm.train.console import attack_label, epoch_line
-from timm_advnorm.train.script import main
+from timm_advnorm.commands.train import main
 from tiny_runs import tiny_digits, tiny_train_argv
 
 pytestmark = pytest.mark.usefixtures('one_thread')

@@ -19,7 +19,7 @@ from timm.utils import CheckpointSaver
 
 from timm_advnorm.train import runner
 from timm_advnorm.train.run_folder import new_run_folder
-from timm_advnorm.train.script import main, run
+from timm_advnorm.commands.train import main, run
 
 # the README's digits recipe, shortened, with a one-epoch warm-up: epoch 0 runs at 1e-5 (timm warms up per epoch), so
 # an --lr of 1e4 diverges in epoch 1

@@ -17,7 +17,7 @@ from timm_advnorm.attacks.core import cross_entropy_per_sample, input_gradient
 from timm_advnorm.task import create_task
 from timm_advnorm.train import tracking
 from timm_advnorm.train.loop import LossScaler, train_one_epoch
-from timm_advnorm.train.script import main, run
+from timm_advnorm.commands.train import main, run
 from tiny_runs import tiny_digits
 
 pytestmark = pytest.mark.usefixtures('one_thread')

@@ -17,7 +17,7 @@ from timm_advnorm.layers import mixture_bn_modules
 
 from timm_advnorm.eval import build, report, runner
 from timm_advnorm.eval import script as validate_adv
-from timm_advnorm.eval.args import eval_options
+from timm_advnorm.commands.validate import eval_options
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -504,7 +504,7 @@ def test_a_published_model_reproduces_its_card_when_loaded_from_the_hub(digits_d
     from huggingface_hub import ModelCard, constants
 
     from timm_advnorm.hub import install_to_hf_cache
-    from timm_advnorm.hub.publish import run as run_publish
+    from timm_advnorm.commands.publish import run as run_publish
 
     attacks = ['--attacks', 'pgd', '--attack-steps', '3', '--attack-step', '4', '--gammas', '0', '1']
     assert _run(_argv(digits_dir, tmp_path / 'source', '--checkpoint', checkpoint, *attacks)) == 0

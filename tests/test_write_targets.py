@@ -15,11 +15,11 @@ import torch.nn as nn
 from PIL import Image
 
 from snapshots import folder_snapshot
-from timm_advnorm.augment.generate import run as run_generate
-from timm_advnorm.convert.cli import run as run_convert
-from timm_advnorm.eval.script import run as run_validate
-from timm_advnorm.hub.publish import run as run_publish
-from timm_advnorm.train.script import run as run_train
+from timm_advnorm.commands.deepaugment import run as run_generate
+from timm_advnorm.commands.convert import run as run_convert
+from timm_advnorm.commands.validate import run as run_validate
+from timm_advnorm.commands.publish import run as run_publish
+from timm_advnorm.commands.train import run as run_train
 from timm_advnorm.write_guard import EXPORT_MANIFEST, check_replaceable, check_write_target, write_manifest
 
 NUM_CLASSES = 5

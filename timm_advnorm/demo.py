@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from .cli import ArgumentParser, run_cli
+from .commands.parser import ArgumentParser, run_cli
 from .eval.schema import read_results
 
 __all__ = ['demo_steps', 'report_table', 'main', 'run', 'console_main']
@@ -90,8 +90,8 @@ def report_table(results: Sequence[Tuple[str, Path]]) -> str:
 
 def _run_step(command: str, argv: List[str]) -> int:
     """Run one step in this process as its console command would (a failure says why on stderr); its exit status."""
-    from .eval.script import run as run_validate
-    from .train.script import run as run_train
+    from .commands.train import run as run_train
+    from .commands.validate import run as run_validate
     _logger.info(f'$ {shlex.join([command, *argv])}')
     return (run_train if command == 'timm-advnorm-train' else run_validate)(command, argv)
 

@@ -39,7 +39,7 @@ def bar_safe_output() -> Iterator[None]:
 @contextlib.contextmanager
 def progress_bar(iterable: Any = None, *, show: bool, **kwargs: Any) -> Iterator[tqdm]:
     """A tqdm bar over `iterable` (or a `total`, advanced with ``update``), disabled unless `show`
-    (`timm_advnorm.cli.show_progress`), with console output routed around it while it is shown (`bar_safe_output`).
+    (`timm_advnorm.usage.show_progress`), with console output routed around it while it is shown (`bar_safe_output`).
 
     The bar is closed when the block ends, also by an exception, so that what a stopped command says next (its one
     line) starts on a line of its own.

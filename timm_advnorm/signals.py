@@ -1,7 +1,7 @@
 """SIGINT and SIGTERM as one exception, so that a command stops on either as it would on Ctrl-C in Python: its
 ``finally`` and ``except BaseException`` clean-ups run (a training run folder holding no checkpoint is removed, an
-evaluation's state file keeps what was done), and `timm_advnorm.cli.run_cli` reports one line and exits with status
-128 + the signal's number (130, 143), as shells expect of a process a signal ended.
+evaluation's state file keeps what was done), and `timm_advnorm.commands.parser.run_cli` reports one line and exits
+with status 128 + the signal's number (130, 143), as shells expect of a process a signal ended.
 
 Without this, SIGTERM (what schedulers and ``kill`` send) ends the process at once, before any clean-up, and SIGINT
 ends it with a KeyboardInterrupt traceback of a hundred lines.

@@ -1,6 +1,7 @@
 """Offline DeepAugment, as the original: write a distorted copy of an image folder.
 
-``python -m timm_advnorm.augment.generate SRC DST --net cae --weights CAE_Weights/model_final.state``
+``timm-advnorm-deepaugment SRC DST --net cae --weights CAE_Weights/model_final.state``
+(the command: `timm_advnorm.commands.deepaugment`)
 
 The original scripts (hendrycks/imagenet-r, ``DeepAugment/CAE_distort_imagenet.py`` and ``EDSR_distort_imagenet.py``;
 NoFrost's ``deepaug/`` runs the same ones) resize each training image's shorter side to 512 px for the CAE or 128 px
@@ -14,9 +15,7 @@ so an interrupted run leaves no partial image; a rerun skips the images already 
 a killed run left behind (so one run at a time writes a destination).
 """
 import hashlib
-import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Union
@@ -27,15 +26,11 @@ from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from tqdm import tqdm
 
-from ..cli import ArgumentParser, run_cli
 from ..write_guard import check_write_target, reported_write
-from .deepaugment import NETS, DeepAugment
+from .deepaugment import DeepAugment
 
-__all__ = ['NATIVE_INPUT_SIZE', 'GenerationSummary', 'generate_deepaugment_folder', 'get_args_parser', 'main', 'run']
+__all__ = ['NATIVE_INPUT_SIZE', 'GenerationSummary', 'generate_deepaugment_folder']
 
-_logger = logging.getLogger(__name__)
-
-PROG = 'python -m timm_advnorm.augment.generate'
 #: Shorter side each image is resized to before the network: the original's ``trn.Resize(512)`` (CAE) and
 #: ``trn.Resize(128)`` (EDSR, whose ×4 output is 512 px).
 NATIVE_INPUT_SIZE = {'cae': 512, 'edsr': 128}
@@ -173,49 +168,3 @@ def generate_deepaugment_folder(
         _save_atomic(TF.to_pil_image(distorted.cpu()), target)
         summary.written += 1
     return summary
-
-
-def get_args_parser(prog: str = PROG) -> ArgumentParser:
-    """Arguments of the offline DeepAugment command."""
-    parser = ArgumentParser(prog=prog, description=(
-        'Write a DeepAugment copy of an image folder (Hendrycks et al., ICCV 2021), resumable, with the original '
-        'pretrained CAE or EDSR weights.'))
-    parser.add_argument('src', metavar='SRC', help='folder of images, e.g. ImageNet train/')
-    parser.add_argument('dst', metavar='DST', help='folder to write (same relative paths); a rerun resumes it')
-    parser.add_argument('--net', choices=NETS, required=True, help='image-to-image network')
-    parser.add_argument('--weights', metavar='FILE', help=(
-        "the network's original weights: CAE_Weights/model_final.state or EDSR_Weights/edsr_baseline_x4.pt of "
-        'hendrycks/imagenet-r'))
-    parser.add_argument('--seed', type=int, default=0, help='seed of the distortions (default: 0)')
-    parser.add_argument('--input-size', type=int, metavar='PX', help=(
-        'shorter side fed to the network (default: 512 for cae, 128 for edsr, as the original)'))
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu', help='where to run')
-    parser.add_argument('--allow-random-weights', action='store_true', help=(
-        'run an untrained network when --weights is not given (tests only: the output is not DeepAugment)'))
-    parser.add_argument('--no-progress', action='store_true', help='no progress bar')
-    return parser
-
-
-def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
-    """Parse `argv` and generate; returns the exit status. Bad input raises (see `run`)."""
-    logging.basicConfig(level=logging.INFO, format='%(message)s')
-    args = get_args_parser(prog).parse_args(argv)
-    summary = generate_deepaugment_folder(
-        args.src, args.dst, args.net, args.weights, args.seed, input_size=args.input_size, device=args.device,
-        allow_random_weights=args.allow_random_weights, progress=not args.no_progress)
-    _logger.info('%s: wrote %d images, %d were already there', args.dst, summary.written, summary.skipped)
-    return 0
-
-
-def run(prog: str = PROG, argv: Optional[List[str]] = None) -> int:
-    """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
-    return run_cli(lambda a: main(a, prog=prog), prog, argv)
-
-
-def console_main() -> None:
-    """Entry point for a console command (``timm-advnorm-deepaugment`` once pyproject.toml names it)."""
-    sys.exit(run('timm-advnorm-deepaugment'))
-
-
-if __name__ == '__main__':
-    sys.exit(run())

@@ -5,7 +5,7 @@
 * `convert_tensorpack_resnet`: Feature Denoising's tensorpack ``R152.npz`` to ``resnet152``
   (`use_tf_same_padding` reproduces TensorFlow's padding exactly).
 
-Command line: ``python -m timm_advnorm.convert <format> SRC DST`` (`timm_advnorm.convert.cli`).
+Command line: ``python -m timm_advnorm.convert <format> SRC DST`` (`timm_advnorm.commands.convert`).
 """
 from .fast_advprop import convert_fast_advprop, fast_advprop_state_dict, torchvision_resnet_name
 from .nofrost import convert_nofrost, nf_resnet_name, nofrost_state_dict

@@ -17,7 +17,7 @@ from timm.data import ImageDataset
 from timm.data.readers.reader import Reader
 from torch.utils.data import DataLoader, Dataset
 
-from ..cli import one_line
+from ..usage import one_line
 
 __all__ = ['find_unreadable', 'find_unreadable_across_ranks', 'readable_subset', 'checked_indices',
            'judge_unreadable', 'keep_readable', 'ReaderSubset']

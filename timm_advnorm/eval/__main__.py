@@ -1,7 +1,7 @@
-"""``python -m timm_advnorm.eval``: robust evaluation (see `timm_advnorm.eval.script`)."""
+"""``python -m timm_advnorm.eval``: robust evaluation (see `timm_advnorm.commands.validate`)."""
 import sys
 
-from .script import run
+from ..commands.validate import run
 
 if __name__ == '__main__':
     sys.exit(run('python -m timm_advnorm.eval'))

@@ -20,14 +20,14 @@ from timm.data import ImageDataset, create_dataset, create_transform, resolve_da
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
-from ..cli import check_pretrained_option, one_line, show_progress
 from ..data import builtin_dataset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.folders import check_num_classes, scan_image_folder
 from ..data.preprocessing import check_input_channels, explicit_preprocessing
 from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..hub.digest import branch_digests, state_dict_digest
-from .args import AMP_DTYPES, LOGGER
+from ..usage import AMP_DTYPES, check_pretrained_option, one_line, show_progress
+from .options import LOGGER
 from .bn_stats import collect_bn_stats
 from .data import seeded_subset
 from .distributed import DistributedInfo, primary_first

@@ -13,8 +13,13 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from .recorded import DataRecord
 from .variants import INTERPOLATIONS
 
-__all__ = ['ModelOptions', 'DataOptions', 'PreprocessingOptions', 'RuntimeOptions', 'AttackOptions', 'CheckOptions',
+__all__ = ['LOGGER', 'SANITY_MODES', 'ModelOptions', 'DataOptions', 'PreprocessingOptions', 'RuntimeOptions', 'AttackOptions', 'CheckOptions',
            'VariantOptions', 'OutputOptions', 'EvalOptions']
+
+#: The logger of the evaluation's progress and results (as timm's ``validate.py`` logs under ``validate``).
+LOGGER = 'validate_adv'
+#: How the sanity probes are sized (`CheckOptions.sanity`): to a budget, the complete battery, or none.
+SANITY_MODES = ('budget', 'full', 'off')
 
 
 @dataclass(frozen=True)

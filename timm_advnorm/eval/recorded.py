@@ -16,7 +16,7 @@ from ..hub.checkpoint import MODEL_CONFIG_ARG, recorded_training_args
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG
 
-__all__ = ['DataRecord', 'recorded_data', 'take_recorded_data', 'describe_record']
+__all__ = ['DataRecord', 'recorded_data', 'describe_record']
 
 # The options of the evaluation data a training run records, its dataset first.
 _DATA_OPTIONS = ('dataset', 'data_dir', 'val_split', 'class_map')
@@ -72,20 +72,6 @@ def recorded_data(checkpoint: str, data: Mapping[str, Any], given: Collection[st
     model_args = (recorded.get(MODEL_CONFIG_ARG) or {}).get('model_args') or {}
     return DataRecord(recorded=True, taken=taken, overridden=overridden,
                       inference_branch=model_args.get(INFERENCE_BRANCH_ARG))
-
-
-def take_recorded_data(parsed: Any, given: Collection[str]) -> DataRecord:
-    """The parser's step of `recorded_data`: set on the parsed command line `parsed` the data options of its
-    ``--checkpoint``'s record that the invocation does not give (`given`, as `cli.given_options`; a positional data
-    root counts as ``--data-dir``), so that its usage checks see them.
-
-    Raises:
-        ValueError: A damaged checkpoint file.
-    """
-    record = recorded_data(parsed.checkpoint, vars(parsed), set(given) | ({'data_dir'} if parsed.data else set()))
-    for dest, value in record.taken.items():
-        setattr(parsed, dest, value)
-    return record
 
 
 def _option(dest: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..hub import split_source
 from ..write_guard import check_write_target
-from .args import LOGGER
+from .options import LOGGER
 from .distributed import DistributedInfo
 from .ood import OOD_DATASETS
 from .options import EvalOptions, OutputOptions

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ..layers import get_inference_branch
-from .args import LOGGER
+from .options import LOGGER
 from .build import DataRun, EvalSetup
 from .cost import EvalCost, count_cost
 from .data import IndexedSubset, shard_range

@@ -1,7 +1,7 @@
 """Publish a checkpoint to the Hugging Face Hub, or to a local folder: weights, config and model card.
 
-The ``timm-advnorm-publish`` command (also ``python -m timm_advnorm.hub.publish`` and ``hub/publish.py`` in a
-checkout)::
+What the ``timm-advnorm-publish`` command runs (`timm_advnorm.commands.publish` parses its arguments; also
+``hub/publish.py`` in a checkout)::
 
     timm-advnorm-publish output/train/run/model_best.pth.tar \\
         --results output/eval/results.json --repo-id org/mbn_resnet152.xie2020_in1k
@@ -19,10 +19,9 @@ run again as it was.
 import argparse
 import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 import timm
 import torch.nn as nn
@@ -31,8 +30,6 @@ from huggingface_hub.errors import RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from timm.models import split_model_name_tag
 
-from ..cli import ArgumentParser, add_hidden_alias
-from ..errors import run_cli
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch
 from ..write_guard import EXPORT_MANIFEST, check_write_target
@@ -46,52 +43,15 @@ from .loading import PLUGIN_CONFIG_KEY
 from .model_stats import count_model_stats
 from .results import CardResults, read_eval_results
 
-__all__ = ['get_args_parser', 'publish', 'check_upload_target', 'upload_export', 'main', 'run',
-           'DEFAULT_CARD_TEMPLATE']
+__all__ = ['publish', 'check_upload_target', 'upload_export', 'BRANCHES', 'DEFAULT_CARD_TEMPLATE']
 
 _logger = logging.getLogger(__name__)
-_BRANCHES = ('clean', 'adv')
-PROG = 'timm-advnorm-publish'
+#: ``--branch`` and ``--inference-branch``: the mixture-BN branches.
+BRANCHES = ('clean', 'adv')
+#: The command an export folder's manifest names as its writer.
+_MADE_BY = 'timm-advnorm-publish'
 #: The model card template shipped with the package (``--card-template`` replaces it).
 DEFAULT_CARD_TEMPLATE = Path(__file__).resolve().parent / 'model_card_template.md'
-
-
-def get_args_parser(prog: str = PROG) -> ArgumentParser:
-    """Arguments of the publishing command."""
-    parser = ArgumentParser(
-        prog=prog, description='Publish a checkpoint (weights, config.json, model card) to the Hugging '
-                                           'Face Hub or a local folder.')
-    parser.add_argument('checkpoint', help='timm-advnorm-train checkpoint, state dict (.pth/.safetensors), export '
-                                           'folder, hf-hub:org/name or local-dir:PATH')
-    parser.add_argument('--model', help='architecture, when the checkpoint does not name it (bare state dicts)')
-    parser.add_argument('--use-ema', dest='ema', action='store_true', help="publish the checkpoint's EMA weights")
-    add_hidden_alias(parser, parser, '--ema', 'ema', action='store_true')
-    parser.add_argument('--branch', choices=_BRANCHES,
-                        help='publish this mixture-BN branch as the plain timm architecture (no plugin needed)')
-    parser.add_argument('--inference-branch', choices=_BRANCHES,
-                        help='branch a whole mixture-BN model loads routed to, recorded in config.json (default: the '
-                             'one the checkpoint records; required where it records none)')
-    parser.add_argument('--results', help='timm-advnorm-validate results JSON for the card')
-    parser.add_argument('--allow-reduced-results', action='store_true',
-                        help='publish results of a reduced (timm-advnorm-validate --reduced, smoke-test) protocol; the '
-                             'card then says so first')
-    parser.add_argument('--allow-other-results', action='store_true',
-                        help='publish results that evaluated other weights than those published, or that do not '
-                             'record which (written before timm-advnorm-validate recorded a weights digest); the card '
-                             'then says so beside the numbers')
-    parser.add_argument('--repo-id', help='Hub repository org/name to upload to (token from HF_TOKEN)')
-    parser.add_argument('--local-dir', help='write the exact folder that is (or would be) uploaded here')
-    parser.add_argument('--dry-run', action='store_true', help='write --local-dir only, upload nothing')
-    parser.add_argument('--overwrite', action='store_true',
-                        help='replace an earlier export in --local-dir, or a non-empty Hub repository')
-    parser.add_argument('--private', action='store_true', help='create the Hub repository as private')
-    parser.add_argument('--revision', help='Hub branch to upload to (default: main)')
-    parser.add_argument('--commit-message', default='Add timm-advnorm model', help='Hub commit message')
-    parser.add_argument('--card-template', metavar='FILE',
-                        help="model card template (default: the package's model_card_template.md)")
-    parser.add_argument('--license', help="card license (default: the weights' pretrained config, e.g. a "
-                                          "converted release's license)")
-    return parser
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -313,7 +273,7 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
         (folder / 'README.md').write_text(render_model_card(card_template, facts), encoding='utf-8')
 
     if args.local_dir:
-        with staged_folder(args.local_dir, overwrite=args.overwrite, made_by=PROG) as stage:
+        with staged_folder(args.local_dir, overwrite=args.overwrite, made_by=_MADE_BY) as stage:
             fill(stage)
         _logger.info(f'Wrote {args.local_dir}.')
         if not upload:
@@ -323,28 +283,3 @@ def publish(args: argparse.Namespace, card_template: str) -> Optional[str]:
     with tempfile.TemporaryDirectory() as tmp:
         fill(Path(tmp))
         return upload_export(tmp, args.repo_id, args.private, args.revision, args.commit_message, args.overwrite)
-
-
-def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
-    """Parse `argv` and publish; returns the exit status. Bad input raises (see `run`)."""
-    logging.basicConfig(level=logging.INFO, format='%(message)s')
-    args = get_args_parser(prog).parse_args(argv)
-    template = Path(args.card_template).read_text() if args.card_template else DEFAULT_CARD_TEMPLATE.read_text()
-    url = publish(args, template)
-    if url:
-        _logger.info(f'Uploaded: {url}')
-    return 0
-
-
-def run(prog: str = PROG, argv: Optional[List[str]] = None) -> int:
-    """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
-    return run_cli(lambda a: main(a, prog=prog), prog, argv)
-
-
-def console_main() -> None:
-    """The ``timm-advnorm-publish`` console command."""
-    sys.exit(run('timm-advnorm-publish'))
-
-
-if __name__ == '__main__':
-    sys.exit(run('python -m timm_advnorm.hub.publish'))

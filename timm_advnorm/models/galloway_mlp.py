@@ -15,7 +15,6 @@ flattened image as a 1×1 map), so the model keeps timm's NCHW feature contract 
 intermediates).
 The input side is fixed by the first layer: ``img_size`` (28, 56, 84: the paper's √d) builds it.
 """
-from functools import partial
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch

@@ -1,7 +1,7 @@
-"""``python -m timm_advnorm.study``: the ``timm-advnorm-study`` command."""
+"""``python -m timm_advnorm.study``: the ``timm-advnorm-study`` command (`timm_advnorm.commands.study`)."""
 import sys
 
-from .script import run
+from ..commands.study import run
 
 if __name__ == '__main__':
     sys.exit(run('python -m timm_advnorm.study'))

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..eval.args import get_args_parser as get_validate_parser
-from ..train.args import get_args_parser as get_train_parser
+from ..commands.train import get_args_parser as get_train_parser
+from ..commands.validate import get_args_parser as get_validate_parser
 from .spec import ScaleSpec, StudySpec
 
 __all__ = ['Cell', 'expand_cells', 'options_to_argv', 'select_cells', 'CHECKPOINT', 'RESULTS_FILE']

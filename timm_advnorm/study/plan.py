@@ -11,8 +11,8 @@ import timm
 from timm.data import resolve_data_config
 
 from ..attacks import InputSpace
+from ..commands.train import parse_args
 from ..data import builtin_dataset
-from ..train.args import parse_args
 from ..train.budget import RunBudget, count_budget
 from ..train.build import create_run_task, task_options
 from ..train.model_options import architecture_kwargs

@@ -48,11 +48,11 @@ class InProcessCommands:
     """Runs the commands' `main` in this process."""
 
     def train(self, argv: Sequence[str]) -> None:
-        from ..train.script import main
+        from ..commands.train import main
         _check_status('timm-advnorm-train', main(list(argv)))
 
     def validate(self, argv: Sequence[str]) -> None:
-        from ..eval.script import main
+        from ..commands.validate import main
         _check_status('timm-advnorm-validate', main(list(argv)))
 
 

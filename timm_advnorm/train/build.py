@@ -22,7 +22,6 @@ from torch.utils.data import DataLoader
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import Attack, InputSpace, create_attack
-from ..cli import AMP_DTYPES, check_pretrained_option
 from ..data import builtin_dataset, fixed_subset, is_folder_dataset, resolve_dataset, split_folder
 from ..data.preprocessing import check_input_channels, record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
@@ -31,9 +30,9 @@ from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_ch
 from ..task import (
     AdversarialClassificationTask, MethodOptions, TrainingAttackOptions, TrainingContext, get_task_class,
     options_from_values)
+from ..usage import AMP_DTYPES, check_pretrained_option
 from ..write_guard import check_write_target
 from .accumulation import GradientAccumulation
-from .args import option_dests
 from .budget import RunBudget, count_budget, plan_budget, plan_validation
 from .checks import check_args, check_steps, resolve_device
 from .data_options import create_mixup, data_config_args, train_loader_kwargs
@@ -309,6 +308,8 @@ def build_training(args: argparse.Namespace, args_text: str) -> TrainingRun:
     optimizer = create_run_optimizer(model, args)
     start = ResumePosition(0, 0)
     if args.resume:
+        # the command's option names: the record is read for those (until the build takes typed options)
+        from ..commands.train import option_dests
         changes = check_resume_args(args, read_recorded_args(args.resume, option_dests()))
         if changes:
             args_text = changes_note(args.resume, changes) + args_text

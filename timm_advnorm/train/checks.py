@@ -7,9 +7,8 @@ from typing import Optional
 import torch
 from timm.data import create_transform
 
-from ..cli import check_device, check_normalization_lengths, one_line
-from ..hub import MODEL_CONFIG_ARG
 from ..hub.checkpoint import check_checkpoint_file
+from ..usage import check_device, check_normalization_lengths, one_line
 
 __all__ = ['check_args', 'check_auto_augment', 'resolve_device', 'check_steps']
 

@@ -110,7 +110,7 @@ def train_one_epoch(
         before_forward: Called after ``model.train()``, e.g. to switch BN to running statistics.
         guard: Non-finite step policy, shared by the epochs of a run (it counts the skipped steps).
         progress: Show a progress bar over the batches, with the running loss and images per second (for a person
-            watching a terminal; see `timm_advnorm.cli.show_progress`).
+            watching a terminal; see `timm_advnorm.usage.show_progress`).
         loss_scaler: float16 training: the loss is scaled before the backward and the gradients unscaled before
             clipping; a step whose gradients overflowed is skipped and the scale lowered, as timm does (an overflow is
             the scaler's business, not a divergence: only a non-finite loss is).

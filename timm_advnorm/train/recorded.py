@@ -71,7 +71,8 @@ def read_recorded_args(checkpoint: str, dests: Collection[str]) -> Optional[Dict
 
 
 def apply_recorded_args(args, recorded: Dict[str, Any], given: Collection[str]) -> None:
-    """Set on `args` each recorded argument that this invocation does not give (`given`, as `cli.given_options`).
+    """Set on `args` each recorded argument that this invocation does not give (`given`, as
+    `commands.parser.given_options`).
 
     Raises:
         ValueError: A given `FIXED_ARGS` option differs from the record (found before anything is built on it).

@@ -8,9 +8,9 @@ import time
 import torch
 from timm.utils.summary import trim_summary
 
-from ..cli import show_progress
 from ..signals import Interrupted, check_interrupted, interrupts_between_steps
 from ..task import running_stats_active, use_running_statistics
+from ..usage import show_progress
 from .budget import peak_memory_bytes, reset_peak_memory, write_budget
 from .build import TrainingRun, TrainingStart
 from .console import epoch_line

@@ -1,4 +1,4 @@
-"""The body of ``timm-advnorm-study`` / ``python -m timm_advnorm.study``: a seed paper's comparison grid as one
+"""``timm-advnorm-study`` / ``python -m timm_advnorm.study``: a seed paper's comparison grid as one
 resumable command.
 
     timm-advnorm-study xie2020 --scale digits                  # every cell on the built-in digits, on this CPU
@@ -11,32 +11,24 @@ resumable command.
 
 The study folder (``--output``/``<study>-<scale>``) holds each cell's run folder under ``cells/``, the results
 table (``results.md``, ``results.csv``, ``findings.csv``) and the paper-style plot (``study.png``). A rerun skips
-the evaluated cells and resumes an interrupted one from its checkpoint (`timm_advnorm.study.runner`).
+the evaluated cells and resumes an interrupted one from its checkpoint (`timm_advnorm.study.runner`). This module
+parses and checks the arguments; `timm_advnorm.study.launch` runs the study they describe.
 """
 import argparse
 import logging
-import shlex
 import sys
-import time
-from dataclasses import replace
-from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Optional, Sequence
 
 from timm.utils import ParseKwargs, setup_default_logging
 
-from ..cli import ArgumentParser, run_cli
-from .cells import Cell, expand_cells
-from .plan import plan_cell_budget
-from .plot import plot_study
-from .runner import InProcessCommands, SubmititLauncher, SubprocessCommands, cell_state, run_cells
-from .spec import SCALES, StudySpec, list_studies, load_study
-from .table import write_tables
+from ..study.launch import LAUNCHERS, run_study
+from ..study.spec import SCALES, list_studies
+from .options import DATA_DIR, DEVICE
+from .parser import ArgumentParser, run_cli
 
 __all__ = ['get_args_parser', 'main', 'run', 'console_main']
 
 PROG = 'timm-advnorm-study'
-LAUNCHERS = ('local', 'subprocess', 'submitit')
-_logger = logging.getLogger('study')
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
@@ -50,12 +42,12 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                         help='digits: the built-in data and the tiny fair model family, on CPU in minutes; '
                              'mnist: the built-in mnist5k (real MNIST digits) and the papers\' MNIST models, on CPU; '
                              'imagenet: the papers\' recipes and models (--data-dir).')
-    parser.add_argument('--data-dir', default=None, metavar='DIR', help='ImageNet root (train/, val/).')
+    DATA_DIR.add(parser, help='ImageNet root (train/, val/).')
     parser.add_argument('--output', default='output/studies', metavar='DIR',
                         help='Root of the study folder, <output>/<study>-<scale>.')
     parser.add_argument('--seeds', type=int, nargs='+', default=None, metavar='S',
                         help='Train each cell with these seeds instead of the study\'s.')
-    parser.add_argument('--device', default=None, help='--device of every command (default: theirs).')
+    DEVICE.add(parser, default=None, help='--device of every command (default: theirs).')
     parser.add_argument('--dry-run', action='store_true',
                         help='List the cells, their commands and planned budgets (passes, FLOPs); train nothing.')
     parser.add_argument('--world-size', type=int, default=1, metavar='N',
@@ -91,56 +83,6 @@ def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
         parser.error('--submitit-cluster and --submitit-params need --launcher submitit')
 
 
-def _with_seeds(spec: StudySpec, scale: str, seeds: Optional[Sequence[int]]) -> StudySpec:
-    if not seeds:
-        return spec
-    return replace(spec, scales={**spec.scales, scale: replace(spec.scale(scale), seeds=tuple(seeds))})
-
-
-def _dry_run(cells: Sequence[Cell], world_size: int) -> None:
-    """Log every cell: its state, commands and counted budget (once per grid point: the seeds cost the same)."""
-    budgets: Dict[tuple, object] = {}
-    total_passes = total_flops = 0.0
-    for cell in cells:
-        key = tuple(cell.labels.items())
-        if key not in budgets:
-            budgets[key] = plan_cell_budget(cell.train_argv, world_size=world_size)
-        budget = budgets[key]
-        total_passes += budget.passes_total
-        total_flops += budget.flops_total
-        lines = [f'{cell.id} [{cell_state(cell)}]', *(f'  {c}' for c in cell.commands()),
-                 f'  budget: {budget.passes_per_image:g} passes/image x {budget.images_per_epoch:,} images x '
-                 f'{budget.epochs} epochs = {budget.passes_total:,.0f} passes, {budget.flops_total:.3g} FLOPs']
-        sys.stdout.write('\n'.join(lines) + '\n')
-    sys.stdout.write(f'{len(cells)} cells: {total_passes:,.0f} forward+backward passes, {total_flops:.3g} FLOPs in all '
-                     f'(training; evaluation not counted)\n')
-
-
-def _commands(args: argparse.Namespace):
-    if args.launcher == 'local':
-        return InProcessCommands()
-    return SubprocessCommands(tuple(shlex.split(args.launch_prefix)) if args.launch_prefix else (sys.executable,))
-
-
-def _report(spec: StudySpec, args: argparse.Namespace, cells: List[Cell], study_dir: Path, seconds: float) -> None:
-    scale = spec.scale(args.scale)
-    done = sum(cell_state(c) == 'evaluated' for c in cells)
-    command = shlex.join([PROG, args.study, '--scale', args.scale,
-                          *(['--data-dir', args.data_dir] if args.data_dir else []),
-                          *(['--seeds', *map(str, args.seeds)] if args.seeds else [])])
-    header = [f'Command: `{command}`', '',
-              f'{done} of {len(cells)} cells evaluated; seeds {", ".join(map(str, scale.seeds))}; this invocation '
-              f'ran {seconds / 60:.1f} min. Per cell: `cells/<id>/` (timm-advnorm-train run folder, `results.json` '
-              f'of timm-advnorm-validate).']
-    groups, findings = write_tables(spec, args.scale, cells, study_dir, header)
-    subtitle = f'{args.scale} scale, mean ± std over seeds {", ".join(map(str, scale.seeds))}'
-    plot_study(spec.plot, groups, study_dir / 'study.png', subtitle)
-    for result in findings:
-        _logger.info(f'{result.finding.claim}: {result.verdict} (higher side {result.higher.format()}, lower side '
-                     f'{result.lower.format()})')
-    _logger.info(f'Wrote {study_dir / "results.md"}, results.csv, findings.csv and study.png')
-
-
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     """Run (or with ``--dry-run`` plan) the study `argv` names; returns the exit status. Bad input raises."""
     parser = get_args_parser(prog)
@@ -148,21 +90,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     _check_args(parser, args)
     if not logging.root.handlers:
         setup_default_logging()
-    spec = _with_seeds(load_study(args.study), args.scale, args.seeds)
-    study_dir = Path(args.output) / f'{spec.name}-{args.scale}'
-    cells = expand_cells(spec, args.scale, study_dir, data_dir=args.data_dir, device=args.device)
-    if args.dry_run:
-        _dry_run(cells, args.world_size)
-        return 0
-    study_dir.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    commands = _commands(args)
-    if args.launcher == 'submitit':
-        SubmititLauncher(study_dir / 'submitit', args.submitit_cluster, args.submitit_params).run(
-            cells, commands, args.max_cells)
-    else:
-        run_cells(cells, commands, args.max_cells)
-    _report(spec, args, cells, study_dir, time.perf_counter() - started)
+    run_study(args, prog=PROG)
     return 0
 
 

@@ -15,14 +15,12 @@ import logging
 import sys
 from typing import List, Optional
 
-from ..cli import ArgumentParser, run_cli
+from ..convert import convert_fast_advprop, convert_nofrost, convert_tensorpack_resnet
 from ..hub.export import check_folder_target
 from ..write_guard import check_write_target
-from .fast_advprop import convert_fast_advprop
-from .nofrost import convert_nofrost
-from .tensorpack import convert_tensorpack_resnet
+from .parser import ArgumentParser, run_cli
 
-__all__ = ['get_args_parser', 'main', 'run']
+__all__ = ['get_args_parser', 'main', 'run', 'console_main']
 
 PROG = 'timm-advnorm-convert'
 

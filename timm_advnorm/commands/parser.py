@@ -10,31 +10,18 @@ import argparse
 import functools
 import json
 import logging
-import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, Union
 
-import torch
 import yaml
-from timm.utils.distributed import is_distributed_env
 
-from .arg_types import finite_float, positive_float, positive_int
-from .errors import USER_ERRORS, one_line, run_cli
+from ..signals import Interrupted, signals_as_interrupts
+from ..usage import USER_ERRORS, one_line
 
-__all__ = ['AMP_DTYPES', 'USER_ERRORS', 'ArgumentParser', 'add_hidden_alias', 'add_preprocessing_args',
-           'check_device', 'check_normalization_lengths', 'check_pretrained_option', 'given_options', 'one_line',
-           'parse_with_config', 'run_cli', 'show_progress']
+__all__ = ['ArgumentParser', 'add_hidden_alias', 'given_options', 'parse_with_config', 'run_cli']
 
 _logger = logging.getLogger(__name__)
-
-# ``--amp-dtype`` of every command: autocast dtypes by name.
-AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
-
-
-def show_progress() -> bool:
-    """Progress bars only for a person watching: stderr is a terminal and no CI is detected."""
-    return sys.stderr.isatty() and not os.environ.get('CI')
 
 
 class _DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -96,28 +83,6 @@ def add_hidden_alias(parser: ArgumentParser, container: Any, alias: str, dest: s
     """
     container.add_argument(alias, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
     parser.config_aliases[alias.lstrip('-').replace('-', '_')] = dest
-
-
-def add_preprocessing_args(group: Any, images: str) -> None:
-    """The preprocessing overrides of timm's scripts (``--img-size``, ``--input-size``, ``--crop-pct``,
-    ``--interpolation``, ``--mean``, ``--std``; default: the model's), checked as numbers of their range: a zero
-    std or a negative size is a usage error, not a failure deep in a data-loading worker.
-
-    Args:
-        group: The parser or argument group to add them to.
-        images: What the crop and interpolation apply to, for the help (``validation images``).
-    """
-    group.add_argument('--img-size', type=positive_int, default=None, metavar='N', help='Input image size.')
-    group.add_argument('--input-size', type=positive_int, nargs=3, default=None, metavar=('C', 'H', 'W'),
-                       help='Input dimensions (e.g. 3 224 224; default: the model\'s).')
-    group.add_argument('--crop-pct', type=positive_float, default=None, metavar='PCT',
-                       help=f'Centre-crop fraction of {images} (default: the model\'s).')
-    group.add_argument('--interpolation', default='', type=str, metavar='NAME',
-                       help=f'Resize interpolation of {images} (default: the model\'s).')
-    group.add_argument('--mean', type=finite_float, nargs='+', default=None, metavar='MEAN',
-                       help='Override dataset mean.')
-    group.add_argument('--std', type=positive_float, nargs='+', default=None, metavar='STD',
-                       help='Override dataset std.')
 
 
 def _yaml_problem(error: yaml.YAMLError, text: str) -> str:
@@ -286,78 +251,21 @@ def given_options(parser: ArgumentParser, argv: Optional[Sequence[str]], config:
     return {dest for dest, value in vars(namespace).items() if value is not unset} | set(config)
 
 
-def _device_available(kind: str) -> bool:
-    """Whether this machine has a device of type `kind` (``mps``, ``xpu``, ...) that torch can use."""
-    if kind == 'mps':
-        return torch.backends.mps.is_available()
-    is_available = getattr(getattr(torch, kind, None), 'is_available', None)
-    return bool(callable(is_available) and is_available())
+def run_cli(main: Callable[[Optional[List[str]]], Optional[int]], prog: str, argv: Optional[List[str]] = None) -> int:
+    """Run ``main(argv)``; report a user error as ``<prog>: error: <message>`` on stderr and return exit status 2.
 
-
-def check_device(name: str) -> torch.device:
-    """The device ``--device`` `name` selects, checked before anything is built: torch parses ``mps`` or ``meta`` on
-    any machine and fails only when the first tensor moves there, deep in the set-up.
-
-    Raises:
-        ValueError: `name` is no device, is ``meta`` (tensors without values: nothing can be trained or evaluated on
-            them), is of a type this machine lacks, or is a CUDA index past the last device (outside torchrun,
-            which replaces the index by the process's local rank).
+    Usage errors found by the parser already exit with status 2 through `ArgumentParser.error`. SIGINT and SIGTERM
+    stop the command with ``<prog>: interrupted (SIGINT) <where it stood and how to go on>`` on stderr and exit
+    status 128 + the signal's number (`timm_advnorm.signals`).
     """
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f'--device {name}: not a device ({one_line(e)})') from e
-    if device.type == 'meta':
-        raise ValueError(f'--device {name}: meta tensors hold no values, so nothing can be computed on them; use '
-                         f'--device cpu or cuda')
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f'--device {name}: no CUDA device is available here (torch.cuda.is_available() is False); '
-                         f'use --device cpu')
-    if device.type not in ('cpu', 'cuda') and not _device_available(device.type):
-        raise ValueError(f'--device {name}: no {device.type} device is available here; use --device cpu')
-    if device.type == 'cuda' and device.index is not None and not is_distributed_env() \
-            and device.index >= torch.cuda.device_count():
-        raise ValueError(f'--device {name}: there are {torch.cuda.device_count()} CUDA device(s), numbered from 0')
-    return device
-
-
-def check_normalization_lengths(mean: Optional[Sequence[float]], std: Optional[Sequence[float]],
-                                input_size: Optional[Sequence[int]]) -> None:
-    """``--mean`` and ``--std`` hold one value, or one per input channel (``--input-size``'s first, else 3, as timm's
-    `resolve_data_config` counts them): timm would only assert when it builds the loaders.
-
-    Raises:
-        ValueError: A list of another length.
-    """
-    channels = input_size[0] if input_size else 3
-    for name, values in (('mean', mean), ('std', std)):
-        if values is not None and len(values) not in (1, channels):
-            raise ValueError(f'--{name} takes 1 value or one per input channel ({channels}), got {len(values)}')
-
-
-def check_pretrained_option(model_name: str, num_classes: Optional[int], reset_classifier: Optional[bool],
-                            weights_option: str) -> None:
-    """``--pretrained`` in the command's own terms, checked before anything is built: a name timm has no weights for
-    (said first, as the cause), or weights whose class count differs from the run's.
-
-    Args:
-        model_name: The ``--model`` value.
-        num_classes: The classes the run asks for (``--num-classes`` or the data set's), None if unknown.
-        reset_classifier: The ``--reset-classifier`` value; None where the command has no such option.
-        weights_option: The option that gives weights instead (``--initial-checkpoint``, ``--checkpoint``).
-
-    Raises:
-        ValueError: A one-line message naming the options to change.
-    """
-    from .hub.loading import has_pretrained_weights, pretrained_num_classes
-
-    if not has_pretrained_weights(model_name):
-        raise ValueError(f'--pretrained: {model_name} has no pretrained weights (timm registers none for it); drop '
-                         f'--pretrained, or give the weights with {weights_option}')
-    available = pretrained_num_classes(model_name)
-    if available is None or num_classes is None or available == num_classes or reset_classifier:
-        return
-    hint = (f'add --reset-classifier to train a new {num_classes}-class head' if reset_classifier is not None
-            else f'pass --num-classes {available}')
-    raise ValueError(f'--pretrained: the weights of {model_name} have {available} classes but the run has '
-                     f'{num_classes} (--num-classes or the data set); {hint}')
+    with signals_as_interrupts():
+        try:
+            return main(argv) or 0
+        except USER_ERRORS as e:
+            _logger.debug('%s failed', prog, exc_info=True)
+            print(f'{prog}: error: {one_line(e)}', file=sys.stderr)
+            return 2
+        except Interrupted as e:
+            _logger.debug('%s interrupted', prog, exc_info=True)
+            print(f'{prog}: {one_line(e)}', file=sys.stderr)
+            return e.exit_status

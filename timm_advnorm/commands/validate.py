@@ -1,85 +1,110 @@
-"""The command line of ``timm-advnorm-validate`` (``validate_adv.py`` in a checkout): its parser, and the usage
-errors found before anything is loaded.
+"""``timm-advnorm-validate`` / ``validate_adv.py`` / ``python -m timm_advnorm.eval``: robust evaluation of timm models
+in the style of timm's ``validate.py``.
 
-`parse_args` reads the options (with defaults from a ``-c`` YAML file) and refuses, as one ``usage: ... error:``
-line, what argparse cannot see: options that do not go together, counts out of range, a device that is none, mean or
-std of the wrong length, a dataset root that is needed but not given, and out-of-distribution folders that the
-protocol does not read or lacks.
+Evaluates a model (a timm name, ``hf-hub:``/``local-dir:`` name, or a `train_adv.py` checkpoint) against a named
+protocol (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``, ``corruptions``, ``imagenet-r``, ``imagenet-a``,
+``imagenet-sketch``, ``nofrost-star``; see `timm_advnorm.eval.protocols`) or an explicit attack list, on a fixed
+seeded subset of a dataset, in eval mode with the model's own preprocessing. Out-of-distribution sets are read from
+folders of their own (``--imagenet-r-dir``, ``--imagenet-a-dir``, ``--imagenet-sketch-dir``; `timm_advnorm.eval.ood`),
+each a run of its own, all reported in one results file. Mixture-BN models are evaluated per branch and over a γ
+sweep of feature and logit interpolation. Sanity checks run with every evaluation, their probes by default within a
+quarter of the attacks' cost (``--sanity``). Before it runs, the evaluation prints its plan (passes and share of each
+stage, time projected from the first batch); ``--plan`` prints it and stops. Results go to JSON + CSV, plots to PNG;
+a state file makes a long evaluation resumable; ``torchrun`` shards it across processes.
+
+The run reads as four steps: parse (this module: the options, with defaults from a ``-c`` YAML file, and as one
+``<prog>: error:`` line what argparse cannot see: options that do not go together, counts out of range, a device that
+is none, mean or std of the wrong length, a dataset root that is needed but not given, and out-of-distribution folders
+that the protocol does not read or lacks), build (`timm_advnorm.eval.build`: model, protocol and plan, data runs,
+state file), run (`eval.runner`, then the records of every rank gathered) and report (`eval.assemble` builds the
+typed `eval.schema.EvalResults`; `eval.report` writes and logs it): `timm_advnorm.eval.validate`.
+
+SIGINT and SIGTERM stop it with one line that says what the ``--resume-state`` file keeps and how to resume.
+
+Bad input (arguments, model, protocol, variants, data, outputs) is found before anything is written: the output
+folders are only created when the results are. Results never replace existing files without ``--overwrite``, not even
+those of a run that finished meanwhile: its files are then kept under other names, and the run says where and exits
+with status 2.
+
+Examples:
+    timm-advnorm-validate --checkpoint model_best.pth.tar --data-dir /imagenet --protocol xie2020 \\
+        --gammas 0 0.5 1 --results-file results/xie2020.json --plot-dir results/plots
+    torchrun --nproc_per_node 8 -m timm_advnorm.eval -c eval.yaml --resume-state results/state.jsonl --amp
 """
 import argparse
-from typing import Dict, Optional, Sequence
+import logging
+import sys
+from typing import Collection, Dict, Optional, Sequence
 
 import torch
-from timm.utils import ParseKwargs
+from timm.utils import ParseKwargs, setup_default_logging
 
-from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability, seed_int
-from ..cli import (
-    AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, check_device, check_normalization_lengths,
-    given_options, parse_with_config)
+from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability
 from ..data import BUILTIN_DATASETS
-from .ood import OOD_DATASETS, OODDataset, get_ood_dataset
+from ..eval.ood import OOD_DATASETS, OODDataset, get_ood_dataset
+from ..eval.options import (
+    SANITY_MODES, AttackOptions, CheckOptions, DataOptions, EvalOptions, ModelOptions, OutputOptions,
+    PreprocessingOptions, RuntimeOptions, VariantOptions)
+from ..eval.protocols import PROTOCOLS, get_protocol, list_protocols
+from ..eval.recorded import DataRecord, recorded_data
+from ..eval.subsets import SUBSETS
+from ..eval.validate import validate
+from ..eval.variants import INTERPOLATIONS
+from ..usage import check_device, check_normalization_lengths
 from .options import (
-    AttackOptions, CheckOptions, DataOptions, EvalOptions, ModelOptions, OutputOptions, PreprocessingOptions,
-    RuntimeOptions, VariantOptions)
-from .protocols import PROTOCOLS, get_protocol, list_protocols
-from .recorded import DataRecord, take_recorded_data
-from .subsets import SUBSETS
-from .variants import INTERPOLATIONS
+    AMP, AMP_DTYPE, ATTACK_EPS, ATTACK_NORM, ATTACK_STEP, ATTACK_STEPS, ATTACK_TARGETED, BATCH_SIZE, CHANNELS_LAST,
+    CLASS_MAP, CONFIG, DATA_DIR, DATASET, DEVICE, MODEL, MODEL_KWARGS, NO_PROGRESS, NUM_CLASSES, NUM_SAMPLES, PIN_MEM,
+    PLAN, PRETRAINED, SEED, SKIP_BAD_IMAGES, VAL_SPLIT, WORKERS, add_preprocessing_args)
+from .parser import ArgumentParser, add_hidden_alias, given_options, parse_with_config, run_cli
 
-__all__ = ['get_args_parser', 'parse_args', 'eval_options', 'ood_folder', 'sanity_values', 'PROG', 'LOGGER',
-           'AMP_DTYPES', 'SANITY_MODES', 'SANITY_OPTIONS']
+__all__ = ['get_args_parser', 'parse_args', 'eval_options', 'main', 'run', 'console_main', 'PROG']
 
 PROG = 'timm-advnorm-validate'
-#: The logger of the command's progress and results (as timm's ``validate.py`` logs under ``validate``).
-LOGGER = 'validate_adv'
-#: ``--sanity``: probes sized to a budget, the complete battery, or none.
-SANITY_MODES = ('budget', 'full', 'off')
-#: The probes' options and the `plan.SanityBudget` field each sets.
+#: The probes' options and the `eval.sanity_budget.SanityBudget` field each sets.
 SANITY_OPTIONS = {'sanity_samples': 'samples', 'sanity_steps': 'steps', 'sanity_queries': 'queries'}
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
     """The command-line parser (importable, so tests and wrappers can drive the script)."""
     parser = ArgumentParser(prog=prog, description='Robust evaluation of timm models (timm-advnorm).')
-    parser.add_argument('-c', '--config', default='', metavar='FILE',
-                        help='YAML file of argument defaults (keys: long option names with underscores); '
-                             'command-line values win.')
+    CONFIG.add(parser,
+               help='YAML file of argument defaults (keys: long option names with underscores); '
+                    'command-line values win.')
 
     group = parser.add_argument_group('Dataset')
     group.add_argument('data', nargs='?', metavar='DIR', help='Dataset root (same as --data-dir).')
-    group.add_argument('--data-dir', metavar='DIR', help='Dataset root.')
-    group.add_argument('--dataset', default='', metavar='NAME',
-                       help='"digits" or "mnist5k" (built in, no download) or any timm dataset name (default: a '
-                            'timm-advnorm-train --checkpoint\'s, else an image folder).')
-    group.add_argument('--val-split', default='validation', metavar='NAME',
-                       help='Split to evaluate; of a folder dataset, a subfolder that must exist (val, valid, '
-                            'validation, eval, evaluation stand for one another; \'\' is the root).')
+    DATA_DIR.add(group, help='Dataset root.')
+    DATASET.add(group, default='',
+                help='"digits" or "mnist5k" (built in, no download) or any timm dataset name (default: a '
+                     'timm-advnorm-train --checkpoint\'s, else an image folder).')
+    VAL_SPLIT.add(group,
+                  help='Split to evaluate; of a folder dataset, a subfolder that must exist (val, valid, '
+                       'validation, eval, evaluation stand for one another; \'\' is the root).')
     add_hidden_alias(parser, group, '--split', 'val_split')
-    group.add_argument('--class-map', default='', metavar='FILENAME', help='Class map file for folder datasets.')
-    group.add_argument('--num-samples', type=non_negative_int, default=0, metavar='N',
-                       help='Size of the seeded evaluation subset (0: the whole split).')
+    CLASS_MAP.add(group, help='Class map file for folder datasets.')
+    NUM_SAMPLES.add(group, type=non_negative_int, default=0,
+                    help='Size of the seeded evaluation subset (0: the whole split).')
     group.add_argument('--subset', default=None, choices=list(SUBSETS),
                        help='Evaluate a fixed list of images instead of a seeded draw: robustbench = the 5000 ImageNet '
                             'validation images of RobustBench\'s leaderboard, in its order (--num-samples N takes its '
                             'first N, as RobustBench does).')
-    group.add_argument('--seed', type=seed_int, default=42, metavar='S',
-                       help='Seed of the subset, targets and attacks.')
+    SEED.add(group, help='Seed of the subset, targets and attacks.')
     for dataset in OOD_DATASETS.values():
         readers = ', '.join(name for name, protocol in PROTOCOLS.items() if dataset.name in protocol.datasets)
         group.add_argument(dataset.option, default=None, metavar='DIR',
                            help=f'{dataset.title}: a folder of {dataset.num_classes} class folders named by wnid, as '
                                 f'released (read by --protocol {readers}).')
-    group.add_argument('--skip-bad-images', action='store_true',
-                       help='The subset\'s images are decoded before the evaluation; a file that fails (corrupt, '
-                            'truncated, not an image) is an error naming it, as timm\'s loader would silently evaluate '
-                            'the next image in its place. With this flag such files are skipped: the subset takes the '
-                            'next readable images of the seeded order, and the results list the skipped files '
-                            '(skipped_images).')
+    SKIP_BAD_IMAGES.add(group,
+                        help='The subset\'s images are decoded before the evaluation; a file that fails (corrupt, '
+                             'truncated, not an image) is an error naming it, as timm\'s loader would silently '
+                             'evaluate the next image in its place. With this flag such files are skipped: the subset takes the '
+                             'next readable images of the seeded order, and the results list the skipped files '
+                             '(skipped_images).')
 
     group = parser.add_argument_group('Model')
-    group.add_argument('--model', '-m', default=None, metavar='NAME',
-                       help='timm model name, hf-hub:ORG/NAME or local-dir:PATH (default: the checkpoint\'s arch).')
-    group.add_argument('--pretrained', action='store_true', help='Load the model\'s pretrained weights.')
+    MODEL.add(group, '-m', default=None, metavar='NAME',
+              help='timm model name, hf-hub:ORG/NAME or local-dir:PATH (default: the checkpoint\'s arch).')
+    PRETRAINED.add(group, help='Load the model\'s pretrained weights.')
     group.add_argument('--checkpoint', default='', metavar='PATH',
                        help='Checkpoint to evaluate. Of a train_adv.py checkpoint, the dataset (with its root, split '
                             'and class map), preprocessing and inference branch its run recorded are used unless '
@@ -87,20 +112,18 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--use-ema', action='store_true', help='Evaluate the EMA weights of the checkpoint.')
     group.add_argument('--branch', default=None, choices=('clean', 'adv'),
                        help='Evaluate one branch of a mixture-BN checkpoint as the plain timm model.')
-    group.add_argument('--num-classes', type=positive_int, default=None, metavar='N', help='Number of classes.')
+    NUM_CLASSES.add(group, help='Number of classes.')
     add_preprocessing_args(group, images='evaluated images')
-    group.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, help='Extra model arguments.')
+    MODEL_KWARGS.add(group, help='Extra model arguments.')
 
     group = parser.add_argument_group('Runtime')
-    group.add_argument('-b', '--batch-size', type=positive_int, default=128, metavar='N',
-                       help='Batch size per process.')
-    group.add_argument('-j', '--workers', type=non_negative_int, default=4, metavar='N', help='Data loading workers.')
-    group.add_argument('--pin-mem', action='store_true', help='Pin CPU memory in the loader.')
-    group.add_argument('--device', default=None, help='Device (default: cuda if available, else cpu).')
-    group.add_argument('--channels-last', action='store_true', help='Channels-last memory format.')
-    group.add_argument('--amp', action='store_true', help='Forwards under autocast (--amp-dtype).')
-    group.add_argument('--amp-dtype', default='bfloat16', choices=list(AMP_DTYPES),
-                       help='Autocast dtype (float16 input gradients may underflow).')
+    BATCH_SIZE.add(group, default=128, help='Batch size per process.')
+    WORKERS.add(group, default=4, help='Data loading workers.')
+    PIN_MEM.add(group, help='Pin CPU memory in the loader.')
+    DEVICE.add(group, default=None, help='Device (default: cuda if available, else cpu).')
+    CHANNELS_LAST.add(group, help='Channels-last memory format.')
+    AMP.add(group, help='Forwards under autocast (--amp-dtype).')
+    AMP_DTYPE.add(group, help='Autocast dtype (float16 input gradients may underflow).')
     group.add_argument('--verify-amp', type=non_negative_int, default=0, metavar='N',
                        help='With --amp: re-run the clean pass and first white-box attack in fp32 on N samples '
                             'and report the difference.')
@@ -110,32 +133,30 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--separate-budgets', action='store_true',
                        help='Run PGD attacks that differ only in iterations each from its own random start, instead '
                             'of reading the shorter ones off one run of the longest.')
-    group.add_argument('--no-progress', action='store_true',
-                       help='No progress bars (the evaluation\'s, in passes, and long attacks\').')
-    group.add_argument('--plan', action='store_true',
-                       help='Do not evaluate: build the evaluation, run its first batch on this device and print the '
-                            'plan (each stage\'s forward/backward passes and share of the cost, the sanity probes\' '
-                            'cost against the attacks\', the projected time). Every evaluation prints the same plan '
-                            'before it runs and records it in the results (plan).')
+    NO_PROGRESS.add(group, help='No progress bars (the evaluation\'s, in passes, and long attacks\').')
+    PLAN.add(group,
+             help='Do not evaluate: build the evaluation, run its first batch on this device and print the '
+                  'plan (each stage\'s forward/backward passes and share of the cost, the sanity probes\' '
+                  'cost against the attacks\', the projected time). Every evaluation prints the same plan '
+                  'before it runs and records it in the results (plan).')
 
     group = parser.add_argument_group('Attacks')
     group.add_argument('--protocol', default=None, choices=list_protocols(),
                        help='Named protocol (default: xie2020 unless --attacks is given).')
     group.add_argument('--attacks', nargs='+', default=None, metavar='NAME',
                        help='Registered attack names to run instead of a protocol.')
-    group.add_argument('--attack-eps', type=pixel_budget, default=None, metavar='EPS',
-                       help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks). '
-                            'A value in (0, 1) is refused as one of the [0, 1] scale.')
-    group.add_argument('--attack-step', type=pixel_step, default=None, metavar='STEP',
-                       help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s). A value in '
-                            '(0, 0.1) is refused as one of the [0, 1] scale.')
-    group.add_argument('--attack-steps', type=int, nargs='+', default=None, metavar='N',
-                       help='Iterations (default: the protocol\'s or the attack\'s); with --attacks, several counts '
-                            'make a sweep (one run per attack when they share a step: see --separate-budgets).')
-    group.add_argument('--attack-norm', default=None, choices=('linf', 'l2'),
-                       help='Threat-model norm (default: the protocol\'s or the attack\'s).')
-    group.add_argument('--attack-targeted', action='store_true',
-                       help='With --attacks: targeted, the target uniform among the other classes.')
+    ATTACK_EPS.add(group, default=None, metavar='EPS',
+                   help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks). '
+                        'A value in (0, 1) is refused as one of the [0, 1] scale.')
+    ATTACK_STEP.add(group, type=pixel_step, default=None, metavar='STEP',
+                    help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s). A value in '
+                         '(0, 0.1) is refused as one of the [0, 1] scale.')
+    ATTACK_STEPS.add(group, type=int, nargs='+', default=None, metavar='N',
+                     help='Iterations (default: the protocol\'s or the attack\'s); with --attacks, several counts '
+                          'make a sweep (one run per attack when they share a step: see --separate-budgets).')
+    ATTACK_NORM.add(group, default=None, help='Threat-model norm (default: the protocol\'s or the attack\'s).')
+    ATTACK_TARGETED.add(group, action='store_true',
+                        help='With --attacks: targeted, the target uniform among the other classes.')
     for alias, dest, options in (('--eps', 'attack_eps', dict(type=pixel_budget)),
                                  ('--step', 'attack_step', dict(type=pixel_step)),
                                  ('--steps', 'attack_steps', dict(type=int, nargs='+')),
@@ -199,7 +220,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
     """Parse `argv`, with defaults from the ``-c`` YAML file if given (command-line values win).
 
     With a ``train_adv.py`` ``--checkpoint``, the data options it records are the defaults of those neither gives
-    (`recorded.take_recorded_data`; not for a protocol that runs on an out-of-distribution set); what was taken and
+    (`take_recorded_data`; not for a protocol that runs on an out-of-distribution set); what was taken and
     what was given against the record is kept as ``args.data_record``.
     """
     parser = get_args_parser(prog)
@@ -238,16 +259,6 @@ def _resolve_sanity(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         args.sanity = 'off'
     elif args.sanity is None:
         args.sanity = 'budget'
-
-
-def sanity_values(args: argparse.Namespace) -> Dict[str, int]:
-    """The probe options given on the command line, by `plan.SanityBudget` field: the budget keeps them."""
-    return {field: getattr(args, name) for name, field in SANITY_OPTIONS.items() if getattr(args, name) is not None}
-
-
-def ood_folder(args: argparse.Namespace, dataset: OODDataset) -> Optional[str]:
-    """The folder `dataset`'s option names (None when not given)."""
-    return getattr(args, dataset.option[2:].replace('-', '_'))
 
 
 def _runs_on_ood(args: argparse.Namespace) -> bool:
@@ -298,6 +309,30 @@ def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error(f'dataset {args.dataset or "folder"!r} needs --data-dir')
 
 
+def sanity_values(args: argparse.Namespace) -> Dict[str, int]:
+    """The probe options given on the command line, by `SanityBudget` field: the budget keeps them."""
+    return {field: getattr(args, name) for name, field in SANITY_OPTIONS.items() if getattr(args, name) is not None}
+
+
+def ood_folder(args: argparse.Namespace, dataset: OODDataset) -> Optional[str]:
+    """The folder `dataset`'s option names (None when not given)."""
+    return getattr(args, dataset.option[2:].replace('-', '_'))
+
+
+def take_recorded_data(parsed: argparse.Namespace, given: Collection[str]) -> DataRecord:
+    """The parser's step of `recorded_data`: set on the parsed command line `parsed` the data options of its
+    ``--checkpoint``'s record that the invocation does not give (`given`, as `parser.given_options`; a positional data
+    root counts as ``--data-dir``), so that its usage checks see them.
+
+    Raises:
+        ValueError: A damaged checkpoint file.
+    """
+    record = recorded_data(parsed.checkpoint, vars(parsed), set(given) | ({'data_dir'} if parsed.data else set()))
+    for dest, value in record.taken.items():
+        setattr(parsed, dest, value)
+    return record
+
+
 def eval_options(args: argparse.Namespace) -> EvalOptions:
     """The typed options of the evaluation `args` (as `parse_args` returns them) describe: all the library reads."""
     folders = {dataset.name: ood_folder(args, dataset) for dataset in OOD_DATASETS.values()}
@@ -331,3 +366,28 @@ def eval_options(args: argparse.Namespace) -> EvalOptions:
         outputs=OutputOptions(results_file=args.results_file, plot_dir=args.plot_dir, bn_layer=args.bn_layer,
                               resume_state=args.resume_state, overwrite=args.overwrite, config_file=args.config),
         plan_only=args.plan)
+
+
+def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
+    """Evaluate as `argv` says; returns the exit status (1: a sanity check failed under ``--strict-sanity``; a check
+    that did not run is no failure).
+
+    Bad input raises (see `run`).
+    """
+    args = parse_args(argv, prog=prog)
+    if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
+        setup_default_logging()
+    results = validate(eval_options(args))
+    if results is not None and args.strict_sanity and results.sanity_status == 'failed':
+        return 1
+    return 0
+
+
+def run(prog: str = PROG, argv: Optional[Sequence[str]] = None) -> int:
+    """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
+    return run_cli(lambda a: main(a, prog=prog), prog, argv)
+
+
+def console_main() -> None:
+    """The ``timm-advnorm-validate`` console command."""
+    sys.exit(run('timm-advnorm-validate'))

@@ -1,34 +1,60 @@
-"""Command-line arguments of `train_adv.py`: timm-style groups, an "Adversarial training" group of what every method
-shares (the method, its attack and the per-epoch robust validation), and one group per registered method ("Method
-mbn") holding the options that method declares (`AdversarialClassificationTask.add_args`).
+"""``timm-advnorm-train`` / ``train_adv.py`` / ``python -m timm_advnorm.train``: adversarial training of timm models,
+every method of the papers on timm's data, optimizers and `timm.task`.
 
-Config flows one way: a YAML file (``-c``) sets the parser's defaults, the command line overrides them (with
-``--resume``, both override the arguments the checkpoint records: `recorded`), and the script hands the namespace
-to the method's task class, which builds itself from it (`from_args`). The parser is importable so tests can drive
-it. Every registered method's options are on the parser whichever ``--method`` runs,
-so a config or command line that names another method's option is accepted, as it always was.
+Single process:  timm-advnorm-train -c digits_demo_mbn   (or python train_adv.py, python -m timm_advnorm.train)
+Many processes:  torchrun --nproc_per_node=8 -m timm_advnorm.train -c xie2020_mbn_resnet152 --data-dir /imagenet
+
+Each epoch validates clean and robust (PGD) top-1 — on the branches the method trains — and appends them, with
+the method's cost in forward+backward passes per image, to ``summary.csv`` in the run folder, after the epoch's
+checkpoints, which carry the row: a run killed in between is completed by its resume (`epoch_record`). A resume
+from an earlier checkpoint than the run's latest needs ``--resume-from-earlier``; one run folder trains in one
+process at a time (`run_lock`). SIGINT and SIGTERM stop the run with one line naming the checkpoint to resume from.
+
+Every argument is checked before the run folder is made. A non-finite loss or gradient stops the run (or, with
+``--skip-nonfinite N``, skips up to N such steps) and no checkpoint ever holds non-finite weights: ``last`` and
+``model_best`` stay the last good ones, to resume from.
+
+The run reads as three steps: parse (this module), build (`timm_advnorm.train.build`: device, model, method,
+optimizer, resumed state, EMA, data and schedule, its input checked by `train.checks`; ``--plan`` measures one step of
+the built run and stops there) and run (`build.prepare_training` counts the budget, wraps the task for distributed
+training and makes the validation attack; `train.runner` opens the run folder, `run_folder`, and runs the epoch loop).
+
+The arguments: timm-style groups, an "Adversarial training" group of what every method shares (the method, its attack
+and the per-epoch robust validation), and one group per registered method ("Method mbn") holding the options that
+method declares (`AdversarialClassificationTask.add_args`). Config flows one way: a YAML file (``-c``) sets the
+parser's defaults, the command line overrides them (with ``--resume``, both override the arguments the checkpoint
+records: `train.recorded`), and the build hands the namespace to the method's task class, which builds itself from it
+(`from_args`). The parser is importable so tests can drive it. Every registered method's options are on the parser
+whichever ``--method`` runs, so a config or command line that names another method's option is accepted, as it always
+was.
 """
 import argparse
+import logging
 import sys
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import yaml
-from timm.utils import ParseKwargs
+from timm.utils import ParseKwargs, setup_default_logging
 
 from ..arg_types import (
     finite_float, fraction, non_negative_float, non_negative_int, open_fraction, pixel_budget, positive_float,
-    positive_int, positive_pixel_step, probability, seed_int)
+    positive_int, positive_pixel_step, probability)
 from ..attacks import check_training_attack, training_attacks
 from ..attacks.pgd import CLEAN_START_MODES
-from ..cli import (
-    AMP_DTYPES, ArgumentParser, add_hidden_alias, add_preprocessing_args, given_options, parse_with_config)
 from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import TASKS, list_tasks
-from .distribute_bn import DIST_BN_MODES
-from .lr_scaling import LR_BASE_SCALES
-from .recorded import apply_recorded_args, read_recorded_args
+from ..train.build import build_training, plan_training, prepare_training
+from ..train.distribute_bn import DIST_BN_MODES
+from ..train.lr_scaling import LR_BASE_SCALES
+from ..train.recorded import apply_recorded_args, read_recorded_args
+from ..train.runner import run_training
+from .options import (
+    AMP, AMP_DTYPE, ATTACK_EPS, ATTACK_NORM, ATTACK_STEP, ATTACK_STEPS, ATTACK_TARGETED, BATCH_SIZE, CHANNELS_LAST,
+    CLASS_MAP, CONFIG, DATA_DIR, DATASET, DEVICE, MODEL, MODEL_KWARGS, NO_PROGRESS, NUM_CLASSES, NUM_SAMPLES, PIN_MEM,
+    PLAN, PRETRAINED, SEED, SKIP_BAD_IMAGES, VAL_SPLIT, WORKERS, add_preprocessing_args)
+from .parser import ArgumentParser, add_hidden_alias, given_options, parse_with_config, run_cli
 
-__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'AGC_CLIP_FACTOR']
+__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR']
 
 #: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
 #: (Brock et al., NFNets); without it AGC would silently clip nothing.
@@ -37,9 +63,9 @@ AGC_CLIP_FACTOR = 0.01
 
 def _model_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Model parameters')
-    group.add_argument('--model', default='test_mbn_resnet', type=str, metavar='MODEL',
-                       help='Registered model name, "hf-hub:org/name" or "local-dir:PATH" (default: test_mbn_resnet).')
-    group.add_argument('--pretrained', action='store_true', help='Start from the model\'s pretrained weights.')
+    MODEL.add(group, default='test_mbn_resnet', metavar='MODEL',
+              help='Registered model name, "hf-hub:org/name" or "local-dir:PATH" (default: test_mbn_resnet).')
+    PRETRAINED.add(group, help='Start from the model\'s pretrained weights.')
     group.add_argument('--initial-checkpoint', default='', type=str, metavar='PATH',
                        help='Start from these weights (no optimizer state): a checkpoint, .safetensors, export '
                             'folder, local-dir:PATH or hf-hub:org/name.')
@@ -64,16 +90,14 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
                        help='Let --resume change the recorded recipe: the changes are logged and written at the top '
                             'of the resumed run\'s args-resumed-epochN.yaml.')
     group.add_argument('--no-resume-opt', action='store_true', help='Do not restore the optimizer when resuming.')
-    group.add_argument('--num-classes', type=positive_int, default=None, metavar='N',
-                       help='Classes (default: from dataset).')
+    NUM_CLASSES.add(group, help='Classes (default: from dataset).')
     group.add_argument('--gp', default=None, type=str, metavar='POOL',
                        help='Global pool type (avg, max, avgmax, ...; default: the model\'s).')
     add_preprocessing_args(group, images='validation images')
     group.add_argument('--drop', type=fraction, default=0.0, metavar='PCT', help='Dropout rate.')
     group.add_argument('--drop-path', type=fraction, default=None, metavar='PCT', help='Drop-path rate.')
     group.add_argument('--drop-block', type=fraction, default=None, metavar='PCT', help='Drop-block rate.')
-    group.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
-                       help='Extra timm.create_model arguments, e.g. zero_init_last=False.')
+    MODEL_KWARGS.add(group, metavar='KEY=VALUE', help='Extra timm.create_model arguments, e.g. zero_init_last=False.')
     group.add_argument('--head-init-scale', type=finite_float, default=None, metavar='SCALE',
                        help='Scale the classifier head\'s initial weights.')
     group.add_argument('--head-init-bias', type=finite_float, default=None, metavar='BIAS',
@@ -88,7 +112,7 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
                        help='Without --sync-bn, after each epoch of distributed training: average ("reduce") or copy '
                             'from rank 0 ("broadcast") the BN running statistics of both mixture-BN branches, or '
                             'leave each process\'s ("") (default: reduce).')
-    group.add_argument('--channels-last', action='store_true', help='Use channels_last memory layout.')
+    CHANNELS_LAST.add(group, help='Use channels_last memory layout.')
     group.add_argument('--grad-checkpointing', action='store_true',
                        help='Enable gradient checkpointing through model blocks/stages')
     group.add_argument('--torchcompile', nargs='?', type=str, default=None, const='inductor',
@@ -99,38 +123,38 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
 
 def _data_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Dataset parameters')
-    group.add_argument('--dataset', default='digits', type=str, metavar='NAME',
-                       help='"digits" or "mnist5k" (built in, no download) or any timm dataset name / "" for an '
-                            'image folder.')
-    group.add_argument('--data-dir', default=None, type=str, metavar='DIR', help='Dataset root (or digits cache).')
+    DATASET.add(group, default='digits',
+                help='"digits" or "mnist5k" (built in, no download) or any timm dataset name / "" for an '
+                     'image folder.')
+    DATA_DIR.add(group, help='Dataset root (or digits cache).')
     group.add_argument('--train-split', default='train', type=str, metavar='NAME', help='Training split.')
-    group.add_argument('--val-split', default='validation', type=str, metavar='NAME', help='Validation split.')
+    VAL_SPLIT.add(group, help='Validation split.')
     group.add_argument('--dataset-download', action='store_true',
                        help='Allow timm to download torch/ and tfds/ datasets that support it.')
-    group.add_argument('--class-map', default='', type=str, metavar='FILENAME',
-                       help='Class-to-index mapping file of both splits (default: the training split\'s folder names, '
-                            'sorted; the validation split must have the same class folders).')
-    group.add_argument('--skip-bad-images', action='store_true',
-                       help='Every image of both splits is decoded before the first step; a file that fails (corrupt, '
-                            'truncated, not an image) is an error naming it, as timm\'s loader would silently load the '
-                            'next image in its place. With this flag such files are left out, with a warning naming '
-                            'them.')
+    CLASS_MAP.add(group,
+                  help='Class-to-index mapping file of both splits (default: the training split\'s folder names, '
+                       'sorted; the validation split must have the same class folders).')
+    SKIP_BAD_IMAGES.add(group,
+                        help='Every image of both splits is decoded before the first step; a file that fails (corrupt, '
+                             'truncated, not an image) is an error naming it, as timm\'s loader would silently load '
+                             'the next image in its place. With this flag such files are left out, with a warning naming '
+                             'them.')
     group.add_argument('--input-key', default=None, type=str, metavar='NAME',
                        help='Image field of hfds/ and wds/ datasets.')
     group.add_argument('--target-key', default=None, type=str, metavar='NAME',
                        help='Label field of hfds/ and wds/ datasets.')
     group.add_argument('--dataset-trust-remote-code', action='store_true',
                        help='Allow Hugging Face datasets to run their own loading code.')
-    group.add_argument('-b', '--batch-size', type=positive_int, default=64, metavar='N',
-                       help='Training batch size per process (Fast AdvProp: the clean rows; the loader adds the '
-                            'attacked share).')
+    BATCH_SIZE.add(group, default=64,
+                   help='Training batch size per process (Fast AdvProp: the clean rows; the loader adds the '
+                        'attacked share).')
     group.add_argument('-vb', '--validation-batch-size', type=positive_int, default=None, metavar='N',
                        help='Validation batch size (default: batch size).')
     group.add_argument('--grad-accum-steps', type=positive_int, default=1, metavar='N',
                        help='Batches whose gradients make one optimizer update; the attack runs on each '
                             '(default: 1).')
-    group.add_argument('-j', '--workers', type=non_negative_int, default=2, metavar='N', help='Data-loading workers.')
-    group.add_argument('--pin-mem', action='store_true', help='Pin the loaders\' CPU memory (faster copies to GPU).')
+    WORKERS.add(group, default=2, help='Data-loading workers.')
+    PIN_MEM.add(group, help='Pin the loaders\' CPU memory (faster copies to GPU).')
     group.add_argument('--worker-seeding', type=str, default='all', choices=('all', 'part'),
                        help='Seeding of the data-loading workers (timm\'s; default: all).')
     group.add_argument('--hflip', type=probability, default=0.5, help='Horizontal flip probability.')
@@ -266,18 +290,17 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
                             f'the options below that it has: fgsm is one step of --attack-step (Wong et al.: 1.25 '
                             f'× --attack-eps) and ignores --attack-steps and --attack-step-rule (the run records 1 '
                             f'and fixed). (default: pgd)')
-    group.add_argument('--attack-eps', type=pixel_budget, default=16.0,
-                       help='Attack budget on the 0-255 scale: 16 means 16/255 (a value in (0, 1) is refused as one '
-                            'of the [0, 1] scale).')
-    group.add_argument('--attack-step', type=positive_pixel_step, default=1.0,
-                       help='Attack step size on the 0-255 scale (a value below 0.1 is refused as one of the [0, 1] '
-                            'scale).')
-    group.add_argument('--attack-steps', type=positive_int, default=30, help='Attack iterations (PGD-N).')
-    group.add_argument('--attack-norm', default='linf', choices=('linf', 'l2'),
-                       help='Threat model (Fast AdvProp: linf only).')
-    group.add_argument('--attack-targeted', action=argparse.BooleanOptionalAction, default=True,
-                       help='Targeted attack, target uniform among the other classes (Xie & Yuille). Not for Fast '
-                            'AdvProp, whose PGD is untargeted from a random start with batch statistics.')
+    ATTACK_EPS.add(group, default=16.0,
+                   help='Attack budget on the 0-255 scale: 16 means 16/255 (a value in (0, 1) is refused as one '
+                        'of the [0, 1] scale).')
+    ATTACK_STEP.add(group, type=positive_pixel_step, default=1.0,
+                    help='Attack step size on the 0-255 scale (a value below 0.1 is refused as one of the [0, 1] '
+                         'scale).')
+    ATTACK_STEPS.add(group, type=positive_int, default=30, help='Attack iterations (PGD-N).')
+    ATTACK_NORM.add(group, default='linf', help='Threat model (Fast AdvProp: linf only).')
+    ATTACK_TARGETED.add(group, action=argparse.BooleanOptionalAction, default=True,
+                        help='Targeted attack, target uniform among the other classes (Xie & Yuille). Not for Fast '
+                             'AdvProp, whose PGD is untargeted from a random start with batch statistics.')
     group.add_argument('--attack-clean-start-prob', type=probability, default=0.2,
                        help='Probability that an attack starts from the clean image instead of a random start '
                             '(not for Fast AdvProp).')
@@ -304,8 +327,8 @@ def _adversarial_group(parser: argparse.ArgumentParser) -> None:
                        help='Robust-eval step (default: attack-step).')
     group.add_argument('--val-attack-targeted', action=argparse.BooleanOptionalAction, default=None,
                        help='Targeted robust eval (default: as training).')
-    group.add_argument('--num-samples', type=positive_int, default=None, metavar='N',
-                       help='Robust-evaluate a fixed seeded subset of N validation images (default: all).')
+    NUM_SAMPLES.add(group, type=positive_int, default=None,
+                    help='Robust-evaluate a fixed seeded subset of N validation images (default: all).')
     add_hidden_alias(parser, group, '--val-samples', 'num_samples', type=positive_int)
 
 
@@ -349,13 +372,13 @@ def _method_groups(parser: argparse.ArgumentParser) -> None:
 
 def _misc_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Miscellaneous')
-    group.add_argument('--seed', type=seed_int, default=42, metavar='S', help='Random seed.')
-    group.add_argument('--device', default=None, type=str, help='Device (default: cuda if available, else cpu).')
-    group.add_argument('--amp', action='store_true', help='Autocast (--amp-dtype) for training and attacks.')
-    group.add_argument('--amp-dtype', default='bfloat16', choices=list(AMP_DTYPES),
-                       help='Autocast dtype with --amp. float16 trains with a loss scaler and scales the attacks\' '
-                            'losses (their input gradients would underflow); timm\'s default is float16, ours '
-                            'bfloat16, which needs neither.')
+    SEED.add(group, help='Random seed.')
+    DEVICE.add(group, default=None, help='Device (default: cuda if available, else cpu).')
+    AMP.add(group, help='Autocast (--amp-dtype) for training and attacks.')
+    AMP_DTYPE.add(group,
+                  help='Autocast dtype with --amp. float16 trains with a loss scaler and scales the attacks\' '
+                       'losses (their input gradients would underflow); timm\'s default is float16, ours '
+                       'bfloat16, which needs neither.')
     group.add_argument('--model-ema', action='store_true', help='Keep an exponential moving average of weights.')
     group.add_argument('--model-ema-decay', type=open_fraction, default=0.9998, help='EMA decay.')
     group.add_argument('--model-ema-warmup', action='store_true', help='Warm the EMA decay up over the first updates.')
@@ -369,9 +392,9 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
                        help='Write a recovery checkpoint every N optimizer updates (0: never).')
     group.add_argument('--log-interval', type=non_negative_int, default=50, metavar='N',
                        help='Batches between log lines.')
-    group.add_argument('--no-progress', action='store_true',
-                       help='No progress bars over the training batches and the validations (shown only on a terminal, '
-                            'not under CI).')
+    NO_PROGRESS.add(group,
+                    help='No progress bars over the training batches and the validations (shown only on a terminal, '
+                         'not under CI).')
     group.add_argument('--log-wandb', action='store_true',
                        help='Log each epoch\'s summary.csv row and the run\'s budget to Weights & Biases '
                             '(pip install "timm-advnorm[wandb]"; WANDB_MODE=offline logs without a network).')
@@ -380,9 +403,9 @@ def _misc_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--wandb-tags', default=[], type=str, nargs='*', metavar='TAG', help='Weights & Biases tags.')
     group.add_argument('--wandb-resume-id', default='', type=str, metavar='ID',
                        help='Continue this Weights & Biases run (with --resume).')
-    group.add_argument('--plan', action='store_true',
-                       help='Do not train: build the run, measure one training step on this device and print the '
-                            'run\'s budget (passes, FLOPs, peak memory, projected time).')
+    PLAN.add(group,
+             help='Do not train: build the run, measure one training step on this device and print the '
+                  'run\'s budget (passes, FLOPs, peak memory, projected time).')
     group.add_argument('--world-size', dest='plan_world_size', type=positive_int, default=None, metavar='N',
                        help='With --plan: project the run to N processes, each on a device like this one (default: '
                             'the processes of this launch).')
@@ -404,9 +427,9 @@ class _ListRecipes(argparse.Action):
 def get_args_parser(prog: str = 'timm-advnorm-train') -> ArgumentParser:
     """The command-line parser (importable, so tests and wrappers can drive it)."""
     parser = ArgumentParser(prog=prog, description='Adversarial training of timm models (timm-advnorm).')
-    parser.add_argument('-c', '--config', default='', type=str, metavar='FILE',
-                        help='YAML file of argument defaults (keys as the long options, with underscores), or the '
-                             'name of a packaged recipe (see --list-recipes); command-line values win.')
+    CONFIG.add(parser,
+               help='YAML file of argument defaults (keys as the long options, with underscores), or the '
+                    'name of a packaged recipe (see --list-recipes); command-line values win.')
     parser.add_argument('--list-recipes', action=_ListRecipes, help='List the packaged recipes and exit.')
     for add_group in (_model_group, _data_group, _optim_group, _adversarial_group, _method_groups, _misc_group):
         add_group(parser)
@@ -433,3 +456,27 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
     if args.clip_mode == 'agc' and args.clip_grad is None:
         args.clip_grad = AGC_CLIP_FACTOR
     return args, yaml.safe_dump(vars(args), default_flow_style=False)
+
+
+def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> int:
+    """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
+    if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
+        setup_default_logging()
+    args, args_text = parse_args(argv, prog=prog)
+    training = build_training(args, args_text)
+    if args.plan:  # one measured step, on the task before it is wrapped for distributed training
+        budget = plan_training(training)
+        if args.rank == 0:
+            print(budget.format())
+        return 0
+    return run_training(training, prepare_training(training))
+
+
+def run(prog: str = 'timm-advnorm-train', argv: Optional[List[str]] = None) -> int:
+    """Command-line entry: `main`, with bad input reported as one line and exit status 2."""
+    return run_cli(lambda a: main(a, prog=prog), prog, argv)
+
+
+def console_main() -> None:
+    """The ``timm-advnorm-train`` console command."""
+    sys.exit(run('timm-advnorm-train'))

@@ -1,0 +1,58 @@
+"""One robust evaluation from its typed options, as ``timm-advnorm-validate`` runs it
+(`timm_advnorm.commands.validate` parses its arguments into them): build, run, gather the records of every rank, assemble and report.
+
+SIGINT and SIGTERM stop it with one line that says what the ``--resume-state`` file keeps and how to resume.
+"""
+import time
+from typing import Optional
+
+from ..signals import Interrupted
+from .assemble import assemble_results
+from .build import build_evaluation
+from .distributed import cleanup_distributed, gather_records, init_distributed
+from .options import EvalOptions
+from .records import ResultTable
+from .report import check_outputs, log_results, write_outputs
+from .runner import evaluate_runs, plan_title
+from .schema import EvalResults
+from .state import EvalState
+
+__all__ = ['validate']
+
+
+def _resume_hint(state: Optional[EvalState]) -> str:
+    """How an interrupted evaluation goes on, for its one line."""
+    if state is None:
+        return ('while evaluating: nothing is kept without --resume-state FILE, which lets a long evaluation resume '
+                'where it stopped')
+    return (f'while evaluating: {len(state)} finished record(s) are kept in {state.path}; run the same command again '
+            f'to resume')
+
+
+def validate(options: EvalOptions) -> Optional[EvalResults]:
+    """Run the evaluation `options` describe; returns its results on rank 0 (None on other ranks, and under
+    ``--plan``, which prints the plan with the time its first batch projects and evaluates nothing else)."""
+    started = time.perf_counter()
+    dist_info = init_distributed(options.runtime.device)
+    check_outputs(options, dist_info)
+    setup = build_evaluation(options, dist_info)
+
+    try:
+        outcome = evaluate_runs(options, setup, dist_info, first_batch_only=options.plan_only)
+    except Interrupted as e:
+        raise e.with_detail(_resume_hint(setup.state)) from e
+    if options.plan_only:
+        cleanup_distributed(dist_info)
+        if dist_info.is_primary:
+            print(outcome.cost.format(plan_title(options, setup, dist_info)))
+        return None
+    records = gather_records(outcome.records, dist_info)
+    cleanup_distributed(dist_info)
+    if not dist_info.is_primary:
+        return None
+
+    results = assemble_results(options, setup, ResultTable(records), outcome, dist_info.world_size, started)
+    outputs = write_outputs(options.outputs, results, setup.bn_stats)
+    log_results(results)
+    outputs.check_nothing_kept()
+    return results
