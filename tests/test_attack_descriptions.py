@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 from timm_advnorm.attacks import PGD, BudgetScaleWarning, InputSpace, PixelBudget, create_attack
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval.describe import describe_attack
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import get_protocol, override_protocol, protocol_from_attacks, stepping

@@ -11,7 +11,8 @@ import pytest
 
 from timm_advnorm.data import digits as digits_module
 from timm_advnorm.data import prepare_digits
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
+from timm_advnorm.eval import validate as eval_validate
 from timm_advnorm.eval.results import OutputFiles, check_writable, kept_name
 from timm_advnorm.hub import staged_folder
 
@@ -104,13 +105,13 @@ def test_two_evaluations_racing_for_one_results_file_keep_both(digits_dir, tmp_p
     """Both runs pass the up-front check and evaluate; the first to publish takes the names, the other exits 2 and
     says where it kept its results, under tagged names that keep its files a set."""
     barrier = threading.Barrier(2, timeout=BARRIER_TIMEOUT)
-    gather = validate_adv.gather_records
+    gather = eval_validate.gather_records
 
     def gather_then_wait(records, info):
         barrier.wait()  # both evaluations done, neither has written
         return gather(records, info)
 
-    monkeypatch.setattr(validate_adv, 'gather_records', gather_then_wait)
+    monkeypatch.setattr(eval_validate, 'gather_records', gather_then_wait)
     out = tmp_path / 'out'
     # --no-fold-bn: BN folding traces the model with torch.fx, which patches nn.Module.__call__ process-wide while it
     # traces, so two evaluations in threads of one process would trip each other (runs are processes: they do not)

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import PGD, InputSpace
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval.data import IndexedSubset, seeded_subset
 from timm_advnorm.eval.evaluator import RobustEvaluator
 from timm_advnorm.eval.plan import build_plan
@@ -159,7 +159,7 @@ def test_a_xie2020_run_writes_both_numbers_and_its_card_names_them(digits_dir, t
     argv = ['--model', 'test_mbn_resnet', '--dataset', 'digits', '--data-dir', str(digits_dir), '--num-samples', '8',
             '-b', '8', '-j', '0', '--sanity-samples', '0', '--protocol', 'xie2020', '--reduced', '--max-steps', '2',
             '--no-progress', '--results-file', str(tmp_path / 'results.json')]
-    validate_adv.validate(validate_adv.parse_args(argv))
+    validate_adv.validate(validate_adv.eval_options(validate_adv.parse_args(argv)))
     results = read_results(tmp_path / 'results.json')
     assert results.robust_top1 <= results.robust_top1_last_iterate
     assert set(results.conventions) == {'robust_top1', 'robust_top1_last_iterate'}

@@ -14,7 +14,7 @@ from torchvision.transforms import ToTensor
 
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.eval import ood
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval.data import IndexedSubset
 from timm_advnorm.eval.evaluator import RobustEvaluator
 from timm_advnorm.eval.ood import (

@@ -10,7 +10,7 @@ import timm
 import torch
 
 from timm_advnorm.eval import runner
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval.cost import Passes, count_cost, stage_passes
 from timm_advnorm.eval.metrics import THICKNESS_POINTS, thickness_attack
 from timm_advnorm.eval.plan import SANITY_PROBES, build_plan

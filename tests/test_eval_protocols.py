@@ -12,7 +12,7 @@ from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (
     PROTOCOLS, AttackSpec, Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks,
     reduce_protocol, register_protocol, resolve_eps, unregister_protocol)
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
 
 
 def _cli_protocol(*argv):

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval.schema import EvalResults, read_results
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -17,7 +17,7 @@ def test_the_results_file_is_the_schema_written_and_reads_back_key_for_key(digit
     argv = ['--model', 'test_mbn_resnet', '--dataset', 'digits', '--data-dir', str(digits_dir), '--num-samples', '8',
             '-b', '8', '-j', '0', '--sanity-samples', '8', '--sanity-steps', '2', '--sanity-queries', '5', '--reduced',
             '--no-progress', '--results-file', str(tmp_path / 'results.json'), *extra]
-    returned = validate_adv.validate(validate_adv.parse_args(argv))
+    returned = validate_adv.validate(validate_adv.eval_options(validate_adv.parse_args(argv)))
     text = (tmp_path / 'results.json').read_text()
     assert json.dumps(returned.to_dict(), indent=2) + '\n' == text
     read = read_results(tmp_path / 'results.json')

@@ -17,10 +17,11 @@ import yaml
 
 from snapshots import folder_snapshot
 from tiny_runs import tiny_digits, tiny_train_argv
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.commands.publish import run as run_publish
-from timm_advnorm.train import runner, script
+from timm_advnorm.commands import train as train_command
 from timm_advnorm.commands.train import main, run
+from timm_advnorm.train import runner
 
 RECIPE = ('--epochs', '2', '--attack-eps', '8', '--lr', '0.02', '--img-size', '16')
 
@@ -57,8 +58,8 @@ def folder(stopped_run, tmp_path) -> Path:
 def _built(monkeypatch, argv: List[str]):
     """Build the run `argv` describes as the command would, and stop before it trains: its `TrainingRun`."""
     built = []
-    monkeypatch.setattr(script, 'prepare_training', lambda training: None)
-    monkeypatch.setattr(script, 'run_training', lambda training, start: built.append(training) or 0)
+    monkeypatch.setattr(train_command, 'prepare_training', lambda training: None)
+    monkeypatch.setattr(train_command, 'run_training', lambda training, start: built.append(training) or 0)
     assert main(argv) == 0
     return built[0]
 

@@ -18,7 +18,8 @@ from timm_advnorm.attacks import FGSM, PGD, InputSpace
 from timm_advnorm.task import (
     TASKS, AdversarialClassificationTask, FastAdvPropTask, MethodOptions, MixedTask, VanillaTask, get_task_class,
     list_tasks, option, register_task, unregister_task)
-from timm_advnorm.train import loop, script
+from timm_advnorm.commands import train as script
+from timm_advnorm.train import loop
 from timm_advnorm.commands.train import get_args_parser, parse_args
 from timm_advnorm.train.build import create_run_task
 

@@ -18,7 +18,7 @@ from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.augment import DeepAugment
 from timm_advnorm.task import NofrostTask, create_task
 from timm_advnorm.task.nofrost_star import NofrostStarTask, deepaugment_passes, normalized_view_weights
-from timm_advnorm.train import script
+from timm_advnorm.commands import train as script
 from timm_advnorm.commands.train import get_args_parser, parse_args
 from timm_advnorm.train.build import create_run_task, task_options
 

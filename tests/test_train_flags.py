@@ -17,7 +17,8 @@ from timm.data.transforms import RandomResizedCropAndInterpolation
 from torchvision import transforms
 
 from timm_advnorm.hub import create_model_from_name_or_checkpoint
-from timm_advnorm.train import build, script
+from timm_advnorm.commands import train as script
+from timm_advnorm.train import build
 from timm_advnorm.commands.train import parse_args
 from timm_advnorm.train.optimization import create_run_scheduler, epoch_schedule
 from tiny_runs import tiny_digits, tiny_train_argv

@@ -16,7 +16,7 @@ from timm_advnorm.eval.protocols import get_protocol  # importing the package al
 from timm_advnorm.layers import mixture_bn_modules
 
 from timm_advnorm.eval import build, report, runner
-from timm_advnorm.eval import script as validate_adv
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.commands.validate import eval_options
 
 REPO = Path(__file__).resolve().parents[1]
@@ -224,7 +224,7 @@ def test_an_interrupted_run_resumes_from_its_state_file(digits_dir, tmp_path):
     assert _pop_timings(resumed) == _pop_timings(full)
     assert resumed == full
     with pytest.raises(ValueError, match='different evaluation'):
-        validate_adv.validate(validate_adv.parse_args(argv + ['--seed', '1']))
+        validate_adv.validate(validate_adv.eval_options(validate_adv.parse_args(argv + ['--seed', '1'])))
 
 
 def test_a_pgd_sweep_runs_once_and_its_accuracy_never_rises_with_iterations(digits_dir, tmp_path, checkpoint):
@@ -247,7 +247,8 @@ def test_a_pgd_sweep_runs_once_and_its_accuracy_never_rises_with_iterations(digi
     assert attacks['pgd-t-500']['label'] == 'pgd-t-8' and attacks['pgd-t-2000']['label'] == 'pgd-t-13'
     assert attacks['pgd-t-500']['success_rate'] <= attacks['pgd-t-2000']['success_rate']
     with pytest.raises(ValueError, match='different evaluation'):
-        validate_adv.validate(validate_adv.parse_args(argv + ['--separate-budgets', '--overwrite']))
+        separate = validate_adv.parse_args(argv + ['--separate-budgets', '--overwrite'])
+        validate_adv.validate(validate_adv.eval_options(separate))
 
 
 def test_steps_sweep_of_an_attack_list(digits_dir, tmp_path, checkpoint):
@@ -476,7 +477,7 @@ def test_resume_refuses_other_weights_at_the_same_path_and_other_settings(digits
                (['--dataset', '', '--data-dir', str(digits_dir / 'digits-32px')], 'data_dir, dataset')]
     for extra, differs in changes:
         with pytest.raises(ValueError, match=f'different evaluation .*{differs}'):
-            validate_adv.validate(validate_adv.parse_args(argv + extra))
+            validate_adv.validate(validate_adv.eval_options(validate_adv.parse_args(argv + extra)))
     save(1)  # the same path, other weights
     capsys.readouterr()
     assert _run(argv) == 2
