@@ -276,12 +276,11 @@ class APGDCE(_APGD):
     """APGD on the cross-entropy (see `apgd`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         steps: Iterations (100).
         n_restarts: Random restarts (1).
         rho: Checkpoint threshold (0.75).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     loss = 'ce'
@@ -303,13 +302,12 @@ class APGDT(EvalAttack):
     Without explicit targets it tries the 9 classes ranked 2nd to 10th by the clean logits, not random targets.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         steps: Iterations per target class (100).
         n_target_classes: Target classes tried (9).
         n_restarts: Random restarts per target class (1).
         rho: Checkpoint threshold (0.75).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 4.0

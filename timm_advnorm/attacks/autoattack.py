@@ -148,13 +148,12 @@ class AutoAttack(EvalAttack):
     """AutoAttack (see `autoattack`); defaults: the standard version at RobustBench's ImageNet ε=4/255.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         attacks: Components in order (APGD-CE, APGD-T, FAB-T, Square).
         steps: APGD / FAB iterations (100).
         n_target_classes: APGD-T / FAB-T target classes (9).
         n_queries: Square queries (5000).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 4.0

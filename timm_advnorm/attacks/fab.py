@@ -204,13 +204,12 @@ class FABT(EvalAttack):
     """Targeted FAB, L∞ (see `fab_targeted`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         steps: Iterations per target class (100).
         n_target_classes: Target classes tried (9).
         n_restarts: Restarts per target class (1).
         alpha_max, eta, beta: FAB's step parameters (0.1, 1.05, 0.9).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 4.0

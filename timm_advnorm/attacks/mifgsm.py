@@ -89,12 +89,11 @@ class MIFGSM(EvalAttack):
     """MI-FGSM, L∞ (see `mifgsm`); defaults: Dong et al. (10 iterations, μ=1, α=ε/T) at NoFrost's ε=8.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (8).
         steps: Iterations (10; NoFrost evaluates 20).
         step: Step on the 0-255 scale (default ``eps / steps``).
         decay: Momentum decay (1.0).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 8.0

@@ -157,13 +157,12 @@ class Square(EvalAttack):
     """Square attack, L∞ (see `square`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         n_queries: Forward passes per sample (5000).
         p_init: Initial square area fraction (0.8).
         n_restarts: Restarts (1).
         rescale_schedule: Rescale the p schedule to `n_queries` (False, as AutoAttack).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 4.0
