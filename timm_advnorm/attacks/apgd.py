@@ -25,10 +25,10 @@ from typing import ClassVar, List, Optional
 import torch
 import torch.nn as nn
 
-from .base import attack_dataclass, hard_labels, project, random_linf_surface
-from .core import cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
+from .base import attack_dataclass, attack_inputs, project, random_linf_surface
+from .core import cross_entropy_per_sample, input_gradient
 from .best_iterate import BestIterate
-from .eval_attack import EvalAttack, forward_logits, target_rounds
+from .eval_attack import EvalAttack, clean_record, target_restarts
 from .losses import dlr_loss, targeted_dlr_loss
 from .registry import register_attack
 from .space import InputSpace
@@ -79,8 +79,7 @@ def _apgd_run(
     """
     x_adv = space.clamp(x + radius * random_linf_surface(x, generator))
     grad, logits, loss = input_gradient(model, x_adv, goal, loss_fn, autocast_dtype)
-    fooled = is_clearly_fooled(logits, labels, hit_targets, autocast_dtype)
-    best.update(rows, x_adv, fooled, loss, fooling_tier(logits, labels, hit_targets))
+    fooled = best.update_from_logits(rows, x_adv, logits, labels, loss, hit_targets, autocast_dtype)
 
     checkpoints = apgd_checkpoints(steps)
     history = loss.new_zeros(steps + 1, x.shape[0])  # history[j]: loss at iterate j, iterate 0 the start
@@ -106,8 +105,8 @@ def _apgd_run(
                              s['x'], space, radius)
         s['x_prev'], s['x_adv'] = s['x_adv'], x_next
         s['grad'], logits, loss = input_gradient(model, x_next, s['goal'], loss_fn, autocast_dtype)
-        fooled = is_clearly_fooled(logits, s['labels'], s.get('hit_targets'), autocast_dtype)
-        best.update(s['rows'], x_next, fooled, loss, fooling_tier(logits, s['labels'], s.get('hit_targets')))
+        fooled = best.update_from_logits(s['rows'], x_next, logits, s['labels'], loss, s.get('hit_targets'),
+                                         autocast_dtype)
         history[i + 1] = loss
 
         improved = loss > s['loss_best']
@@ -183,17 +182,15 @@ def apgd(
     _check_config(eps, steps, n_restarts, rho)
     if loss not in APGD_LOSSES:
         raise ValueError(f'loss must be one of {tuple(APGD_LOSSES)}, got {loss!r}.')
-    x_in, labels = x.detach(), hard_labels(y)
-    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    radius = space.linf_budget(eps, x).to(x.dtype)
-    clean_logits = forward_logits(model, x, autocast_dtype)
+    x, labels, dtype = attack_inputs(x, y)
+    radius = space.linf_budget(eps, x)
+    clean_logits, best = clean_record(model, x, labels, autocast_dtype=autocast_dtype)
     if loss == 'dlr' and clean_logits.shape[1] < 3:
         raise ValueError(f'The DLR loss needs at least 3 classes, got {clean_logits.shape[1]}.')
-    best = BestIterate(x, is_clearly_fooled(clean_logits, labels, autocast_dtype=autocast_dtype))
     for rows in best.restarts(n_restarts):
         _apgd_run(model, x[rows], rows, best, labels[rows], labels[rows], APGD_LOSSES[loss], None, space, radius,
                   steps, rho, momentum, generator, autocast_dtype)
-    return best.x.to(x_in.dtype)
+    return best.x.to(dtype)
 
 
 def apgd_targeted(
@@ -239,21 +236,17 @@ def apgd_targeted(
         ...     x_adv = apgd_targeted(model, x, y, space=space, eps=4, n_target_classes=9)
     """
     _check_config(eps, steps, n_restarts, rho)
-    x_in, labels = x.detach(), hard_labels(y)
-    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    radius = space.linf_budget(eps, x).to(x.dtype)
-    clean_logits = forward_logits(model, x, autocast_dtype)
+    x, labels, dtype = attack_inputs(x, y)
+    radius = space.linf_budget(eps, x)
+    clean_logits, best = clean_record(model, x, labels, targets, autocast_dtype)
     num_classes = clean_logits.shape[1]
     if num_classes < 4:
         raise ValueError(f'The targeted DLR loss needs at least 4 classes, got {num_classes}.')
-    best = BestIterate(x, is_clearly_fooled(clean_logits, labels, targets, autocast_dtype))
-    for target_all, must_hit in target_rounds(clean_logits, labels, targets, n_target_classes):
-        for rows in best.restarts(n_restarts):
-            target = target_all[rows]
-            _apgd_run(model, x[rows], rows, best, labels[rows], torch.stack([labels[rows], target], dim=1),
-                      targeted_dlr_loss, target if must_hit else None, space, radius, steps, rho, momentum,
-                      generator, autocast_dtype)
-    return best.x.to(x_in.dtype)
+    for _, rows, labels_and_targets, hit in target_restarts(
+            best, clean_logits, labels, targets, n_target_classes, n_restarts):
+        _apgd_run(model, x[rows], rows, best, labels[rows], labels_and_targets, targeted_dlr_loss, hit, space, radius,
+                  steps, rho, momentum, generator, autocast_dtype)
+    return best.x.to(dtype)
 
 
 #: How APGD steps (`Attack.step_description`): no size of its own, it adapts.
@@ -283,12 +276,11 @@ class APGDCE(_APGD):
     """APGD on the cross-entropy (see `apgd`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         steps: Iterations (100).
         n_restarts: Random restarts (1).
         rho: Checkpoint threshold (0.75).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     loss = 'ce'
@@ -310,13 +302,12 @@ class APGDT(EvalAttack):
     Without explicit targets it tries the 9 classes ranked 2nd to 10th by the clean logits, not random targets.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         steps: Iterations per target class (100).
         n_target_classes: Target classes tried (9).
         n_restarts: Random restarts per target class (1).
         rho: Checkpoint threshold (0.75).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 4.0

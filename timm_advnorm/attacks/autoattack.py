@@ -15,9 +15,9 @@ import torch
 import torch.nn as nn
 
 from .apgd import apgd, apgd_targeted
-from .base import attack_dataclass, hard_labels
+from .base import attack_dataclass, attack_inputs, forward_logits
 from .core import attack_context, is_clearly_fooled, is_fooled
-from .eval_attack import EvalAttack, forward_logits
+from .eval_attack import EvalAttack
 from .fab import fab_targeted
 from .fold_bn import fold_batchnorm
 from .registry import register_attack
@@ -114,8 +114,7 @@ def autoattack(
         >>> robust_accuracy = result.robust_accuracy_after('square')
     """
     attacks = _check_attacks(attacks)
-    x_in, labels = x.detach(), hard_labels(y)
-    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
+    x, labels, dtype = attack_inputs(x, y)
     fooled, clearly = _fooling(model, x, labels, autocast_dtype)
     fooled_by = torch.where(fooled, 0, -1)
     x_adv = x.clone()
@@ -132,7 +131,7 @@ def autoattack(
         fooled_by[rows[out_fooled & ~fooled[rows]]] = stage
         fooled[rows] |= out_fooled
         clearly[rows] |= out_clearly
-    return AutoAttackResult(x_adv.to(x_in.dtype), fooled_by, ('clean',) + attacks)
+    return AutoAttackResult(x_adv.to(dtype), fooled_by, ('clean',) + attacks)
 
 
 def _fooling(model: nn.Module, x: torch.Tensor, labels: torch.Tensor,
@@ -149,13 +148,12 @@ class AutoAttack(EvalAttack):
     """AutoAttack (see `autoattack`); defaults: the standard version at RobustBench's ImageNet ε=4/255.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         attacks: Components in order (APGD-CE, APGD-T, FAB-T, Square).
         steps: APGD / FAB iterations (100).
         n_target_classes: APGD-T / FAB-T target classes (9).
         n_queries: Square queries (5000).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 4.0

@@ -15,20 +15,20 @@ import logging
 import math
 import typing
 from dataclasses import KW_ONLY, Field, dataclass, fields
-from typing import Any, Callable, ClassVar, Dict, Iterable, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, ClassVar, Dict, Iterable, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from .core import BN_STATS, attack_context, random_targets
+from .core import BN_STATS, LossFn, attack_context, input_gradient, random_targets
 from .fold_bn import BatchNormFolder
 from .space import InputSpace, check_budget_scale
 
 __all__ = [
     'Attack', 'attack_dataclass', 'NORMS', 'STEP_DIRECTIONS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project',
     'random_linf_start', 'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
-    'num_classes_of', 'forward_logits', 'iterations',
+    'num_classes_of', 'forward_logits', 'evaluate_iterate', 'AttackInputs', 'attack_inputs', 'iterations',
 ]
 
 _logger = logging.getLogger(__name__)
@@ -174,6 +174,43 @@ def forward_logits(model: nn.Module, x: torch.Tensor, autocast_dtype: Optional[t
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
+def evaluate_iterate(
+        model: nn.Module,
+        x: torch.Tensor,
+        target: torch.Tensor,
+        loss_fn: LossFn,
+        autocast_dtype: Optional[torch.dtype] = None,
+        gradient: bool = True,
+) -> Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """``(grad, logits, per-sample loss)`` at `x`, as `core.input_gradient` returns them; without `gradient`, from one
+    forward without gradients and with ``grad`` None: the last iterate of a loop, scored but never stepped from."""
+    if gradient:
+        return input_gradient(model, x, target, loss_fn, autocast_dtype)
+    logits = forward_logits(model, x, autocast_dtype)
+    return None, logits, loss_fn(logits, target)
+
+
+class AttackInputs(NamedTuple):
+    """The inputs of an attack's functional core as its iterations use them (`attack_inputs`).
+
+    Attributes:
+        x: The clean inputs, detached and in fp32 at least (fp64 stays fp64), so that perturbations, projections and
+            losses keep their precision whatever the caller's dtype.
+        labels: Class indices (B,): the labels, or the argmax of soft targets.
+        dtype: The caller's dtype, the dtype of what the attack returns.
+    """
+
+    x: torch.Tensor
+    labels: torch.Tensor
+    dtype: torch.dtype
+
+
+def attack_inputs(x: torch.Tensor, y: torch.Tensor) -> AttackInputs:
+    """`AttackInputs` of inputs `x` and labels or soft targets `y`: what every attack core starts from."""
+    x_in = x.detach()
+    return AttackInputs(x_in.to(torch.promote_types(x_in.dtype, torch.float32)), hard_labels(y), x_in.dtype)
+
+
 def iterations(total: int, desc: str, show: bool) -> Iterable[int]:
     """``range(total)`` behind a transient tqdm bar when `show` (a person watching a long attack)."""
     return tqdm(range(total), desc=desc, unit='it', leave=False, dynamic_ncols=True, disable=not show)
@@ -228,6 +265,7 @@ class Attack:
     Attributes:
         core: The functional core `perturb` calls by default, given as keywords what `core_kwargs` collects.
         targeted: Whether the attack moves toward a target class (random among the other classes if not given).
+        accepts_targets: Whether a call may name the target classes (the untargeted evaluation attacks refuse them).
         progress: Show a transient progress bar over the iterations of the attacks that run thousands of them (PGD,
             Square); the evaluator sets it when a person is watching.
         trains: Whether the attack can make training examples: the last iterate of every sample, on running or batch
@@ -247,6 +285,7 @@ class Attack:
     core: ClassVar[Optional[Callable[..., Any]]] = None
     _core_keywords: ClassVar[Tuple[str, ...]] = ()
     targeted = False
+    accepts_targets: ClassVar[bool] = True
     progress = False
     trains: ClassVar[bool] = True
     best_iterate = False
@@ -336,6 +375,8 @@ class Attack:
     ) -> T:
         """Run ``perturb(model, x, y, targets)`` as a call runs `perturb`: inputs checked, the model in the attack's
         BN mode (restored after), targets drawn when needed and BN folded when configured."""
+        if targets is not None and not self.accepts_targets:
+            raise ValueError(f'{type(self).__name__} is untargeted; use apgd-t, fab-t or pgd for targeted attacks.')
         if x.dim() != 4:
             raise ValueError(f'Expected inputs of shape (B, C, H, W), got {tuple(x.shape)}.')
         if y.shape[0] != x.shape[0]:

@@ -11,6 +11,8 @@ from typing import Iterator, Optional
 
 import torch
 
+from .core import fooling_tier, is_clearly_fooled
+
 __all__ = ['BestIterate']
 
 
@@ -61,6 +63,33 @@ class BestIterate:
             self.tier[rows[better]] = tier[better]
         self.x[rows[better]] = x_adv[better].to(self.x.dtype)
         self.fooled[rows] = was_fooled | fooled
+
+    def update_from_logits(
+            self,
+            rows: torch.Tensor,
+            x_adv: torch.Tensor,
+            logits: torch.Tensor,
+            labels: torch.Tensor,
+            objective: torch.Tensor,
+            targets: Optional[torch.Tensor] = None,
+            autocast_dtype: Optional[torch.dtype] = None,
+    ) -> torch.Tensor:
+        """`update` with iterates judged by the logits the attack's own forward gave them: fooled past the rounding
+        tolerance (`core.is_clearly_fooled`), ranked by `core.fooling_tier`, then by `objective`.
+
+        Args:
+            rows, x_adv, objective: See `update`.
+            logits: The attack's logits at `x_adv` (N, C).
+            labels: True classes (N,).
+            targets: Classes a sample must be classified as to count as fooled (N,); None: any misclassification.
+            autocast_dtype: The precision of the forward that gave `logits` (sets the rounding tolerance).
+
+        Returns:
+            Which iterates clearly fool the model (N,) bool.
+        """
+        fooled = is_clearly_fooled(logits, labels, targets, autocast_dtype)
+        self.update(rows, x_adv, fooled, objective, fooling_tier(logits, labels, targets))
+        return fooled
 
     def robust_rows(self) -> torch.Tensor:
         """Indices of the samples not clearly fooled yet."""

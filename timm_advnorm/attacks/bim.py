@@ -112,11 +112,10 @@ class BIMLinf(_BIM):
     """BIM-L∞ (see `bim`); defaults: Galloway et al. (ε∞ = 0.03 on the [0, 1] scale, 20 iterations of step ε/20).
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (7.65).
         steps: Iterations (20).
         step: Step on the 0-255 scale (default ``eps / steps``).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     norm = 'linf'
@@ -128,12 +127,11 @@ class BIML2(_BIM):
     """BIM-L2 (see `bim`); Galloway et al.: ε2 = ε∞·√d, 20 iterations of step ε2/20.
 
     Args:
-        space: The model's input normalization.
         eps: L2 radius, pixel-scale norm times 255. Default: Galloway's ``galloway_l2_eps(7.65, (3, 224, 224))``
             (≈ 2968, i.e. 11.6 on the [0, 1] scale) for ImageNet-size inputs; other sizes need their own value.
         steps: Iterations (20).
         step: Step on the scale of `eps` (default ``eps / steps``).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     norm = 'l2'

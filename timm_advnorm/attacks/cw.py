@@ -73,13 +73,12 @@ class CWLinf(EvalAttack):
     """CW-L∞ (see `cw_linf`); defaults: FAT's evaluation (30 iterations, step ε/4, κ=50) at NoFrost's ε=8.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (8).
         steps: Iterations (30; NoFrost evaluates 20).
         step: Step on the 0-255 scale (default ``eps / 4``).
         confidence: κ (50).
         random_start: Uniform random start in the ε-box (True).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 8.0

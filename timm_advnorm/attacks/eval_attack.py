@@ -10,18 +10,34 @@ forwards (BN folded, bf16, pruned batches) round differently from the final scor
 rounding-sized margin could be scored robust (`best_iterate.BestIterate` keeps the candidates).
 """
 import logging
-from typing import Any, Callable, ClassVar, List, Optional, Tuple
+from typing import Any, Callable, ClassVar, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from .base import Attack, attack_dataclass, forward_logits, hard_labels
+from .base import Attack, attack_dataclass, attack_inputs, forward_logits
+from .best_iterate import BestIterate
 from .core import is_clearly_fooled
 from .pgd import pgd
 
-__all__ = ['EvalAttack', 'NoiseAttack', 'forward_logits', 'attack_correct_only', 'pgd_correct_only', 'target_rounds']
+__all__ = ['EvalAttack', 'NoiseAttack', 'forward_logits', 'clean_record', 'attack_correct_only', 'pgd_correct_only',
+           'target_rounds', 'TargetRestart', 'target_restarts']
 
 _logger = logging.getLogger(__name__)
+
+
+def clean_record(
+        model: nn.Module,
+        x: torch.Tensor,
+        labels: torch.Tensor,
+        targets: Optional[torch.Tensor] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+) -> Tuple[torch.Tensor, BestIterate]:
+    """The clean logits (B, K) and the record an evaluation attack starts from: the clean inputs, with the samples
+    the model already misclassifies clearly (with `targets`: classifies as their target) marked fooled, so that they
+    are never attacked and come back unchanged."""
+    logits = forward_logits(model, x, autocast_dtype)
+    return logits, BestIterate(x, is_clearly_fooled(logits, labels, targets, autocast_dtype))
 
 
 def attack_correct_only(
@@ -56,11 +72,13 @@ def pgd_correct_only(
 
     The core of the PGD-based evaluation attacks (BIM, CW-L∞); `y` may be soft targets (their argmax is attacked).
     """
-    return attack_correct_only(
-        model, x.detach(), hard_labels(y),
+    x, labels, dtype = attack_inputs(x, y)
+    x_adv = attack_correct_only(
+        model, x, labels,
         lambda x_rows, y_rows: pgd(
             model, x_rows, y_rows, best_iterate=True, autocast_dtype=autocast_dtype, **pgd_kwargs),
         autocast_dtype)
+    return x_adv.to(dtype)
 
 
 def target_rounds(
@@ -87,6 +105,39 @@ def target_rounds(
     return [(ranked[:, rank], False) for rank in range(1, min(n_target_classes, num_classes - 1) + 1)]
 
 
+class TargetRestart(NamedTuple):
+    """One run of a targeted evaluation attack (`target_restarts`).
+
+    Attributes:
+        restart: Index of the restart within its round (0 for the first).
+        rows: Batch indices of the samples still robust, the ones the run attacks.
+        labels_and_targets: Per row its label and its target (N, 2).
+        hit_targets: The targets again where a sample counts as fooled only once classified as its target (given
+            targets), else None (any misclassification counts).
+    """
+
+    restart: int
+    rows: torch.Tensor
+    labels_and_targets: torch.Tensor
+    hit_targets: Optional[torch.Tensor]
+
+
+def target_restarts(
+        best: BestIterate,
+        clean_logits: torch.Tensor,
+        labels: torch.Tensor,
+        targets: Optional[torch.Tensor],
+        n_target_classes: int,
+        n_restarts: int,
+) -> Iterator[TargetRestart]:
+    """The runs of a targeted evaluation attack: per round of `target_rounds`, per restart (`BestIterate.restarts`),
+    the samples of `best` still robust and their targets."""
+    for round_targets, must_hit in target_rounds(clean_logits, labels, targets, n_target_classes):
+        for restart, rows in enumerate(best.restarts(n_restarts)):
+            target = round_targets[rows]
+            yield TargetRestart(restart, rows, torch.stack([labels[rows], target], dim=1), target if must_hit else None)
+
+
 class EvalAttack(Attack):
     """Base of evaluation attacks: always running BN statistics; untargeted unless the subclass says otherwise.
 
@@ -97,8 +148,7 @@ class EvalAttack(Attack):
         autocast_dtype, seed, fold_bn: See `Attack`.
     """
 
-    #: Whether `perturb` accepts explicit `targets`.
-    accepts_targets: ClassVar[bool] = False
+    accepts_targets = False
     #: Evaluation semantics (best iterate, fooled samples dropped, running statistics) make no training examples.
     trains: ClassVar[bool] = False
     #: Per sample the first iterate that fools the model, else the best candidate (`best_iterate.BestIterate`).
@@ -112,17 +162,6 @@ class EvalAttack(Attack):
             raise ValueError(f'{type(self).__name__} is an evaluation attack: it needs bn_stats="running" (eval mode), '
                              f'got {self.bn_stats!r}.')
         super().__post_init__()
-
-    def __call__(
-            self,
-            model: nn.Module,
-            x: torch.Tensor,
-            y: torch.Tensor,
-            targets: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
-        if targets is not None and not self.accepts_targets:
-            raise ValueError(f'{type(self).__name__} is untargeted; use apgd-t, fab-t or pgd for targeted attacks.')
-        return super().__call__(model, x, y, targets)
 
 
 @attack_dataclass

@@ -18,10 +18,9 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import attack_dataclass, hard_labels, project, random_linf_surface
+from .base import attack_dataclass, attack_inputs, forward_logits, project, random_linf_surface
 from .core import fooling_margin, input_gradient, is_clearly_fooled, is_fooled
-from .best_iterate import BestIterate
-from .eval_attack import EvalAttack, forward_logits, target_rounds
+from .eval_attack import EvalAttack, clean_record, target_restarts
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
@@ -178,30 +177,25 @@ def fab_targeted(
     if eps < 0 or steps < 1 or n_restarts < 1 or n_target_classes < 1:
         raise ValueError(f'FAB-T needs eps >= 0 and steps, n_restarts, n_target_classes >= 1, got {eps}, {steps}, '
                          f'{n_restarts}, {n_target_classes}.')
-    x_in, labels = x.detach(), hard_labels(y)
-    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    radius = space.linf_budget(eps, x).to(x.dtype)
-    clean_logits = forward_logits(model, x, autocast_dtype)
-    best = BestIterate(x, is_clearly_fooled(clean_logits, labels, targets, autocast_dtype))
+    x, labels, dtype = attack_inputs(x, y)
+    radius = space.linf_budget(eps, x)
+    clean_logits, best = clean_record(model, x, labels, targets, autocast_dtype)
     pixels = space.to_pixels(x)
-    for target_all, must_hit in target_rounds(clean_logits, labels, targets, n_target_classes):
-        for restart, rows in enumerate(best.restarts(n_restarts)):
-            target = target_all[rows]
-            hit = target if must_hit else None
-            closest, distance = _fab_run(
-                model, pixels[rows], torch.stack([labels[rows], target], dim=1), hit, space, eps / PIXEL_SCALE,
-                steps, alpha_max, eta, beta, restart > 0, generator, autocast_dtype)
-            found = distance <= eps / PIXEL_SCALE
-            if found.any():
-                # Back to normalized units, projected onto the ε-box (rounding), and confirmed by a forward pass.
-                x_adv = project(space.from_pixels(closest[found]), x[rows[found]], space, radius)
-                logits = forward_logits(model, x_adv, autocast_dtype)
-                hit_found = None if hit is None else hit[found]
-                fooled = is_clearly_fooled(logits, labels[rows[found]], hit_found, autocast_dtype)
-                # FAB lands just past the boundary: a point fooling by less than the rounding tolerance is kept
-                # as the best candidate, closest to fooling first, for the final scoring to judge
-                best.update(rows[found], x_adv, fooled, fooling_margin(logits, labels[rows[found]], hit_found))
-    return best.x.to(x_in.dtype)
+    for restart, rows, labels_and_targets, hit in target_restarts(
+            best, clean_logits, labels, targets, n_target_classes, n_restarts):
+        closest, distance = _fab_run(model, pixels[rows], labels_and_targets, hit, space, eps / PIXEL_SCALE, steps,
+                                     alpha_max, eta, beta, restart > 0, generator, autocast_dtype)
+        found = distance <= eps / PIXEL_SCALE
+        if found.any():
+            # Back to normalized units, projected onto the ε-box (rounding), and confirmed by a forward pass.
+            x_adv = project(space.from_pixels(closest[found]), x[rows[found]], space, radius)
+            logits = forward_logits(model, x_adv, autocast_dtype)
+            hit_found = None if hit is None else hit[found]
+            fooled = is_clearly_fooled(logits, labels[rows[found]], hit_found, autocast_dtype)
+            # FAB lands just past the boundary: a point fooling by less than the rounding tolerance is kept
+            # as the best candidate, closest to fooling first, for the final scoring to judge
+            best.update(rows[found], x_adv, fooled, fooling_margin(logits, labels[rows[found]], hit_found))
+    return best.x.to(dtype)
 
 
 @register_attack('fab-t')
@@ -210,13 +204,12 @@ class FABT(EvalAttack):
     """Targeted FAB, L∞ (see `fab_targeted`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         steps: Iterations per target class (100).
         n_target_classes: Target classes tried (9).
         n_restarts: Restarts per target class (1).
         alpha_max, eta, beta: FAB's step parameters (0.1, 1.05, 0.9).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 4.0

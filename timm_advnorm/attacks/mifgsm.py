@@ -14,10 +14,10 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import attack_dataclass, hard_labels, project
-from .core import cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
+from .base import attack_dataclass, attack_inputs, evaluate_iterate, project
+from .core import cross_entropy_per_sample
 from .best_iterate import BestIterate
-from .eval_attack import EvalAttack, forward_logits
+from .eval_attack import EvalAttack
 from .registry import register_attack
 from .space import InputSpace
 
@@ -58,23 +58,18 @@ def mifgsm(
     """
     if eps < 0 or steps < 1 or (step is not None and step < 0) or decay < 0:
         raise ValueError(f'MI-FGSM needs eps, step, decay >= 0 and steps >= 1, got {eps}, {step}, {decay}, {steps}.')
-    x_in, labels = x.detach(), hard_labels(y)
-    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    radius = space.linf_budget(eps, x).to(x.dtype)
-    step_size = space.linf_budget(eps / steps if step is None else step, x).to(x.dtype)
+    x, labels, dtype = attack_inputs(x, y)
+    radius = space.linf_budget(eps, x)
+    step_size = space.linf_budget(eps / steps if step is None else step, x)
     std = space.std_like(x).to(x.dtype)
 
     best = BestIterate(x)
     rows = torch.arange(x.shape[0], device=x.device)
     x_adv, momentum = x, torch.zeros_like(x)
     for i in range(steps + 1):
-        if i < steps:
-            grad, logits, loss = input_gradient(model, x_adv, labels[rows], cross_entropy_per_sample, autocast_dtype)
-        else:
-            logits = forward_logits(model, x_adv, autocast_dtype)
-            loss = cross_entropy_per_sample(logits, labels[rows])
-        fooled = is_clearly_fooled(logits, labels[rows], autocast_dtype=autocast_dtype)
-        best.update(rows, x_adv, fooled, loss, fooling_tier(logits, labels[rows]))
+        grad, logits, loss = evaluate_iterate(
+            model, x_adv, labels[rows], cross_entropy_per_sample, autocast_dtype, gradient=i < steps)
+        fooled = best.update_from_logits(rows, x_adv, logits, labels[rows], loss, autocast_dtype=autocast_dtype)
         if i == steps:
             break
         keep = ~fooled
@@ -85,7 +80,7 @@ def mifgsm(
         momentum = decay * momentum + pixel_grad / pixel_grad.abs().flatten(1).sum(dim=1).clamp_min(1e-12).view(
             -1, 1, 1, 1)
         x_adv = project(x_adv + step_size * momentum.sign(), x[rows], space, radius)
-    return best.x.to(x_in.dtype)
+    return best.x.to(dtype)
 
 
 @register_attack('mifgsm')
@@ -94,12 +89,11 @@ class MIFGSM(EvalAttack):
     """MI-FGSM, L∞ (see `mifgsm`); defaults: Dong et al. (10 iterations, μ=1, α=ε/T) at NoFrost's ε=8.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (8).
         steps: Iterations (10; NoFrost evaluates 20).
         step: Step on the 0-255 scale (default ``eps / steps``).
         decay: Momentum decay (1.0).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 8.0

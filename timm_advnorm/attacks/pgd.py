@@ -32,10 +32,10 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
-    NORMS, STEP_DIRECTIONS, Attack, attack_dataclass, bernoulli, forward_logits, hard_labels, iterations, l2_direction,
-    normal, project_l2, project_linf, random_l2_start, random_linf_start)
+    NORMS, STEP_DIRECTIONS, Attack, attack_dataclass, attack_inputs, bernoulli, evaluate_iterate, iterations,
+    l2_direction, normal, project_l2, project_linf, random_l2_start, random_linf_start)
 from .best_iterate import BestIterate
-from .core import LossFn, cross_entropy_per_sample, fooling_tier, input_gradient, is_clearly_fooled
+from .core import LossFn, cross_entropy_per_sample, input_gradient
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
@@ -109,8 +109,7 @@ class PGDGeometry:
         std = space.std_like(like).to(like.dtype)
         lower, upper = (b.to(like.dtype) for b in space.bounds(like))
         if norm == 'linf':
-            radius = space.linf_budget(eps, like).to(like.dtype)
-            step_size = space.linf_budget(step, like).to(like.dtype)
+            radius, step_size = space.linf_budget(eps, like), space.linf_budget(step, like)
         else:
             radius, step_size = eps / PIXEL_SCALE, step / PIXEL_SCALE
         return cls(norm, radius, step_size, std, lower, upper)
@@ -340,8 +339,7 @@ def _run_pgd(
     goal = targets if targeted else y
     sign = -1.0 if targeted else 1.0
 
-    x_in = x.detach()
-    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
+    x, labels, dtype = attack_inputs(x, y)
     geometry = PGDGeometry.build(options.space, options.eps, options.step, options.norm, x)
     x_adv = x.clone()
     if options.random_start:
@@ -352,29 +350,24 @@ def _run_pgd(
     if keep == 'last':
         for i in iterations(steps + 1, 'pgd', options.progress):
             if i in wanted:
-                at_budget[i] = BestAndLast(best=None, last=x_adv.to(x_in.dtype))
+                at_budget[i] = BestAndLast(best=None, last=x_adv.to(dtype))
             if i == steps:
                 break
             grad, _, _ = input_gradient(model, x_adv, goal, loss_fn, autocast_dtype)
             x_adv = geometry.step(x_adv, x, grad, sign)
         return [at_budget[n] for n in budgets]
 
-    labels = hard_labels(y)
     prune = keep == 'best' and not _uses_batch_stats(model)
     best = BestIterate(x_adv)
     active = torch.arange(x.shape[0], device=x.device)
     for i in iterations(steps + 1, 'pgd', options.progress):
-        if i < steps:
-            grad, logits, loss = input_gradient(model, x_adv, goal[active], loss_fn, autocast_dtype)
-        else:
-            logits = forward_logits(model, x_adv, autocast_dtype)
-            loss = loss_fn(logits, goal[active])
+        grad, logits, loss = evaluate_iterate(model, x_adv, goal[active], loss_fn, autocast_dtype, gradient=i < steps)
         active_targets = targets[active] if targeted else None
-        fooled = is_clearly_fooled(logits, labels[active], active_targets, autocast_dtype)
-        best.update(active, x_adv, fooled, sign * loss, fooling_tier(logits, labels[active], active_targets))
+        fooled = best.update_from_logits(
+            active, x_adv, logits, labels[active], sign * loss, active_targets, autocast_dtype)
         if i in wanted:
-            last = x_adv.to(x_in.dtype, copy=True) if keep == 'both' else None
-            at_budget[i] = BestAndLast(best=best.x.to(x_in.dtype, copy=True), last=last)
+            last = x_adv.to(dtype, copy=True) if keep == 'both' else None
+            at_budget[i] = BestAndLast(best=best.x.to(dtype, copy=True), last=last)
         if i == steps:
             break
         if prune and fooled.any():
@@ -384,7 +377,7 @@ def _run_pgd(
                 break
         x_adv = geometry.step(x_adv, x[active], grad, sign)
     # every sample fooled before the last budget (a pruned run only): later budgets return the same record
-    return [at_budget.get(n, BestAndLast(best=best.x.to(x_in.dtype), last=None)) for n in budgets]
+    return [at_budget.get(n, BestAndLast(best=best.x.to(dtype), last=None)) for n in budgets]
 
 
 @register_attack('pgd')

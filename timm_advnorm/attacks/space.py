@@ -102,8 +102,9 @@ class InputSpace:
         return self._channel(self.mean, x)
 
     def linf_budget(self, pixels: float, like: torch.Tensor) -> torch.Tensor:
-        """An L∞ budget of `pixels` (0-255 scale) in normalized units, per channel, shaped (1, C, 1, 1)."""
-        return (pixels / PIXEL_SCALE) / self.std_like(like)
+        """An L∞ budget of `pixels` (0-255 scale) in normalized units, per channel, shaped (1, C, 1, 1), in `like`'s
+        dtype (computed in fp32, as the channel statistics are stored)."""
+        return ((pixels / PIXEL_SCALE) / self.std_like(like)).to(like.dtype)
 
     def bounds(self, like: torch.Tensor):
         """Per-channel (lower, upper) of valid normalized inputs, each shaped (1, C, 1, 1)."""

@@ -20,10 +20,10 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .base import attack_dataclass, hard_labels, iterations, project, uniform
-from .core import is_clearly_fooled, rounding_tolerance
+from .base import attack_dataclass, attack_inputs, forward_logits, iterations, project, uniform
+from .core import rounding_tolerance
 from .best_iterate import BestIterate
-from .eval_attack import EvalAttack, forward_logits
+from .eval_attack import EvalAttack, clean_record
 from .losses import margin
 from .registry import register_attack
 from .space import InputSpace
@@ -141,16 +141,14 @@ def square(
     if eps < 0 or n_queries < 2 or n_restarts < 1 or not 0.0 < p_init <= 1.0:
         raise ValueError(f'Square needs eps >= 0, n_queries >= 2, n_restarts >= 1 and p_init in (0, 1], got {eps}, '
                          f'{n_queries}, {n_restarts}, {p_init}.')
-    x_in, labels = x.detach(), hard_labels(y)
-    x = x_in.to(torch.promote_types(x_in.dtype, torch.float32))
-    radius = space.linf_budget(eps, x).to(x.dtype)
-    best = BestIterate(x, is_clearly_fooled(forward_logits(model, x, autocast_dtype), labels,
-                                            autocast_dtype=autocast_dtype))
+    x, labels, dtype = attack_inputs(x, y)
+    radius = space.linf_budget(eps, x)
+    _, best = clean_record(model, x, labels, autocast_dtype=autocast_dtype)
     with torch.no_grad():
         for rows in best.restarts(n_restarts):
             _square_run(model, x[rows], labels[rows], rows, best, space, radius, n_queries, p_init, rescale_schedule,
                         generator, autocast_dtype, progress)
-    return best.x.to(x_in.dtype)
+    return best.x.to(dtype)
 
 
 @register_attack('square')
@@ -159,13 +157,12 @@ class Square(EvalAttack):
     """Square attack, L∞ (see `square`); defaults: AutoAttack standard at RobustBench's ImageNet ε=4/255.
 
     Args:
-        space: The model's input normalization.
         eps: L∞ budget on the 0-255 scale (4).
         n_queries: Forward passes per sample (5000).
         p_init: Initial square area fraction (0.8).
         n_restarts: Restarts (1).
         rescale_schedule: Rescale the p schedule to `n_queries` (False, as AutoAttack).
-        autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
+        space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
 
     eps: float = 4.0
