@@ -26,9 +26,11 @@ from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import TASKS, list_tasks
 from .distribute_bn import DIST_BN_MODES
 from .lr_scaling import LR_BASE_SCALES
+from .options import (AugmentOptions, DataOptions, ModelOptions, OptimizerOptions, OutputOptions, ResumeOptions,
+                      RuntimeOptions, ScheduleOptions, TrackingOptions, TrainOptions, ValidationOptions, options_from)
 from .recorded import apply_recorded_args, read_recorded_args
 
-__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'AGC_CLIP_FACTOR']
+__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'train_options', 'AGC_CLIP_FACTOR']
 
 #: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
 #: (Brock et al., NFNets); without it AGC would silently clip nothing.
@@ -433,3 +435,21 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
     if args.clip_mode == 'agc' and args.clip_grad is None:
         args.clip_grad = AGC_CLIP_FACTOR
     return args, yaml.safe_dump(vars(args), default_flow_style=False)
+
+
+def train_options(args: argparse.Namespace) -> TrainOptions:
+    """The typed options of the run `args` (as `parse_args` returns them) describe; `args` is kept in them as the
+    record the run writes, unchanged."""
+    values = vars(args)
+    val_attack = dict(
+        attack_eps=args.attack_eps if args.val_attack_eps is None else args.val_attack_eps,
+        attack_step=args.attack_step if args.val_attack_step is None else args.val_attack_step,
+        attack_steps=args.val_attack_steps,
+        attack_targeted=args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted)
+    return TrainOptions(
+        method=args.method, model=options_from(ModelOptions, values), data=options_from(DataOptions, values),
+        augment=options_from(AugmentOptions, values), optimizer=options_from(OptimizerOptions, values),
+        schedule=options_from(ScheduleOptions, values), runtime=options_from(RuntimeOptions, values),
+        validation=options_from(ValidationOptions, values, **val_attack), output=options_from(OutputOptions, values),
+        resume=options_from(ResumeOptions, values), tracking=options_from(TrackingOptions, values), recorded=args,
+        plan=args.plan, plan_world_size=args.plan_world_size)

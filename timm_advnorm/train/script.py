@@ -26,7 +26,7 @@ from typing import List, Optional
 from timm.utils import setup_default_logging
 
 from ..cli import run_cli
-from .args import parse_args
+from .args import parse_args, train_options
 from .build import build_training, plan_training, prepare_training
 from .runner import run_training
 
@@ -38,10 +38,10 @@ def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> 
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
         setup_default_logging()
     args, args_text = parse_args(argv, prog=prog)
-    training = build_training(args, args_text)
+    training = build_training(train_options(args), args_text)
     if args.plan:  # one measured step, on the task before it is wrapped for distributed training
         budget = plan_training(training)
-        if args.rank == 0:
+        if training.options.runtime.rank == 0:
             print(budget.format())
         return 0
     return run_training(training, prepare_training(training))
