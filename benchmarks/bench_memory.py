@@ -41,6 +41,7 @@ import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.layers import set_grad_checkpointing
 from timm_advnorm.task import AdversarialClassificationTask, list_tasks
+from timm_advnorm.commands.train import train_options
 from timm_advnorm.train.build import create_run_task
 from timm_advnorm.train.budget import memory_in_use_bytes, peak_memory_bytes, reset_peak_memory
 
@@ -141,8 +142,8 @@ def _build(case: Case, device: torch.device) -> Tuple[str, nn.Module, Adversaria
             set_grad_checkpointing(model)
         space = InputSpace.from_model(model)
         try:
-            task = create_run_task(training_args, model, space, num_classes=NUM_CLASSES, amp_dtype=amp_dtype,
-                                   device=device, verbose=False)
+            task = create_run_task(train_options(training_args), model, space, num_classes=NUM_CLASSES,
+                                   amp_dtype=amp_dtype, device=device, verbose=False)
         except ValueError:  # a model the method refuses (NoFrost: one with batch norm; MBN: one without)
             continue
         return name, model, task

@@ -35,7 +35,8 @@ import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.task import AdversarialClassificationTask, list_tasks
 from timm_advnorm.commands.train import get_args_parser as get_train_args_parser
-from timm_advnorm.train.build import create_run_task, task_options
+from timm_advnorm.commands.train import train_options
+from timm_advnorm.train.build import create_run_task
 
 from _common import add_device_args, add_timing_args, apply_run_args, measure
 
@@ -102,7 +103,7 @@ def _training_args(method: str, steps: int) -> argparse.Namespace:
     args = get_train_args_parser().parse_args(
         ['--method', method, '--attack-steps', str(steps), *ATTACK_ARGS, *METHOD_ARGS.get(method, ())])
     args.rank, args.distributed = 0, False
-    task_options(args)
+    train_options(args)
     return args
 
 
@@ -119,8 +120,8 @@ def _tasks(args, device: torch.device, memory_format: torch.memory_format = torc
         for family, model in models.items():
             space = InputSpace.from_model(model)
             try:
-                task = create_run_task(training_args, model, space, num_classes=NUM_CLASSES, amp_dtype=amp_dtype,
-                                       device=device, verbose=False)
+                task = create_run_task(train_options(training_args), model, space, num_classes=NUM_CLASSES,
+                                       amp_dtype=amp_dtype, device=device, verbose=False)
             except ValueError:  # a model the method refuses (NoFrost: one with batch norm)
                 continue
             batch = int(round(args.batch_size * task.batch_scale))

@@ -30,7 +30,7 @@ from timm_advnorm.eval.variants import Variant
 from timm_advnorm.layers import (
     MixtureBatchNorm2d, convert_sync_mixture_bn, mixture_bn_modules, route, set_grad_checkpointing)
 from timm_advnorm.task import AdversarialClassificationTask
-from timm_advnorm.commands.train import parse_args
+from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.train.budget import RunBudget, plan_budget
 from timm_advnorm.train.build import _loss_scaler, create_run_task
 from timm_advnorm.train.loop import LossScaler, train_one_epoch
@@ -170,8 +170,8 @@ def build_task(method: str, device: torch.device, amp_dtype: Optional[torch.dtyp
     for name in MODELS:
         model = seeded_model(name, device, checkpointing)
         try:
-            task = create_run_task(args, model, SPACE, num_classes=NUM_CLASSES, amp_dtype=amp_dtype, device=device,
-                                   verbose=False)
+            task = create_run_task(train_options(args), model, SPACE, num_classes=NUM_CLASSES, amp_dtype=amp_dtype,
+                                   device=device, verbose=False)
         except ValueError:  # a model the method refuses (NoFrost: one with batch norm)
             continue
         return task, model

@@ -11,7 +11,7 @@ import timm_advnorm  # noqa: F401  (registers the models and methods)
 from timm_advnorm.attacks import PGD, InputSpace, random_l2_start
 from timm_advnorm.attacks.pgd import RANDN_CLEAN_START_THRESHOLD, PGDGeometry, clean_start_rows
 from timm_advnorm.task import FastAdvPropTask
-from timm_advnorm.commands.train import parse_args
+from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.train.build import create_run_task
 
 SPACE = InputSpace()
@@ -100,7 +100,7 @@ def _built(method: str, mode: str, *argv: str):
     args.rank, args.distributed = 0, False
     torch.manual_seed(0)
     model = timm.create_model('test_mbn_resnet', num_classes=10)
-    return create_run_task(args, model, SPACE, num_classes=10, verbose=False)
+    return create_run_task(train_options(args), model, SPACE, num_classes=10, verbose=False)
 
 
 def test_training_attacks_are_built_with_the_mode():

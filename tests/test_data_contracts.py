@@ -10,8 +10,9 @@ import pytest
 from PIL import Image
 
 from timm_advnorm.data.folders import check_num_classes, scan_image_folder, split_class_map
-from timm_advnorm.commands.validate import run as run_validate
 from timm_advnorm.commands.train import parse_args as parse_train_args
+from timm_advnorm.commands.train import train_options
+from timm_advnorm.commands.validate import run as run_validate
 from timm_advnorm.train.build import build_training
 from timm_advnorm.commands.train import run as run_train
 
@@ -198,7 +199,7 @@ def test_training_validates_with_the_class_maps_indices(tmp_path):
     (tmp_path / 'map.txt').write_text('a\nb\nc\n')
     args, text = parse_train_args(_train_argv(data, tmp_path / 'runs', '--num-classes', 3, '--class-map',
                                               tmp_path / 'map.txt'))
-    run = build_training(args, text)
+    run = build_training(train_options(args), text)
     val_set = run.loader_val.dataset
     assert sorted({target for _, target in val_set.reader.samples}) == [1, 2]
     assert sorted({run.loader_robust.dataset.dataset[i][1] for i in run.loader_robust.dataset.indices}) == [1, 2]
@@ -216,7 +217,7 @@ def test_training_refuses_an_unreadable_image_by_name_or_leaves_it_out(tmp_path,
 
     args, text = parse_train_args(argv + ['--skip-bad-images'])
     with caplog.at_level(logging.WARNING):
-        run = build_training(args, text)
+        run = build_training(train_options(args), text)
     assert run.train_images == 2 * PER_CLASS - 1 and len(run.loader_val.dataset) == 2 * PER_CLASS
     assert 'b/1.png' not in run.loader_train.dataset.filenames()
     assert 'Skipped 1 unreadable images in' in caplog.text and 'b/1.png (' in caplog.text

@@ -19,7 +19,7 @@ from timm_advnorm.layers import (
     guard_batch_norm_statistics, interleave, route, set_grad_checkpointing)
 from timm_advnorm.layers.recompute import PositionedHistory, autograd_position
 from timm_advnorm.task import list_tasks
-from timm_advnorm.commands.train import parse_args
+from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.train.build import create_run_task
 
 from device_checks import NUM_CLASSES, seeded_model
@@ -64,7 +64,8 @@ def _training_step(method: str, name: str, checkpointing: bool, amp: bool = Fals
     args, _ = parse_args(['--method', method, *METHOD_OPTIONS, *extra])
     args.rank, args.distributed = 0, False
     amp_dtype = torch.bfloat16 if amp else None
-    task = create_run_task(args, model, SPACE, num_classes=NUM_CLASSES, amp_dtype=amp_dtype, verbose=False)
+    task = create_run_task(train_options(args), model, SPACE, num_classes=NUM_CLASSES, amp_dtype=amp_dtype,
+                           verbose=False)
     task.train()
     x, y = _batch()
     if channels_last:

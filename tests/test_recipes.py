@@ -2,6 +2,7 @@
 each ImageNet recipe reproduces the setup of its authors' released code (batch-derived learning rate, warm-up,
 smoothing, dropout, optimizer, weight-decay filter, init, colour jitter, attack step and clean starts); ``-c`` takes
 a path or a packaged name, and ``--list-recipes`` shows them."""
+from dataclasses import replace
 from typing import Any, Dict, NamedTuple
 
 import pytest
@@ -13,8 +14,8 @@ import timm_advnorm  # noqa: F401
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.recipes import list_recipes, recipe_path, resolve_config
 from timm_advnorm.task import TASKS
-from timm_advnorm.commands.train import parse_args
-from timm_advnorm.train.build import create_run_task, task_options
+from timm_advnorm.commands.train import parse_args, train_options
+from timm_advnorm.train.build import create_run_task
 from timm_advnorm.train.optimization import create_run_optimizer, epoch_schedule, run_learning_rate
 
 RECIPES = list_recipes()
@@ -88,10 +89,11 @@ def test_recipe_reproduces_its_released_code(recipe):
     assert args.lr is None, 'the rate comes from the global batch (lr_base per lr_base_size), right on any GPU count'
     for key, value in released.settings.items():
         assert getattr(args, key) == value, f'{key}: {getattr(args, key)!r}, released {value!r}'
-    args.world_size = released.processes
-    assert run_learning_rate(args).lr == pytest.approx(released.lr)
-    args.lr = run_learning_rate(args).lr
-    groups = create_run_optimizer(timm.create_model('test_resnet', num_classes=10), args).param_groups
+    options = train_options(args).optimizer
+    learning_rate = run_learning_rate(options, args.batch_size, world_size=released.processes)
+    assert learning_rate.lr == pytest.approx(released.lr)
+    groups = create_run_optimizer(timm.create_model('test_resnet', num_classes=10),
+                                  replace(options, lr=learning_rate.lr)).param_groups
     assert {group['nesterov'] for group in groups} == {released.nesterov}
     assert {group['weight_decay'] for group in groups} == (
         {args.weight_decay} if released.decay_all else {0.0, args.weight_decay})
@@ -99,8 +101,7 @@ def test_recipe_reproduces_its_released_code(recipe):
 
 def test_the_xie_global_batch_holds_on_fewer_gpus_with_accumulation():
     args, _ = parse_args(['-c', 'xie2020_mbn_resnet152', '--grad-accum-steps', '16'])
-    args.world_size = 8
-    assert run_learning_rate(args).lr == pytest.approx(1.6)
+    assert run_learning_rate(train_options(args).optimizer, args.batch_size, world_size=8).lr == pytest.approx(1.6)
 
 
 @pytest.mark.parametrize('epochs, trained', [(105, 88), (104, 87)])
@@ -110,9 +111,9 @@ def test_fast_advprop_budget_and_the_released_epoch_count(epochs, trained):
     args, _ = parse_args(['-c', 'fast_advprop_mbn_resnet50', '--epochs', str(epochs)])
     args.distributed, args.rank, args.world_size = False, 0, 1
     model = timm.create_model('test_mbn_resnet', num_classes=10)
-    task = create_run_task(args, model, InputSpace.from_model(model), num_classes=10, verbose=False)
+    task = create_run_task(train_options(args), model, InputSpace.from_model(model), num_classes=10, verbose=False)
     assert task.passes_per_image == pytest.approx(1.2)
-    schedule = epoch_schedule(args, task.passes_per_image)
+    schedule = epoch_schedule(train_options(args).schedule, task.passes_per_image)
     assert (schedule.epochs, schedule.decay_milestones) == (trained, (25, 50, 75, 83))
 
 
@@ -135,7 +136,7 @@ def test_recipe_is_consistent(recipe):
         assert any('adv_bn' in n for n, _ in model.named_modules())
     if args.method in ('nofrost', 'nofrost_star'):
         assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    task_options(args)  # the method takes the recipe's options (clean-start mode included)
+    train_options(args)  # the method takes the recipe's options (clean-start mode included)
 
 
 def test_unknown_recipe_key_is_rejected(tmp_path):

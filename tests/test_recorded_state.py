@@ -80,7 +80,7 @@ def test_a_resume_without_the_config_keeps_the_recorded_recipe(tiny, folder, mon
     resume = ['--resume', str(folder / 'last.pth.tar')]
     for argv in (resume + ['--checkpoint-hist', '1'], tiny_train_argv(tiny, folder.parent, *RECIPE, *resume)):
         training = _built(monkeypatch, argv)
-        args = training.args
+        args = training.recorded
         assert (args.attack_eps, args.attack_steps, args.attack_targeted, args.lr) == (8.0, 1, False, 0.02), argv
         assert (args.dataset, args.data_dir, args.img_size, args.method) == ('', str(tiny), 16, 'mbn'), argv
         assert (training.start_epoch, training.epochs) == (1, 2), argv
@@ -124,7 +124,7 @@ def test_a_checkpoint_recording_no_arguments_resumes_on_the_command_line_with_a_
     caplog.set_level(logging.WARNING, logger='train_adv')
     training = _built(monkeypatch, tiny_train_argv(tiny, folder.parent, '--epochs', '2', '--resume',
                                                    str(folder / 'last.pth.tar')))
-    assert training.args.attack_eps == 16.0  # the recipe's and the command line's, nothing recorded
+    assert training.recorded.attack_eps == 16.0  # the recipe's and the command line's, nothing recorded
     assert 'records no timm-advnorm-train arguments: this command line and its defaults set the whole recipe' in caplog.text
 
 

@@ -20,7 +20,7 @@ from timm_advnorm.task import (
     list_tasks, option, register_task, unregister_task)
 from timm_advnorm.commands import train as script
 from timm_advnorm.train import loop
-from timm_advnorm.commands.train import get_args_parser, parse_args
+from timm_advnorm.commands.train import get_args_parser, parse_args, train_options
 from timm_advnorm.train.build import create_run_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +99,8 @@ def test_registration_refuses_taken_and_malformed_names_and_other_classes():
     with pytest.raises(ValueError, match="Method 'mbn' is registered twice"):
         register_task('mbn')(other)
     assert other.method == 'vanilla'  # a refused class is left as it was
-    with pytest.raises(ValueError, match=r"Method name 'Fast-AdvProp': use lower case letters, digits and underscores, starting with a letter\."):
+    with pytest.raises(ValueError, match=r"Method name 'Fast-AdvProp': use lower case letters, digits and "
+                                         r"underscores, starting with a letter\."):
         register_task('Fast-AdvProp')(type('FastAdvProp', (VanillaTask,), {}))
     with pytest.raises(TypeError, match='not an AdversarialClassificationTask'):
         register_task('plain')(torch.nn.Module)
@@ -155,7 +156,7 @@ def _built(argv, model_name='test_mbn_resnet'):
     args.rank, args.distributed = 0, False
     torch.manual_seed(0)
     model = timm.create_model(model_name, num_classes=10)
-    return create_run_task(args, model, InputSpace(), num_classes=10, verbose=False)
+    return create_run_task(train_options(args), model, InputSpace(), num_classes=10, verbose=False)
 
 
 def test_the_training_attack_is_a_choice_from_the_attack_registry():

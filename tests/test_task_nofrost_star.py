@@ -19,8 +19,8 @@ from timm_advnorm.augment import DeepAugment
 from timm_advnorm.task import NofrostTask, create_task
 from timm_advnorm.task.nofrost_star import NofrostStarTask, deepaugment_passes, normalized_view_weights
 from timm_advnorm.commands import train as script
-from timm_advnorm.commands.train import get_args_parser, parse_args
-from timm_advnorm.train.build import create_run_task, task_options
+from timm_advnorm.commands.train import get_args_parser, parse_args, train_options
+from timm_advnorm.train.build import create_run_task
 
 NUM_CLASSES = 10
 SPACE = InputSpace()
@@ -228,7 +228,7 @@ def test_its_options_are_in_their_own_group_with_the_released_codes_defaults():
 def test_option_errors_are_one_line_before_anything_is_built(argv, message):
     args, _ = parse_args(['--method', 'nofrost_star', *argv])
     with pytest.raises(ValueError, match=message) as error:
-        task_options(args)
+        train_options(args)
     assert '\n' not in str(error.value)
 
 
@@ -243,7 +243,7 @@ def test_the_command_refuses_deepaugment_without_weights_on_one_line(tmp_path, d
 
 def test_without_deepaugment_no_weights_are_needed():
     args, _ = parse_args(['--method', 'nofrost_star', '--star-views', 'clean', 'adv', 'tda'])
-    task_options(args)
+    train_options(args)
 
 
 def test_the_recipe_builds_the_released_codes_step():
@@ -252,8 +252,8 @@ def test_the_recipe_builds_the_released_codes_step():
     with torch.device('meta'):
         assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                        for m in timm.create_model(args.model, num_classes=1000).modules())
-    task = create_run_task(args, timm.create_model(args.model, num_classes=1000), InputSpace(), num_classes=1000,
-                           verbose=False)
+    task = create_run_task(train_options(args), timm.create_model(args.model, num_classes=1000), InputSpace(),
+                           num_classes=1000, verbose=False)
     assert int(round(args.batch_size * task.batch_scale)) == 10  # the released int(32 / 3) per GPU
     assert task.view_weights == pytest.approx({'clean': 0.25, 'adv': 0.25, 'deepaugment': 0.25, 'tda': 0.25})
     assert task.attack.steps == 10 and not task.attack.targeted and task.deepaugment.net_name == 'edsr'

@@ -18,8 +18,7 @@ from timm_advnorm.task.method_options import is_shared
 from timm_advnorm.task.mixed import MixedOptions
 from timm_advnorm.task.nofrost_star import NofrostStarOptions
 from timm_advnorm.task.options import method_options
-from timm_advnorm.commands.train import get_args_parser, parse_args
-from timm_advnorm.train.build import task_options
+from timm_advnorm.commands.train import get_args_parser, parse_args, train_options
 
 METHOD_OWN = {'alpha', 'clean_ratio', 'pairing_weight', 'adv_weight', 'p_adv', 'noise_weight', 'shuffle_bn',
               'rescale_grads'}
@@ -110,10 +109,11 @@ def test_options_are_built_from_values_by_name():
 
 def test_the_command_checks_the_method_s_options_from_its_arguments():
     args, _ = parse_args(['--method', 'mixed', '--alpha', '0.3', '--attack-steps', '2'])
-    options, attack_options = task_options(args)
+    run = train_options(args)
+    options, attack_options = run.method_options, run.attack
     assert options == MixedOptions(alpha=0.3) and attack_options == TrainingAttackOptions(attack_steps=2)
     with pytest.raises(ValueError, match='--attack fgsm does not apply'):
-        task_options(parse_args(['--method', 'fast_advprop', '--attack', 'fgsm'])[0])
+        train_options(parse_args(['--method', 'fast_advprop', '--attack', 'fgsm'])[0])
 
 
 def test_a_task_is_built_from_typed_options_without_the_command():

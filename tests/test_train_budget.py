@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.task import AdversarialClassificationTask
-from timm_advnorm.commands.train import get_args_parser
+from timm_advnorm.commands.train import get_args_parser, train_options
 from timm_advnorm.train.build import create_run_task
 from timm_advnorm.train.budget import (
     RunBudget, count_budget, flop_counter, plan_budget, steps_per_epoch, write_budget)
@@ -43,7 +43,8 @@ def _task(method: str) -> AdversarialClassificationTask:
     args.rank, args.distributed = 0, False
     torch.manual_seed(0)
     model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES)
-    return create_run_task(args, model, InputSpace.from_model(model), num_classes=NUM_CLASSES, verbose=False)
+    return create_run_task(train_options(args), model, InputSpace.from_model(model), num_classes=NUM_CLASSES,
+                           verbose=False)
 
 
 def _rows(task: AdversarialClassificationTask) -> int:

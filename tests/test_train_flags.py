@@ -18,8 +18,8 @@ from torchvision import transforms
 
 from timm_advnorm.hub import create_model_from_name_or_checkpoint
 from timm_advnorm.commands import train as script
+from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.train import build
-from timm_advnorm.commands.train import parse_args
 from timm_advnorm.train.optimization import create_run_scheduler, epoch_schedule
 from tiny_runs import tiny_digits, tiny_train_argv
 
@@ -46,8 +46,8 @@ def built(monkeypatch) -> Dict[str, Any]:
     record: Dict[str, Any] = {}
     create_optimizer, create_loader = build.create_run_optimizer, build.create_loader
 
-    def recording_optimizer(model, args):
-        record['model'], record['optimizer'] = model, create_optimizer(model, args)
+    def recording_optimizer(model, options):
+        record['model'], record['optimizer'] = model, create_optimizer(model, options)
         record['initial_state'] = {k: v.clone() for k, v in model.state_dict().items()}  # before --plan's step
         return record['optimizer']
 
@@ -156,9 +156,10 @@ def test_weight_decay_skips_one_dimensional_parameters_unless_asked(tmp_path, di
 def test_schedule_runs_its_epochs_with_cooldown_and_same_budget():
     args, _ = parse_args(['--sched', 'cosine', '--epochs', '12', '--cooldown-epochs', '2', '--same-budget',
                           '--lr', '0.1'])
-    schedule = epoch_schedule(args, passes_per_image=3.0)
+    options = train_options(args).schedule
+    schedule = epoch_schedule(options, passes_per_image=3.0)
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=args.lr)
-    scheduler, total = create_run_scheduler(optimizer, args, schedule, updates_per_epoch=5)
+    scheduler, total = create_run_scheduler(optimizer, options, schedule, updates_per_epoch=5)
     assert (schedule.epochs, total) == (4, 6)  # 12 epochs / 3 passes, then 2 cool-down epochs
     scheduler.step(4)
     assert optimizer.param_groups[0]['lr'] == pytest.approx(args.min_lr)
@@ -169,7 +170,8 @@ def test_same_budget_step_schedule_decays_at_the_scaled_period():
     args, _ = parse_args(['--sched', 'step', '--epochs', '12', '--decay-epochs', '6', '--decay-rate', '0.1',
                           '--same-budget', '--lr', '0.1', '--warmup-epochs', '0'])
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=args.lr)
-    scheduler, total = create_run_scheduler(optimizer, args, epoch_schedule(args, passes_per_image=3.0),
+    options = train_options(args).schedule
+    scheduler, total = create_run_scheduler(optimizer, options, epoch_schedule(options, passes_per_image=3.0),
                                             updates_per_epoch=5)
     lrs = []
     for epoch in range(total):

@@ -42,10 +42,14 @@ from ..arg_types import (
 from ..attacks import check_training_attack, training_attacks
 from ..attacks.pgd import CLEAN_START_MODES
 from ..recipes import describe_recipe, list_recipes, resolve_config
-from ..task import TASKS, list_tasks
+from ..task import (
+    TASKS, MethodOptions, TrainingAttackOptions, get_task_class, list_tasks, options_from_values)
 from ..train.build import build_training, plan_training, prepare_training
 from ..train.distribute_bn import DIST_BN_MODES
 from ..train.lr_scaling import LR_BASE_SCALES
+from ..train.options import (
+    AugmentOptions, DataOptions, ModelOptions, OptimizerOptions, OutputOptions, ResumeOptions, RuntimeOptions,
+    ScheduleOptions, TrackingOptions, TrainOptions, ValidationOptions, options_from)
 from ..train.recorded import apply_recorded_args, read_recorded_args
 from ..train.runner import run_training
 from .options import (
@@ -54,7 +58,7 @@ from .options import (
     PLAN, PRETRAINED, SEED, SKIP_BAD_IMAGES, VAL_SPLIT, WORKERS, add_preprocessing_args)
 from .parser import ArgumentParser, add_hidden_alias, given_options, parse_with_config, run_cli
 
-__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR']
+__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'train_options', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR']
 
 #: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
 #: (Brock et al., NFNets); without it AGC would silently clip nothing.
@@ -458,15 +462,46 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
     return args, yaml.safe_dump(vars(args), default_flow_style=False)
 
 
+def _method_options(args: argparse.Namespace) -> Tuple[MethodOptions, TrainingAttackOptions]:
+    """The options of the method `args` names (its `options_class`) and of the training attack, checked by the
+    method (`check_options`)."""
+    task = get_task_class(args.method)
+    values = vars(args)
+    options = options_from_values(task.options_class, values)
+    attack = options_from_values(TrainingAttackOptions, values)
+    task.check_options(options, attack)
+    return options, attack
+
+
+def train_options(args: argparse.Namespace) -> TrainOptions:
+    """The typed options of the run `args` (as `parse_args` returns them) describe; `args` is kept in them as the
+    record the run writes, unchanged."""
+    values = vars(args)
+    method_options, attack = _method_options(args)
+    val_attack = dict(
+        attack_eps=args.attack_eps if args.val_attack_eps is None else args.val_attack_eps,
+        attack_step=args.attack_step if args.val_attack_step is None else args.val_attack_step,
+        attack_steps=args.val_attack_steps,
+        attack_targeted=args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted)
+    return TrainOptions(
+        method=args.method, model=options_from(ModelOptions, values), data=options_from(DataOptions, values),
+        augment=options_from(AugmentOptions, values), optimizer=options_from(OptimizerOptions, values),
+        schedule=options_from(ScheduleOptions, values), runtime=options_from(RuntimeOptions, values),
+        validation=options_from(ValidationOptions, values, **val_attack), output=options_from(OutputOptions, values),
+        resume=options_from(ResumeOptions, values, option_names=option_dests()),
+        tracking=options_from(TrackingOptions, values), method_options=method_options, attack=attack, recorded=args,
+        plan=args.plan, plan_world_size=args.plan_world_size)
+
+
 def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> int:
     """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
         setup_default_logging()
     args, args_text = parse_args(argv, prog=prog)
-    training = build_training(args, args_text)
+    training = build_training(train_options(args), args_text)
     if args.plan:  # one measured step, on the task before it is wrapped for distributed training
         budget = plan_training(training)
-        if args.rank == 0:
+        if training.options.runtime.rank == 0:
             print(budget.format())
         return 0
     return run_training(training, prepare_training(training))

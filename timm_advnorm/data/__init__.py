@@ -9,8 +9,8 @@ from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
 from .mnist5k import MNIST5K_NUM_CLASSES, MNIST5K_SIZE, default_mnist5k_root, prepare_mnist5k
 
 __all__ = ['BUILTIN_DATASETS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'BuiltinDataset', 'builtin_dataset',
-           'default_digits_root', 'default_mnist5k_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits',
-           'prepare_mnist5k', 'resolve_dataset', 'split_folder']
+           'dataset_img_size', 'dataset_num_classes', 'default_digits_root', 'default_mnist5k_root', 'fixed_subset',
+           'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k', 'resolve_dataset', 'split_folder']
 
 
 class BuiltinDataset(NamedTuple):
@@ -37,6 +37,27 @@ BUILTIN_DATASETS: Dict[str, BuiltinDataset] = {
 def builtin_dataset(name: str) -> Optional[BuiltinDataset]:
     """The built-in dataset `name` (``digits``, ``mnist5k``), or None for any other name."""
     return BUILTIN_DATASETS.get(name)
+
+
+def dataset_num_classes(dataset: str, num_classes: Optional[int]) -> int:
+    """The classes of a model for `dataset`: `num_classes` when given, else the built-in dataset's.
+
+    Raises:
+        ValueError: Neither (a dataset other than the built-in ones, without `num_classes`).
+    """
+    builtin = builtin_dataset(dataset)
+    if num_classes:
+        return num_classes
+    if builtin is None:
+        raise ValueError('--num-classes is required for datasets other than the built-in digits and mnist5k.')
+    return builtin.num_classes
+
+
+def dataset_img_size(dataset: str, img_size: Optional[int]) -> Optional[int]:
+    """The image side a model for `dataset` takes: `img_size` when given, else the built-in dataset's (None for
+    other datasets: the model's own)."""
+    builtin = builtin_dataset(dataset)
+    return builtin.img_size if img_size is None and builtin is not None else img_size
 
 
 #: Folder names timm's split search (``timm.data.dataset_factory._search_split``) accepts for one another.

@@ -11,10 +11,10 @@ import timm
 from timm.data import resolve_data_config
 
 from ..attacks import InputSpace
-from ..commands.train import parse_args
-from ..data import builtin_dataset
+from ..commands.train import parse_args, train_options
+from ..data import builtin_dataset, dataset_img_size, dataset_num_classes
 from ..train.budget import RunBudget, count_budget
-from ..train.build import create_run_task, task_options
+from ..train.build import create_run_task
 from ..train.model_options import architecture_kwargs
 from ..train.optimization import epoch_schedule
 
@@ -39,18 +39,14 @@ def plan_cell_budget(train_argv: Sequence[str], world_size: int = 1, train_image
         train_images: Images of the training split (default: the built-in dataset's count, or ImageNet-1k's).
     """
     args, _ = parse_args(list(train_argv))
-    args.rank, args.world_size = 0, world_size  # what the training command sets up before it builds the task
-    task_options(args)  # the method's checks, before the model is made
-    builtin = builtin_dataset(args.dataset)
-    num_classes = args.num_classes or (builtin.num_classes if builtin else None)
-    if num_classes is None:
-        raise ValueError('--num-classes is required for datasets other than the built-in digits and mnist5k.')
-    img_size = args.img_size or (builtin.img_size if builtin else None)
-    model = timm.create_model(args.model, num_classes=num_classes, **architecture_kwargs(args))
+    options = train_options(args)  # the method's checks too, before the model is made
+    num_classes = dataset_num_classes(args.dataset, args.num_classes)
+    img_size = dataset_img_size(args.dataset, args.img_size)
+    model = timm.create_model(args.model, num_classes=num_classes, **architecture_kwargs(options.model))
     data_config = resolve_data_config(dict(img_size=img_size, mean=args.mean, std=args.std), model=model)
-    task = create_run_task(args, model, InputSpace.from_data_config(data_config), num_classes=num_classes,
+    task = create_run_task(options, model, InputSpace.from_data_config(data_config), num_classes=num_classes,
                            device='cpu', verbose=False)
-    epochs = epoch_schedule(args, task.passes_per_image).epochs
+    epochs = epoch_schedule(options.schedule, task.passes_per_image).epochs
     batch_size = int(round(args.batch_size * task.batch_scale))
     images = train_images if train_images is not None else _train_images(args.dataset, img_size or 224)
     return count_budget(task, (batch_size, *data_config['input_size']), train_images=images, epochs=epochs,

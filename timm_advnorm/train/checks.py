@@ -9,28 +9,33 @@ from timm.data import create_transform
 
 from ..hub.checkpoint import check_checkpoint_file
 from ..usage import check_device, check_normalization_lengths, one_line
+from .options import TrainOptions
 
-__all__ = ['check_args', 'check_auto_augment', 'resolve_device', 'check_steps']
+__all__ = ['check_options', 'check_auto_augment', 'resolve_device', 'check_steps']
 
 _logger = logging.getLogger('train_adv')
 
 
-def check_args(args) -> None:
-    """Checks between arguments (each numeric argument's own range is its parser type's); the method's own are its
-    task's (`build.task_options`)."""
-    if args.running_stats_epochs > args.epochs:
+def check_options(options: TrainOptions) -> None:
+    """Checks between options (each numeric option's own range is its parser type's), of the preprocessing and of
+    the checkpoint to resume; the method checks its own (`check_args`)."""
+    if options.schedule.running_stats_epochs > options.schedule.epochs:
         raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
-    for name in ('scale', 'ratio', 'cutmix_minmax'):
-        low, high = getattr(args, name) or (0, 0)
+    for name, bounds in (('scale', options.augment.scale), ('ratio', options.augment.ratio),
+                         ('cutmix_minmax', options.augment.cutmix_minmax)):
+        low, high = bounds or (0, 0)
         if low > high:
             raise ValueError(f'--{name.replace("_", "-")} is a range: its lower bound {low} is above its upper {high}.')
-    check_normalization_lengths(args.mean, args.std, args.input_size)
-    if args.aa:
-        check_auto_augment(args.aa)
-    if args.resume and not os.path.isfile(args.resume):
-        raise FileNotFoundError(f'--resume checkpoint not found: {args.resume}')
-    if args.resume:  # timm's loader would blame the serialisation format for a damaged file
-        check_checkpoint_file(args.resume)
+    data = options.data
+    check_normalization_lengths(data.mean, data.std, data.input_size)
+    if options.augment.aa:
+        check_auto_augment(options.augment.aa)
+    resume = options.resume.resume
+    if resume and not os.path.isfile(resume):
+        raise FileNotFoundError(f'--resume checkpoint not found: {resume}')
+    if resume:  # timm's loader would blame the serialisation format for a damaged file
+        check_checkpoint_file(resume)
+
 
 
 def check_auto_augment(policy: str) -> None:
@@ -56,15 +61,15 @@ def resolve_device(name: Optional[str]) -> str:
     return name
 
 
-def check_steps(args, steps_per_epoch: int, train_images: int, batch_size: int, start_epoch: int,
-                epochs: int, completes_record: bool = False) -> None:
+def check_steps(steps_per_epoch: int, train_images: int, batch_size: int, world_size: int, start_epoch: int,
+                epochs: int, resume: str = '', completes_record: bool = False) -> None:
     """Refuse a run that would make no optimizer step: it would exit successfully with nothing trained, unless it
-    resumes to complete its checkpoint's record (`completes_record`: the summary row a kill kept from being
-    written), which needs no step."""
+    resumes (from `resume`) to complete its checkpoint's record (`completes_record`: the summary row a kill kept
+    from being written), which needs no step."""
     if steps_per_epoch == 0:
-        raise ValueError(f'the training split has {train_images} image(s) for {args.world_size} process(es), fewer '
+        raise ValueError(f'the training split has {train_images} image(s) for {world_size} process(es), fewer '
                          f'than one batch of {batch_size} (training drops the last partial batch): no step would be '
                          f'made; lower --batch-size or add images')
     if start_epoch >= epochs and not completes_record:
-        raise ValueError(f'--resume {args.resume} ends at epoch {start_epoch - 1}, the last of {epochs} epochs: '
+        raise ValueError(f'--resume {resume} ends at epoch {start_epoch - 1}, the last of {epochs} epochs: '
                          f'nothing is left to train; raise --epochs')

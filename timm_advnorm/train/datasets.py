@@ -5,7 +5,6 @@ reached twice are refused, both splits get the training split's class indices (o
 model's classes must be the data's. Once made, every image of both splits is decoded (`keep_readable`): an unreadable
 one is an error naming it, or with ``--skip-bad-images`` it is left out with a warning naming it.
 """
-import argparse
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -15,16 +14,17 @@ from torch.utils.data import Dataset
 from ..data.folders import check_num_classes, scan_image_folder, split_class_map
 from ..data.readable import keep_readable
 from .data_options import dataset_kwargs
+from .options import DataOptions
 
 __all__ = ['folder_class_map', 'create_split_datasets']
 
 
-def _model_classes(args: argparse.Namespace) -> str:
+def _model_classes(data: DataOptions) -> str:
     """What sets the model's class count, for messages."""
-    return '--num-classes' if args.num_classes else f'the default of --dataset {args.dataset}'
+    return '--num-classes' if data.num_classes else f'the default of --dataset {data.dataset}'
 
 
-def folder_class_map(args: argparse.Namespace, train_root: str, val_root: str, search_split: bool,
+def folder_class_map(data: DataOptions, train_root: str, val_root: str, search_split: bool,
                      num_classes: int) -> Optional[Dict[str, int]]:
     """The class-to-index map both splits of an image-folder dataset are read with, checked against the model's
     `num_classes` (`check_num_classes`); None for other datasets (`search_split`: timm finds the split itself).
@@ -35,33 +35,34 @@ def folder_class_map(args: argparse.Namespace, train_root: str, val_root: str, s
     if search_split:
         return None
     class_map = split_class_map(scan_image_folder(Path(train_root)), scan_image_folder(Path(val_root)),
-                                args.class_map)
-    check_num_classes(num_classes, class_map, bool(args.class_map), _model_classes(args))
+                                data.class_map)
+    check_num_classes(num_classes, class_map, bool(data.class_map), _model_classes(data))
     return class_map
 
 
-def create_split_datasets(args: argparse.Namespace, dataset_name: str, roots: Tuple[str, str], search_split: bool,
+def create_split_datasets(data: DataOptions, seed: int, dataset_name: str, roots: Tuple[str, str], search_split: bool,
                           batch_size: int, class_map: Optional[Dict[str, int]],
                           num_classes: int) -> Tuple[Dataset, Dataset]:
     """The training and validation datasets, with the class map of `folder_class_map` (when not None), their images
     decoded (`keep_readable`).
 
-    A dataset whose reader numbers its classes otherwise (a tar file) must have `num_classes` too.
+    A dataset whose reader numbers its classes otherwise (a tar file) must have `num_classes` too. `seed` seeds
+    the training split's shuffling where timm's reader shuffles (iterable datasets).
 
     Raises:
         ValueError: Unreadable images without ``--skip-bad-images``, or a class count other than the model's.
     """
-    options = dataset_kwargs(args)
+    options = dataset_kwargs(data)
     if class_map is not None:
         options['class_map'] = class_map
     train_root, val_root = roots
-    train_set = create_dataset(dataset_name, root=train_root, split=args.train_split, search_split=search_split,
-                               is_training=True, batch_size=batch_size, seed=args.seed, **options)
-    val_set = create_dataset(dataset_name, root=val_root, split=args.val_split, search_split=search_split,
+    train_set = create_dataset(dataset_name, root=train_root, split=data.train_split, search_split=search_split,
+                               is_training=True, batch_size=batch_size, seed=seed, **options)
+    val_set = create_dataset(dataset_name, root=val_root, split=data.val_split, search_split=search_split,
                              batch_size=batch_size, **options)
     found = getattr(getattr(train_set, 'reader', None), 'class_to_idx', None)
     if class_map is None and found:
-        check_num_classes(num_classes, found, bool(args.class_map), _model_classes(args))
-    keep_readable(train_set, args.skip_bad_images, args.workers, 'train on')
-    keep_readable(val_set, args.skip_bad_images, args.workers, 'validate on')
+        check_num_classes(num_classes, found, bool(data.class_map), _model_classes(data))
+    keep_readable(train_set, data.skip_bad_images, data.workers, 'train on')
+    keep_readable(val_set, data.skip_bad_images, data.workers, 'validate on')
     return train_set, val_set

@@ -5,30 +5,31 @@ accept (a ResNet raises TypeError), and scales or sets the classifier head after
 are set on every batch-norm module instead, so that they reach both branches of mixture BN (the clean layer and its
 ``adv_bn`` child) on every architecture.
 """
-import argparse
 from typing import Any, Dict, Optional
 
 import torch
 import torch.nn as nn
 
+from .options import ModelOptions
+
 __all__ = ['architecture_kwargs', 'create_model_kwargs', 'set_batchnorm_options', 'init_classifier_head']
 
 
-def architecture_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
+def architecture_kwargs(options: ModelOptions) -> Dict[str, Any]:
     """The `timm.create_model` arguments from the flags that evaluation must rebuild the model with: ``--gp`` (the
     pooling changes what is attacked, and its width the classifier's) and ``--model-kwargs``."""
-    kwargs: Dict[str, Any] = {} if args.gp is None else dict(global_pool=args.gp)
-    kwargs.update(args.model_kwargs)
+    kwargs: Dict[str, Any] = {} if options.gp is None else dict(global_pool=options.gp)
+    kwargs.update(options.model_kwargs)
     return kwargs
 
 
-def create_model_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
+def create_model_kwargs(options: ModelOptions) -> Dict[str, Any]:
     """Keyword arguments of `timm.create_model` from the model flags: dropout, drop path, drop block and
     `architecture_kwargs` (unset flags leave the model's defaults)."""
-    kwargs: Dict[str, Any] = dict(drop_rate=args.drop)
-    optional = dict(drop_path_rate=args.drop_path, drop_block_rate=args.drop_block)
+    kwargs: Dict[str, Any] = dict(drop_rate=options.drop)
+    optional = dict(drop_path_rate=options.drop_path, drop_block_rate=options.drop_block)
     kwargs.update((key, value) for key, value in optional.items() if value is not None)
-    kwargs.update(architecture_kwargs(args))
+    kwargs.update(architecture_kwargs(options))
     return kwargs
 
 

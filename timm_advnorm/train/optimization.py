@@ -5,7 +5,6 @@ so does `train_adv.py`, with three differences of its own: the learning rate is 
 (`lr_scaling`), ``--wd-all-params`` decays every parameter (timm's factory skips biases and normalization weights),
 and the schedule runs over the run's own epochs and decay points, which ``--same-budget`` scales (`epoch_schedule`).
 """
-import argparse
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -16,6 +15,7 @@ from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.scheduler.scheduler import Scheduler
 
 from .lr_scaling import LearningRate, global_batch_size, resolve_lr
+from .options import OptimizerOptions, ScheduleOptions
 
 __all__ = ['EpochSchedule', 'epoch_schedule', 'run_learning_rate', 'create_run_optimizer', 'create_run_scheduler']
 
@@ -37,7 +37,7 @@ class EpochSchedule:
     running_stats_epochs: int
 
 
-def epoch_schedule(args: argparse.Namespace, passes_per_image: float) -> EpochSchedule:
+def epoch_schedule(options: ScheduleOptions, passes_per_image: float) -> EpochSchedule:
     """The run's epochs, decay points and running-statistics epochs.
 
     With ``--same-budget`` each is divided by the method's passes per image, so that the run costs what ``--epochs``
@@ -45,9 +45,9 @@ def epoch_schedule(args: argparse.Namespace, passes_per_image: float) -> EpochSc
     released Fast AdvProp code scales its epochs and decay schedule the same way. Warm-up and cool-down epochs are
     kept as given, as there.
     """
-    schedule = EpochSchedule(epochs=args.epochs, decay_milestones=tuple(args.decay_milestones),
-                             decay_epochs=args.decay_epochs, running_stats_epochs=args.running_stats_epochs)
-    if not args.same_budget:
+    schedule = EpochSchedule(epochs=options.epochs, decay_milestones=tuple(options.decay_milestones),
+                             decay_epochs=options.decay_epochs, running_stats_epochs=options.running_stats_epochs)
+    if not options.same_budget:
         return schedule
 
     def scaled(n: int) -> int:
@@ -59,22 +59,24 @@ def epoch_schedule(args: argparse.Namespace, passes_per_image: float) -> EpochSc
                          decay_epochs=schedule.decay_epochs / passes_per_image, running_stats_epochs=running)
 
 
-def run_learning_rate(args: argparse.Namespace) -> LearningRate:
-    """The run's learning rate: ``--lr`` as given, else ``--lr-base`` scaled by the global batch, ``--batch-size``
-    (Fast AdvProp: the clean rows, what its papers count) × processes × ``--grad-accum-steps``."""
-    global_batch = global_batch_size(args.batch_size, args.world_size, args.grad_accum_steps)
-    return resolve_lr(args.lr, args.lr_base, args.lr_base_size, args.lr_base_scale, args.opt, global_batch)
+def run_learning_rate(options: OptimizerOptions, batch_size: int, world_size: int) -> LearningRate:
+    """The run's learning rate: ``--lr`` as given, else ``--lr-base`` scaled by the global batch, `batch_size`
+    (``--batch-size``; Fast AdvProp: the clean rows, what its papers count) × `world_size` processes ×
+    ``--grad-accum-steps``."""
+    global_batch = global_batch_size(batch_size, world_size, options.grad_accum_steps)
+    return resolve_lr(options.lr, options.lr_base, options.lr_base_size, options.lr_base_scale, options.opt,
+                      global_batch)
 
 
-def create_run_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
+def create_run_optimizer(model: nn.Module, options: OptimizerOptions) -> torch.optim.Optimizer:
     """timm's optimizer as its ``train.py`` makes it (``--opt``, ``--lr``, ``--weight-decay``, ``--momentum``,
     ``--opt-eps``, ``--opt-betas``, ``--layer-decay*``, ``--opt-kwargs``), decaying every parameter under
-    ``--wd-all-params``. ``args.lr`` must be resolved (`run_learning_rate`)."""
-    kwargs = {**optimizer_kwargs(cfg=args), **args.opt_kwargs}
-    return create_optimizer_v2(model, filter_bias_and_bn=not args.wd_all_params, **kwargs)
+    ``--wd-all-params``. ``options.lr`` must be resolved (`run_learning_rate`)."""
+    kwargs = {**optimizer_kwargs(cfg=options), **options.opt_kwargs}
+    return create_optimizer_v2(model, filter_bias_and_bn=not options.wd_all_params, **kwargs)
 
 
-def create_run_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namespace, schedule: EpochSchedule,
+def create_run_scheduler(optimizer: torch.optim.Optimizer, options: ScheduleOptions, schedule: EpochSchedule,
                          updates_per_epoch: int) -> Tuple[Optional[Scheduler], int]:
     """timm's learning-rate schedule from the schedule flags, over the epochs and decay points of `schedule` (the
     run's, after ``--same-budget``); returns it with the epochs to train, ``--cooldown-epochs`` (and a warm-up
@@ -84,7 +86,7 @@ def create_run_scheduler(optimizer: torch.optim.Optimizer, args: argparse.Namesp
         updates_per_epoch: Optimizer updates per epoch (batches / ``--grad-accum-steps``, rounded up), what a
             schedule stepped on updates counts.
     """
-    kwargs = scheduler_kwargs(args, decreasing_metric=False)  # the plateau schedule: metrics are accuracies
+    kwargs = scheduler_kwargs(options, decreasing_metric=False)  # the plateau schedule: metrics are accuracies
     kwargs.update(num_epochs=schedule.epochs, decay_milestones=list(schedule.decay_milestones),
                   decay_epochs=schedule.decay_epochs)
     return create_scheduler_v2(optimizer, **kwargs, updates_per_epoch=updates_per_epoch)

@@ -17,14 +17,15 @@ method, dataset, classes, EMA) never change: that would train another model unde
 `INVOCATION_ARGS` (how to resume, ``--plan``, the device) are this invocation's alone: neither taken nor compared.
 A checkpoint that records no ``train_adv.py`` arguments resumes with this invocation's options, with a warning.
 """
+import copy
 import logging
 import os
-from typing import Any, Collection, Dict, Optional, Tuple
+from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
 from ..hub.checkpoint import recorded_training_args
 
 __all__ = ['INVOCATION_ARGS', 'FREE_ARGS', 'FIXED_ARGS', 'read_recorded_args', 'apply_recorded_args',
-           'check_resume_args', 'changes_note']
+           'check_resume_args', 'changes_note', 'recorded_with']
 
 _logger = logging.getLogger('train_adv')
 
@@ -87,10 +88,24 @@ def apply_recorded_args(args, recorded: Dict[str, Any], given: Collection[str]) 
             setattr(args, dest, value)
 
 
-def check_resume_args(args, recorded: Optional[Dict[str, Any]]) -> Dict[str, Tuple[Any, Any]]:
-    """Compare the built run's arguments with its checkpoint's record (`read_recorded_args`), once the build has
-    resolved them (learning rate, eval metric, what the attack fixes), so that a ``-c`` file stating the recipe as
-    first given (``lr: null``) is no change; logs what the resumed run takes and what it changes.
+def recorded_with(args: Any, **values: Any) -> Any:
+    """A copy of the recorded arguments `args` (the parsed namespace) with `values` set: what the run resolved
+    (device, processes, learning rate, eval metric, model config) is what it records; `args` itself is unchanged."""
+    record = copy.copy(args)
+    vars(record).update(values)
+    return record
+
+
+def check_resume_args(current: Mapping[str, Any], recorded: Optional[Dict[str, Any]], checkpoint: str,
+                      with_changes: bool, verbose: bool = True) -> Dict[str, Tuple[Any, Any]]:
+    """Compare the built run's arguments `current` with its checkpoint's record (`read_recorded_args`), once the
+    build has resolved them (learning rate, eval metric, what the attack fixes), so that a ``-c`` file stating the
+    recipe as first given (``lr: null``) is no change; logs (when `verbose`) what the resumed run takes and what it
+    changes.
+
+    Args:
+        checkpoint: ``--resume``, for messages.
+        with_changes: ``--resume-with-changes``.
 
     Returns:
         The changes ``--resume-with-changes`` allowed, as ``{dest: (recorded, given)}`` (empty without).
@@ -99,20 +114,19 @@ def check_resume_args(args, recorded: Optional[Dict[str, Any]]) -> Dict[str, Tup
         ValueError: A change outside `FREE_ARGS` without ``--resume-with-changes``; one line listing each.
     """
     if recorded is None:
-        if args.rank == 0:
-            _logger.warning(f'--resume {args.resume} records no timm-advnorm-train arguments: this command line and its '
+        if verbose:
+            _logger.warning(f'--resume {checkpoint} records no timm-advnorm-train arguments: this command line and its '
                             f'defaults set the whole recipe, unchecked against the run\'s.')
         return {}
-    current = vars(args)
     changed = {dest: (value, current[dest]) for dest, value in recorded.items()
                if dest in current and current[dest] != value}  # `FIXED_ARGS` are the record's (`apply_recorded_args`)
     free = {dest: change for dest, change in changed.items() if dest in FREE_ARGS}
     changes = {dest: change for dest, change in changed.items() if dest not in FREE_ARGS}
-    if changes and not args.resume_with_changes:
-        raise ValueError(f'--resume {args.resume} records another recipe: {_listing(changes)}; drop these options to '
+    if changes and not with_changes:
+        raise ValueError(f'--resume {checkpoint} records another recipe: {_listing(changes)}; drop these options to '
                          f'resume the run as recorded, or pass --resume-with-changes to go on with them')
-    if args.rank == 0:
-        _logger.info(f'Resuming {args.resume} with the arguments its run recorded'
+    if verbose:
+        _logger.info(f'Resuming {checkpoint} with the arguments its run recorded'
                      + (f'; changed here, free to change: {_listing(free)}' if free else '') + '.')
         if changes:
             _logger.warning(f'--resume-with-changes: the resumed run changes its recorded recipe: {_listing(changes)} '

@@ -62,34 +62,35 @@ def _later_files(run_dir: str, position: ResumePosition, resumed: str) -> List[s
     return sorted(later)
 
 
-def resume_position(args) -> ResumePosition:
-    """Where ``--resume`` goes on; refuses a checkpoint earlier than its run's latest without
-    ``--resume-from-earlier``, and says with it what the resumed run replaces.
+def resume_position(checkpoint: str, from_earlier: bool) -> ResumePosition:
+    """Where a run resumed from `checkpoint` goes on; refuses a checkpoint earlier than its run's latest without
+    ``--resume-from-earlier`` (`from_earlier`), and says with it what the resumed run replaces.
 
     Raises:
         ValueError: An earlier checkpoint without ``--resume-from-earlier``.
     """
-    position = checkpoint_position(load_checkpoint_metadata(args.resume))
-    run_dir = os.path.dirname(os.path.abspath(args.resume))
+    position = checkpoint_position(load_checkpoint_metadata(checkpoint))
+    run_dir = os.path.dirname(os.path.abspath(checkpoint))
     latest = latest_checkpoint(run_dir)
     if latest is None or latest.position <= position:
         return position
     replaced = (f'the summary rows from epoch {position.epoch} on, {_LAST} (now at {latest.position.describe()}) and '
-                f'{len(_later_files(run_dir, position, args.resume))} later checkpoint(s)')
-    if not args.resume_from_earlier:
-        raise ValueError(f'--resume {args.resume} is at {position.describe()}, but its run went on to '
+                f'{len(_later_files(run_dir, position, checkpoint))} later checkpoint(s)')
+    if not from_earlier:
+        raise ValueError(f'--resume {checkpoint} is at {position.describe()}, but its run went on to '
                          f'{latest.position.describe()} ({latest.path}): resuming from it would replace {replaced}; '
                          f'resume from {latest.path}, or pass --resume-from-earlier to rewind the run')
     _logger.warning(f'--resume-from-earlier: rewinding {run_dir} to {position.describe()}: replacing {replaced}.')
     return position
 
 
-def record_missing(args, position: ResumePosition) -> bool:
-    """Whether the summary of ``--resume``'s run lacks the row of the checkpoint's epoch: a run killed between the
-    checkpoint and its row, which resuming completes (`epoch_record`) even when no epoch is left to train."""
+def record_missing(checkpoint: str, position: ResumePosition) -> bool:
+    """Whether the summary of the run of `checkpoint` (``--resume``) lacks the row of the checkpoint's epoch: a run
+    killed between the checkpoint and its row, which resuming completes (`epoch_record`) even when no epoch is left
+    to train."""
     if position.updates:  # a recovery checkpoint: its epoch has no record yet
         return False
-    path = os.path.join(os.path.dirname(os.path.abspath(args.resume)), SUMMARY_FILE)
+    path = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), SUMMARY_FILE)
     if not os.path.exists(path):
         return True
     with open(path, newline='') as f:

@@ -42,17 +42,12 @@ def new_run_folder(root: str, name: str) -> str:
             continue
 
 
-def _run_name(args) -> str:
-    """The name of a new run's folder under ``--output``: ``--experiment``, else ``<model>-<method>``."""
-    return args.experiment or f'{args.model.replace("/", "_")}-{args.method}'
-
-
-def planned_run_folder(args) -> str:
-    """The folder the run will write, as known before it is made: the resumed checkpoint's, else
-    ``--output``/NAME (where a run already took NAME, the run takes NAME-1, ... beside it)."""
-    if args.resume:
-        return os.path.dirname(os.path.abspath(args.resume))
-    return os.path.join(args.output, _run_name(args))
+def planned_run_folder(output: str, name: str, resume: str = '') -> str:
+    """The folder the run will write, as known before it is made: the folder of the checkpoint it resumes
+    (`resume`), else `output`/`name` (where a run already took `name`, the run takes `name`-1, ... beside it)."""
+    if resume:
+        return os.path.dirname(os.path.abspath(resume))
+    return os.path.join(output, name)
 
 
 class RunFolder(NamedTuple):
@@ -73,17 +68,17 @@ def _missing_folders(path: str) -> Tuple[str, ...]:
     return tuple(missing)
 
 
-def open_run_folder(args, args_text: str, start_epoch: int) -> RunFolder:
-    """The run folder, locked for this process (`run_lock`), with the arguments file written in it: a new folder under
-    ``--output``, or, when resuming, the checkpoint's own, whose ``args.yaml`` is kept (the resumed run's arguments go
-    beside it, named by the epoch it resumes at) and whose partial checkpoint, left by a run killed while saving, is
-    removed.
+def open_run_folder(output: str, name: str, resume: str, args_text: str, start_epoch: int) -> RunFolder:
+    """The run folder, locked for this process (`run_lock`), with the arguments file written in it: a new folder
+    `name` under `output` (``--output``), or, when resuming (`resume`: the checkpoint), the checkpoint's own, whose
+    ``args.yaml`` is kept (the resumed run's arguments go beside it, named by the epoch it resumes at) and whose
+    partial checkpoint, left by a run killed while saving, is removed.
 
     Raises:
         ValueError: The checkpoint's folder is in use by another training process.
     """
-    if args.resume:
-        output_dir = os.path.dirname(os.path.abspath(args.resume))
+    if resume:
+        output_dir = os.path.dirname(os.path.abspath(resume))
         acquire_run_lock(output_dir)
         args_file = 'args.yaml' if not os.path.exists(os.path.join(output_dir, 'args.yaml')) else \
             f'args-resumed-epoch{start_epoch}.yaml'
@@ -93,8 +88,8 @@ def open_run_folder(args, args_text: str, start_epoch: int) -> RunFolder:
             _logger.info(f'Removed {partial}, a checkpoint whose writing was interrupted.')
         made: Tuple[str, ...] = ()
     else:
-        made_parents = _missing_folders(args.output)
-        output_dir = new_run_folder(args.output, _run_name(args))
+        made_parents = _missing_folders(output)
+        output_dir = new_run_folder(output, name)
         made = (output_dir, *made_parents)
         acquire_run_lock(output_dir)
         args_file = 'args.yaml'

@@ -5,10 +5,11 @@ before the run starts, not a warning in the middle of a log. The run logs what `
 epoch, and the run's budget (`timm_advnorm.train.budget.RunBudget`) in its config and summary. ``WANDB_MODE=offline``
 logs to local files only (``wandb sync`` uploads them later): nothing here needs a network.
 """
-import argparse
 import importlib
 from types import ModuleType
 from typing import Any, Dict, Mapping, Optional
+
+from .options import TrackingOptions
 
 __all__ = ['WandbRun', 'import_wandb']
 
@@ -30,15 +31,17 @@ class WandbRun:
     """One training run's Weights & Biases run: its arguments as config, then one logged row per epoch.
 
     Args:
-        args: The training arguments (``--wandb-project``, ``--wandb-tags``, ``--wandb-resume-id``, ``--experiment``).
-        run_dir: The run folder; wandb's files go into it (``wandb/``) and its name names the wandb run.
+        options: ``--wandb-project``, ``--wandb-tags``, ``--wandb-resume-id``.
+        config: The run's recorded arguments, the wandb run's config.
+        run_dir: The run folder; wandb's files go into it (``wandb/``).
+        name: The wandb run's name (``--experiment``; None: wandb's own).
     """
 
-    def __init__(self, args: argparse.Namespace, run_dir: str):
+    def __init__(self, options: TrackingOptions, config: Mapping[str, Any], run_dir: str, name: Optional[str] = None):
         wandb = import_wandb()
-        resume_id = args.wandb_resume_id or None
+        resume_id = options.wandb_resume_id or None
         self.run = wandb.init(
-            project=args.wandb_project, name=args.experiment or None, config=vars(args), tags=args.wandb_tags or None,
+            project=options.wandb_project, name=name, config=dict(config), tags=options.wandb_tags or None,
             dir=run_dir, id=resume_id, resume='must' if resume_id else None)
 
     def log_budget(self, budget: Mapping[str, Any]) -> None:
