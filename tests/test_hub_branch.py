@@ -11,7 +11,7 @@ import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.hub import (
     MODEL_CONFIG_ARG, build_export_model, create_model_from_name_or_checkpoint, install_to_hf_cache, model_config,
     read_checkpoint, write_export)
-from timm_advnorm.commands.publish import get_args_parser
+from timm_advnorm.commands.publish import get_args_parser, publish_options
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE, publish
 from timm_advnorm.layers import export_branch, has_mixture_bn, mixture_bn_modules, route
 from timm_advnorm.layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
@@ -31,7 +31,7 @@ def _outputs(model: torch.nn.Module, x: torch.Tensor, branch: str = None) -> tor
 
 
 def _publish(*argv) -> None:
-    publish(get_args_parser().parse_args([str(a) for a in argv]), DEFAULT_CARD_TEMPLATE.read_text())
+    publish(publish_options(get_args_parser().parse_args([str(a) for a in argv])), DEFAULT_CARD_TEMPLATE.read_text())
 
 
 @pytest.fixture(scope='module')
