@@ -11,8 +11,9 @@ import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.hub import (
     MODEL_CONFIG_ARG, build_export_model, create_model_from_name_or_checkpoint, install_to_hf_cache, model_config,
     read_checkpoint, write_export)
-from timm_advnorm.commands.publish import get_args_parser
+from timm_advnorm.commands.publish import get_args_parser, publish_options
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE, publish
+from timm_advnorm.hub.publish_options import ExportOptions, PublishOptions, TargetOptions
 from timm_advnorm.layers import export_branch, has_mixture_bn, mixture_bn_modules, route
 from timm_advnorm.layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
 
@@ -31,7 +32,7 @@ def _outputs(model: torch.nn.Module, x: torch.Tensor, branch: str = None) -> tor
 
 
 def _publish(*argv) -> None:
-    publish(get_args_parser().parse_args([str(a) for a in argv]), DEFAULT_CARD_TEMPLATE.read_text())
+    publish(publish_options(get_args_parser().parse_args([str(a) for a in argv])), DEFAULT_CARD_TEMPLATE.read_text())
 
 
 @pytest.fixture(scope='module')
@@ -81,6 +82,16 @@ def test_config_records_the_inference_branch(export):
     config = json.loads((export / 'config.json').read_text())
     assert config['architecture'] == 'test_mbn_resnet'
     assert config['model_args'][INFERENCE_BRANCH_ARG] == 'adv'
+
+
+def test_publishing_takes_the_recorded_branch_without_changing_the_options(tmp_path, checkpoint):
+    """The library publishes from typed options; the branch the checkpoint records is resolved into a copy of them,
+    so the options given still say that none was chosen."""
+    options = PublishOptions(ExportOptions(str(checkpoint)), TargetOptions(local_dir=str(tmp_path / 'out')))
+    assert publish(options, DEFAULT_CARD_TEMPLATE.read_text()) is None
+    assert options.export == ExportOptions(str(checkpoint))
+    config = json.loads((tmp_path / 'out' / 'config.json').read_text())
+    assert config['model_args'][INFERENCE_BRANCH_ARG] == 'clean'
 
 
 @pytest.mark.parametrize('kind', ['hf-hub', 'local-dir'])

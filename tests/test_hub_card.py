@@ -13,7 +13,7 @@ from huggingface_hub import ModelCard
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
 from timm_advnorm.hub.digest import branch_digests, state_dict_digest
-from timm_advnorm.commands.publish import get_args_parser
+from timm_advnorm.commands.publish import get_args_parser, publish_options
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE, publish
 
 NUM_CLASSES = 5
@@ -77,7 +77,7 @@ def _card(run: Path, tmp_path: Path, *extra, checkpoint: str = 'last.pth.tar') -
     out = tmp_path / 'published'
     args = get_args_parser().parse_args(
         [str(run / checkpoint), '--inference-branch', 'adv', '--local-dir', str(out), *map(str, extra)])
-    publish(args, DEFAULT_CARD_TEMPLATE.read_text())
+    publish(publish_options(args), DEFAULT_CARD_TEMPLATE.read_text())
     card = (out / 'README.md').read_text(encoding='utf-8')
     assert not any(script in card for script in ('train_adv.py', 'validate_adv.py', 'demo.sh', 'hub/publish.py'))
     return card

@@ -16,7 +16,9 @@ import yaml
 from timm_advnorm.hub import parse_eval_results, read_eval_results
 from timm_advnorm.hub import publish as publish_module
 from timm_advnorm.hub.digest import branch_digests, state_dict_digest
+from timm_advnorm.commands.publish import get_args_parser, publish_options
 from timm_advnorm.commands.publish import run as run_publish
+from timm_advnorm.hub.publish_options import CardOptions, ExportOptions, PublishOptions, TargetOptions
 from timm_advnorm.layers import MixtureBatchNorm2d, has_mixture_bn, route
 from timm_advnorm.write_guard import EXPORT_MANIFEST
 
@@ -229,6 +231,7 @@ class FakeHfApi:
         files = sorted(p.name for p in Path(folder_path).iterdir()
                        if not (ignore_patterns and fnmatch.fnmatch(p.name, ignore_patterns)))
         self.calls.append(('upload_folder', repo_id, files, delete_patterns))
+        self.calls.append(('commit', revision, commit_message))
         return argparse.Namespace(commit_url=f'https://huggingface.co/{repo_id}/commit/0')
 
 
@@ -252,6 +255,16 @@ def test_upload_sends_the_folder_and_respects_existing_files(tmp_path, run, hub,
     assert not [c for c in hub.calls if c[0] == 'upload_folder']
     assert _publish(run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m', '--overwrite') == 0
     assert [c[3] for c in hub.calls if c[0] == 'upload_folder'] == ['*']
+
+
+def test_upload_goes_to_the_revision_with_the_commit_message(tmp_path, run, hub):
+    assert _publish(run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m', '--revision', 'v1',
+                    '--commit-message', 'Retrained') == 0
+    assert ('create_branch', 'v1') in hub.calls and ('commit', 'v1', 'Retrained') in hub.calls
+    hub.calls = []
+    assert _publish(run.checkpoint, '--inference-branch', 'adv', '--repo-id', 'org/m', '--overwrite') == 0
+    assert not [c for c in hub.calls if c[0] == 'create_branch']
+    assert ('commit', None, 'Add timm-advnorm model') in hub.calls
 
 
 def test_dry_run_and_missing_token_upload_nothing(tmp_path, run, hub, monkeypatch, capsys):
@@ -302,6 +315,34 @@ def test_options_that_do_not_fit_are_refused_before_anything(tmp_path, run, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_line_becomes_one_typed_options_object():
+    """Each flag lands in its group (what is exported, where it goes, what the card states), and the groups'
+    defaults are the command's, so the library publishes from options built without a command line."""
+    parser = get_args_parser()
+    assert publish_options(parser.parse_args(['run.pth', '--local-dir', 'out'])) == PublishOptions(
+        ExportOptions('run.pth'), TargetOptions(local_dir='out'))
+    argv = ['run.pth', '--model', 'test_mbn_resnet', '--use-ema', '--branch', 'adv', '--inference-branch', 'adv',
+            '--repo-id', 'org/m', '--local-dir', 'out', '--dry-run', '--overwrite', '--private', '--revision', 'v1',
+            '--commit-message', 'Retrained', '--results', 'r.json', '--allow-reduced-results',
+            '--allow-other-results', '--card-template', 'card.md', '--license', 'mit']
+    assert publish_options(parser.parse_args(argv)) == PublishOptions(
+        export=ExportOptions('run.pth', model='test_mbn_resnet', ema=True, branch='adv', inference_branch='adv'),
+        target=TargetOptions(repo_id='org/m', local_dir='out', dry_run=True, overwrite=True, private=True,
+                             revision='v1', commit_message='Retrained'),
+        card=CardOptions(results='r.json', allow_reduced_results=True, allow_other_results=True,
+                         template='card.md', license='mit'))
+
+
+@pytest.mark.parametrize('target, upload', [
+    (TargetOptions(repo_id='org/m'), True),
+    (TargetOptions(repo_id='org/m', local_dir='out'), True),
+    (TargetOptions(repo_id='org/m', local_dir='out', dry_run=True), False),
+    (TargetOptions(local_dir='out'), False),
+])
+def test_only_a_repository_without_dry_run_is_uploaded_to(target, upload):
+    assert target.upload is upload
 
 
 def test_publish_script_runs_from_the_repository(tmp_path, run):

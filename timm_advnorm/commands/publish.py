@@ -4,15 +4,17 @@ checkpoint to the Hugging Face Hub, or to a local folder, with its config and mo
     timm-advnorm-publish output/train/run/model_best.pth.tar \\
         --results output/eval/results.json --repo-id org/mbn_resnet152.xie2020_in1k
 """
+import argparse
 import logging
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 from ..hub.publish import BRANCHES, DEFAULT_CARD_TEMPLATE, publish
+from ..hub.publish_options import DEFAULT_COMMIT_MESSAGE, CardOptions, ExportOptions, PublishOptions, TargetOptions
 from .parser import ArgumentParser, add_hidden_alias, run_cli
 
-__all__ = ['get_args_parser', 'main', 'run', 'console_main', 'PROG']
+__all__ = ['get_args_parser', 'publish_options', 'main', 'run', 'console_main', 'PROG']
 
 _logger = logging.getLogger(__name__)
 PROG = 'timm-advnorm-publish'
@@ -48,7 +50,7 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                         help='replace an earlier export in --local-dir, or a non-empty Hub repository')
     parser.add_argument('--private', action='store_true', help='create the Hub repository as private')
     parser.add_argument('--revision', help='Hub branch to upload to (default: main)')
-    parser.add_argument('--commit-message', default='Add timm-advnorm model', help='Hub commit message')
+    parser.add_argument('--commit-message', default=DEFAULT_COMMIT_MESSAGE, help='Hub commit message')
     parser.add_argument('--card-template', metavar='FILE',
                         help="model card template (default: the package's model_card_template.md)")
     parser.add_argument('--license', help="card license (default: the weights' pretrained config, e.g. a "
@@ -56,12 +58,25 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     return parser
 
 
+def publish_options(args: argparse.Namespace) -> PublishOptions:
+    """The typed options of the publication `args` (as `get_args_parser` parses them) describe: all publishing reads."""
+    return PublishOptions(
+        export=ExportOptions(checkpoint=args.checkpoint, model=args.model, ema=args.ema, branch=args.branch,
+                             inference_branch=args.inference_branch),
+        target=TargetOptions(repo_id=args.repo_id, local_dir=args.local_dir, dry_run=args.dry_run,
+                             overwrite=args.overwrite, private=args.private, revision=args.revision,
+                             commit_message=args.commit_message),
+        card=CardOptions(results=args.results, allow_reduced_results=args.allow_reduced_results,
+                         allow_other_results=args.allow_other_results, template=args.card_template,
+                         license=args.license))
+
+
 def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     """Parse `argv` and publish; returns the exit status. Bad input raises (see `run`)."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    args = get_args_parser(prog).parse_args(argv)
-    template = Path(args.card_template).read_text() if args.card_template else DEFAULT_CARD_TEMPLATE.read_text()
-    url = publish(args, template)
+    options = publish_options(get_args_parser(prog).parse_args(argv))
+    template = Path(options.card.template).read_text() if options.card.template else DEFAULT_CARD_TEMPLATE.read_text()
+    url = publish(options, template)
     if url:
         _logger.info(f'Uploaded: {url}')
     return 0
