@@ -13,6 +13,7 @@ from timm_advnorm.study import cell_state, expand_cells, list_studies, load_stud
 from timm_advnorm.study.plot import figure_study
 from timm_advnorm.study.runner import InProcessCommands, SubmititLauncher, run_cell
 from timm_advnorm.commands.study import main
+from timm_advnorm.commands.study_cells import CELL_COMMANDS
 from timm_advnorm.study.spec import PlotSpec
 from timm_advnorm.study.table import CellResult, GroupResult, read_cell
 from timm_advnorm.commands.train import parse_args as parse_train_args
@@ -46,7 +47,7 @@ def _mtimes(run_dir: Path):
 def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_dir):
     study = _study(tmp_path, digits_dir)
     out = tmp_path / 'out'
-    cells = expand_cells(load_study(study), 'digits', out / 'two_cells-digits')
+    cells = expand_cells(load_study(study), 'digits', out / 'two_cells-digits', CELL_COMMANDS)
     assert main([str(study), '--output', str(out), '--max-cells', '0']) == 0  # the table alone
     assert [cell_state(c) for c in cells] == ['new', 'new']
     assert main([str(study), '--output', str(out), '--max-cells', '1']) == 0
@@ -98,7 +99,7 @@ def test_the_study_plots_x_axis_is_the_grid(ratios):
 
 def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_evaluates(tmp_path, digits_dir):
     spec = load_study(_study(tmp_path, digits_dir, epochs=2))
-    cell = expand_cells(spec, 'digits', tmp_path / 'study')[0]
+    cell = expand_cells(spec, 'digits', tmp_path / 'study', CELL_COMMANDS)[0]
     from timm_advnorm.commands.train import main as train_main
     assert train_main(list(cell.train_argv)) == 0
     assert cell_state(cell) == 'trained'
@@ -108,7 +109,7 @@ def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_eval
     (cell.run_dir / 'summary.csv').write_text('\n'.join(summary[:2]) + '\n')
     assert cell_state(cell) == 'interrupted'
 
-    assert run_cell(cell, InProcessCommands()) == 'interrupted'
+    assert run_cell(cell, InProcessCommands(CELL_COMMANDS)) == 'interrupted'
     assert cell_state(cell) == 'evaluated'
     assert (cell.run_dir / 'args-resumed-epoch1.yaml').is_file()  # resumed in its own folder, at epoch 1
     assert len((cell.run_dir / 'summary.csv').read_text().splitlines()) == 3
@@ -116,7 +117,7 @@ def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_eval
     for name in ('results.json', 'results.csv', 'eval_state.jsonl'):  # as if never evaluated
         (cell.run_dir / name).unlink()
     trained = _mtimes(cell.run_dir)
-    assert run_cell(cell, InProcessCommands()) == 'trained'
+    assert run_cell(cell, InProcessCommands(CELL_COMMANDS)) == 'trained'
     assert cell.results_file.is_file()
     assert (cell.run_dir / 'last.pth.tar').stat().st_mtime_ns == trained['last.pth.tar'], 'retrained'
 
@@ -124,7 +125,7 @@ def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_eval
 def test_a_cell_is_trained_only_once_its_cool_down_epochs_are(tmp_path, digits_dir):
     """The run's budget file counts the epochs it trains, cool-down included (``--epochs`` alone does not)."""
     spec = load_study(_study(tmp_path, digits_dir, epochs=1))
-    cell = expand_cells(spec, 'digits', tmp_path / 'study')[0]
+    cell = expand_cells(spec, 'digits', tmp_path / 'study', CELL_COMMANDS)[0]
     from timm_advnorm.commands.train import main as train_main
     assert train_main([*cell.train_argv, '--cooldown-epochs', '1']) == 0
     assert yaml.safe_load((cell.run_dir / 'budget.yaml').read_text())['epochs'] == 2
@@ -137,9 +138,9 @@ def test_a_cell_is_trained_only_once_its_cool_down_epochs_are(tmp_path, digits_d
 def test_submitit_launcher_runs_the_pending_cells(tmp_path, digits_dir):
     pytest.importorskip('submitit')
     spec = load_study(_study(tmp_path, digits_dir))
-    cells = expand_cells(spec, 'digits', tmp_path / 'study')
+    cells = expand_cells(spec, 'digits', tmp_path / 'study', CELL_COMMANDS)
     launcher = SubmititLauncher(tmp_path / 'submitit', cluster='debug')
-    assert launcher.run(cells, InProcessCommands(), max_cells=1) == cells[:1]
+    assert launcher.run(cells, InProcessCommands(CELL_COMMANDS), max_cells=1) == cells[:1]
     assert [cell_state(c) for c in cells] == ['evaluated', 'new']
 
 
@@ -161,7 +162,8 @@ def test_dry_run_lists_commands_and_budget_without_training(tmp_path, digits_dir
 @pytest.mark.parametrize('name, scale', [(name, scale) for name in list_studies() for scale in load_study(name).scales])
 def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, tmp_path):
     spec = load_study(name)
-    cells = expand_cells(spec, scale, tmp_path, data_dir='/data/imagenet' if scale == 'imagenet' else None)
+    data_dir = '/data/imagenet' if scale == 'imagenet' else None
+    cells = expand_cells(spec, scale, tmp_path, CELL_COMMANDS, data_dir=data_dir)
     assert len({c.id for c in cells}) == len(cells) > 1
     for cell in cells:
         args, _ = parse_train_args(list(cell.train_argv))
