@@ -13,6 +13,7 @@ from PIL import Image
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.attacks.noise import gaussian_noise
+from timm_advnorm.commands.study_cells import CELL_COMMANDS
 from timm_advnorm.data import prepare_mnist5k
 from timm_advnorm.data.mnist5k import load_mnist5k, render_digit
 from timm_advnorm.study import expand_cells, load_study
@@ -81,9 +82,9 @@ def test_a_reduced_galloway_mnist_cell_runs_end_to_end(tmp_path, mnist5k_dir):
     reduced = replace(scale, train={**scale.train, 'epochs': 1, 'num_samples': 8},
                       validate={**scale.validate, 'num_samples': 24, 'sanity_samples': 0}, seeds=(0,))
     spec = replace(spec, scales={'mnist': reduced})
-    cells = expand_cells(spec, 'mnist', tmp_path, data_dir=str(mnist5k_dir))
+    cells = expand_cells(spec, 'mnist', tmp_path, CELL_COMMANDS, data_dir=str(mnist5k_dir))
     cell = next(c for c in cells if c.labels == dict(img_size=28, family='bn-mlp', weight_decay=0.0))
-    assert run_cell(cell, InProcessCommands()) == 'new'
+    assert run_cell(cell, InProcessCommands(CELL_COMMANDS)) == 'new'
     results = json.loads(cell.results_file.read_text())
     assert results['protocol']['name'] == 'galloway-mnist'
     (variant,) = results['variants']

@@ -1,7 +1,12 @@
-"""timm-advnorm-study: a two-cell study on the digits end to end (table, plot, resumability), and every shipped
-study's grid parsed by the training and evaluation commands."""
+"""timm-advnorm-study: a two-cell study on the digits end to end (table, plot, resumability), every shipped
+study's grid parsed by the training and evaluation commands, and the study package given its options and commands
+(it parses nothing itself)."""
+import ast
+import copy
 import csv
+import dataclasses
 import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -11,8 +16,10 @@ import yaml
 from timm_advnorm.commands.validate import parse_args as parse_validate_args
 from timm_advnorm.study import cell_state, expand_cells, list_studies, load_study
 from timm_advnorm.study.plot import figure_study
-from timm_advnorm.study.runner import InProcessCommands, SubmititLauncher, run_cell
-from timm_advnorm.commands.study import main
+from timm_advnorm.study.runner import CellError, InProcessCommands, SubmititLauncher, run_cell
+from timm_advnorm.commands.study import get_args_parser, main, study_options
+from timm_advnorm.commands.study_cells import CELL_COMMANDS
+from timm_advnorm.study.launch import run_study
 from timm_advnorm.study.spec import PlotSpec
 from timm_advnorm.study.table import CellResult, GroupResult, read_cell
 from timm_advnorm.commands.train import parse_args as parse_train_args
@@ -46,7 +53,7 @@ def _mtimes(run_dir: Path):
 def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_dir):
     study = _study(tmp_path, digits_dir)
     out = tmp_path / 'out'
-    cells = expand_cells(load_study(study), 'digits', out / 'two_cells-digits')
+    cells = expand_cells(load_study(study), 'digits', out / 'two_cells-digits', CELL_COMMANDS)
     assert main([str(study), '--output', str(out), '--max-cells', '0']) == 0  # the table alone
     assert [cell_state(c) for c in cells] == ['new', 'new']
     assert main([str(study), '--output', str(out), '--max-cells', '1']) == 0
@@ -98,7 +105,7 @@ def test_the_study_plots_x_axis_is_the_grid(ratios):
 
 def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_evaluates(tmp_path, digits_dir):
     spec = load_study(_study(tmp_path, digits_dir, epochs=2))
-    cell = expand_cells(spec, 'digits', tmp_path / 'study')[0]
+    cell = expand_cells(spec, 'digits', tmp_path / 'study', CELL_COMMANDS)[0]
     from timm_advnorm.commands.train import main as train_main
     assert train_main(list(cell.train_argv)) == 0
     assert cell_state(cell) == 'trained'
@@ -108,7 +115,7 @@ def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_eval
     (cell.run_dir / 'summary.csv').write_text('\n'.join(summary[:2]) + '\n')
     assert cell_state(cell) == 'interrupted'
 
-    assert run_cell(cell, InProcessCommands()) == 'interrupted'
+    assert run_cell(cell, InProcessCommands(CELL_COMMANDS)) == 'interrupted'
     assert cell_state(cell) == 'evaluated'
     assert (cell.run_dir / 'args-resumed-epoch1.yaml').is_file()  # resumed in its own folder, at epoch 1
     assert len((cell.run_dir / 'summary.csv').read_text().splitlines()) == 3
@@ -116,7 +123,7 @@ def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_eval
     for name in ('results.json', 'results.csv', 'eval_state.jsonl'):  # as if never evaluated
         (cell.run_dir / name).unlink()
     trained = _mtimes(cell.run_dir)
-    assert run_cell(cell, InProcessCommands()) == 'trained'
+    assert run_cell(cell, InProcessCommands(CELL_COMMANDS)) == 'trained'
     assert cell.results_file.is_file()
     assert (cell.run_dir / 'last.pth.tar').stat().st_mtime_ns == trained['last.pth.tar'], 'retrained'
 
@@ -124,7 +131,7 @@ def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_eval
 def test_a_cell_is_trained_only_once_its_cool_down_epochs_are(tmp_path, digits_dir):
     """The run's budget file counts the epochs it trains, cool-down included (``--epochs`` alone does not)."""
     spec = load_study(_study(tmp_path, digits_dir, epochs=1))
-    cell = expand_cells(spec, 'digits', tmp_path / 'study')[0]
+    cell = expand_cells(spec, 'digits', tmp_path / 'study', CELL_COMMANDS)[0]
     from timm_advnorm.commands.train import main as train_main
     assert train_main([*cell.train_argv, '--cooldown-epochs', '1']) == 0
     assert yaml.safe_load((cell.run_dir / 'budget.yaml').read_text())['epochs'] == 2
@@ -137,9 +144,9 @@ def test_a_cell_is_trained_only_once_its_cool_down_epochs_are(tmp_path, digits_d
 def test_submitit_launcher_runs_the_pending_cells(tmp_path, digits_dir):
     pytest.importorskip('submitit')
     spec = load_study(_study(tmp_path, digits_dir))
-    cells = expand_cells(spec, 'digits', tmp_path / 'study')
+    cells = expand_cells(spec, 'digits', tmp_path / 'study', CELL_COMMANDS)
     launcher = SubmititLauncher(tmp_path / 'submitit', cluster='debug')
-    assert launcher.run(cells, InProcessCommands(), max_cells=1) == cells[:1]
+    assert launcher.run(cells, InProcessCommands(CELL_COMMANDS), max_cells=1) == cells[:1]
     assert [cell_state(c) for c in cells] == ['evaluated', 'new']
 
 
@@ -161,7 +168,8 @@ def test_dry_run_lists_commands_and_budget_without_training(tmp_path, digits_dir
 @pytest.mark.parametrize('name, scale', [(name, scale) for name in list_studies() for scale in load_study(name).scales])
 def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, tmp_path):
     spec = load_study(name)
-    cells = expand_cells(spec, scale, tmp_path, data_dir='/data/imagenet' if scale == 'imagenet' else None)
+    data_dir = '/data/imagenet' if scale == 'imagenet' else None
+    cells = expand_cells(spec, scale, tmp_path, CELL_COMMANDS, data_dir=data_dir)
     assert len({c.id for c in cells}) == len(cells) > 1
     for cell in cells:
         args, _ = parse_train_args(list(cell.train_argv))
@@ -187,3 +195,73 @@ def test_bad_study_file_is_one_line_error(tmp_path, digits_dir, problem, message
     from timm_advnorm.commands.study import run
     assert run(argv=[str(path), '--dry-run']) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_command_line_becomes_study_options_and_stays_unchanged():
+    args = get_args_parser().parse_args(
+        ['xie2020', '--scale', 'imagenet', '--data-dir', '/data/imagenet', '--seeds', '0', '1', '--device', 'cuda',
+         '--max-cells', '3', '--launcher', 'submitit', '--launch-prefix', 'torchrun --nproc_per_node 8',
+         '--submitit-params', 'timeout_min=60', 'gpus_per_node=8'])
+    parsed = copy.deepcopy(vars(args))
+    options = study_options(args)
+    assert vars(args) == parsed
+    assert (options.study, options.scale, options.data_dir, options.seeds) == ('xie2020', 'imagenet', '/data/imagenet',
+                                                                               (0, 1))
+    assert (options.device, options.dry_run, options.world_size, options.max_cells) == ('cuda', False, 1, 3)
+    assert options.launch_prefix == 'torchrun --nproc_per_node 8' and options.launcher == 'submitit'
+    assert options.submitit_cluster is None and options.submitit_params == {'timeout_min': 60, 'gpus_per_node': 8}
+    assert study_options(get_args_parser().parse_args(['nofrost'])).seeds == ()  # the study's own
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.scale = 'digits'
+
+
+def _imported(node: ast.AST) -> list:
+    """The modules an import statement names (a relative one without its leading dots)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        module = node.module or ''
+        return [module, *(f'{module}.{alias.name}'.lstrip('.') for alias in node.names)]
+    return []
+
+
+def test_the_study_package_imports_neither_the_commands_nor_argparse():
+    package = Path(__file__).resolve().parents[1] / 'timm_advnorm' / 'study'
+    for path in sorted(package.glob('*.py')):
+        if path.name == '__main__.py':  # ``python -m timm_advnorm.study`` runs the command
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = _imported(node)
+            assert not [n for n in names if n.split('.')[0] in ('commands', 'argparse')
+                        or n.startswith('timm_advnorm.commands')], f'{path.name} imports {names}'
+
+
+def test_a_dry_run_plans_each_grid_point_once_with_the_commands_it_is_given(tmp_path, digits_dir, capsys):
+    parsed = []
+
+    def train_options(argv):
+        parsed.append(list(argv))
+        return CELL_COMMANDS.train_options(argv)
+
+    commands = dataclasses.replace(CELL_COMMANDS, train_options=train_options)
+    args = get_args_parser().parse_args([str(_study(tmp_path, digits_dir)), '--output', str(tmp_path / 'out'),
+                                         '--dry-run', '--seeds', '1', '2'])
+    run_study(study_options(args), commands, prog='timm-advnorm-study')
+    assert [argv[argv.index('--method') + 1] for argv in parsed] == ['vanilla', 'madry']  # seed 2 costs the same
+    assert all(argv[argv.index('--seed') + 1] == '1' for argv in parsed)
+    assert capsys.readouterr().out.count(' [new]\n') == 4  # two grid points at two seeds
+    assert not (tmp_path / 'out').exists()
+
+
+def test_a_cell_command_that_fails_stops_the_cell(tmp_path, digits_dir):
+    spec = load_study(_study(tmp_path, digits_dir))
+    cell = expand_cells(spec, 'digits', tmp_path / 'study', CELL_COMMANDS)[0]
+    failing = InProcessCommands(dataclasses.replace(CELL_COMMANDS, train_main=lambda argv: 3))
+    with pytest.raises(CellError, match='timm-advnorm-train exited with status 3'):
+        run_cell(cell, failing)
+    assert cell_state(cell) == 'new'
+
+
+def test_the_in_process_commands_pickle_for_a_submitit_job():
+    runner = pickle.loads(pickle.dumps(InProcessCommands(CELL_COMMANDS)))  # what a Slurm job receives
+    assert runner == InProcessCommands(CELL_COMMANDS)

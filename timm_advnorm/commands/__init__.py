@@ -7,7 +7,8 @@
 * `publish`: ``timm-advnorm-publish`` (``hub/publish.py``);
 * `convert`: ``timm-advnorm-convert`` (``python -m timm_advnorm.convert``);
 * `deepaugment`: ``timm-advnorm-deepaugment``;
-* `study`: ``timm-advnorm-study`` (``python -m timm_advnorm.study``).
+* `study`: ``timm-advnorm-study`` (``python -m timm_advnorm.study``); `study_cells` gives the studies the training
+  and evaluation commands their cells run.
 
 `parser` holds what they share (the parser class, ``-c`` YAML layering, hidden aliases, `run_cli`) and `options`
 the options several of them take, each defined once.

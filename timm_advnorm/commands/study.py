@@ -12,7 +12,8 @@ resumable command.
 The study folder (``--output``/``<study>-<scale>``) holds each cell's run folder under ``cells/``, the results
 table (``results.md``, ``results.csv``, ``findings.csv``) and the paper-style plot (``study.png``). A rerun skips
 the evaluated cells and resumes an interrupted one from its checkpoint (`timm_advnorm.study.runner`). This module
-parses and checks the arguments; `timm_advnorm.study.launch` runs the study they describe.
+parses and checks the arguments and converts them into `StudyOptions` (`study_options`); `timm_advnorm.study.launch`
+runs the study they describe, its cells as the training and evaluation commands' runs (`study_cells.CELL_COMMANDS`).
 """
 import argparse
 import logging
@@ -22,11 +23,13 @@ from typing import Optional, Sequence
 from timm.utils import ParseKwargs, setup_default_logging
 
 from ..study.launch import LAUNCHERS, run_study
+from ..study.options import StudyOptions
 from ..study.spec import SCALES, list_studies
 from .options import DATA_DIR, DEVICE
 from .parser import ArgumentParser, run_cli
+from .study_cells import CELL_COMMANDS
 
-__all__ = ['get_args_parser', 'main', 'run', 'console_main']
+__all__ = ['get_args_parser', 'study_options', 'main', 'run', 'console_main']
 
 PROG = 'timm-advnorm-study'
 
@@ -83,6 +86,15 @@ def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
         parser.error('--submitit-cluster and --submitit-params need --launcher submitit')
 
 
+def study_options(args: argparse.Namespace) -> StudyOptions:
+    """The typed options of the study run `args` (as the parser returns them, checked) describe."""
+    return StudyOptions(
+        study=args.study, scale=args.scale, data_dir=args.data_dir, output=args.output, seeds=tuple(args.seeds or ()),
+        device=args.device, dry_run=args.dry_run, world_size=args.world_size, max_cells=args.max_cells,
+        launcher=args.launcher, launch_prefix=args.launch_prefix, submitit_cluster=args.submitit_cluster,
+        submitit_params=dict(args.submitit_params))
+
+
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     """Run (or with ``--dry-run`` plan) the study `argv` names; returns the exit status. Bad input raises."""
     parser = get_args_parser(prog)
@@ -90,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     _check_args(parser, args)
     if not logging.root.handlers:
         setup_default_logging()
-    run_study(args, prog=PROG)
+    run_study(study_options(args), CELL_COMMANDS, prog=PROG)
     return 0
 
 

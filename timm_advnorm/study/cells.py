@@ -6,18 +6,16 @@ options, the block's options and the axis values' options, in that order (later 
 cell's run folder (``<study folder>/cells/<cell id>``); its evaluation reads that folder's ``last.pth.tar`` and
 writes ``results.json`` beside it. The argument lists are the commands' own, so a cell can be rerun by hand.
 """
-import argparse
 import itertools
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..commands.train import get_args_parser as get_train_parser
-from ..commands.validate import get_args_parser as get_validate_parser
+from .options import CellCommands
 from .spec import ScaleSpec, StudySpec
 
-__all__ = ['Cell', 'expand_cells', 'options_to_argv', 'select_cells', 'CHECKPOINT', 'RESULTS_FILE']
+__all__ = ['Cell', 'expand_cells', 'select_cells', 'CHECKPOINT', 'RESULTS_FILE']
 
 CHECKPOINT = 'last.pth.tar'
 RESULTS_FILE = 'results.json'
@@ -58,40 +56,6 @@ class Cell:
         return [shlex.join([train_prog, *self.train_argv]), shlex.join([validate_prog, *self.validate_argv])]
 
 
-def _option_actions(parser: argparse.ArgumentParser) -> Dict[str, argparse.Action]:
-    return {option: action for action in parser._actions for option in action.option_strings}
-
-
-def options_to_argv(options: Mapping[str, Any], parser: argparse.ArgumentParser) -> List[str]:
-    """`options` (long option names with underscores, as in a ``-c`` YAML file) as command-line arguments of
-    `parser`'s command.
-
-    Raises:
-        ValueError: An option the command does not have, or a switch set false that cannot be switched off.
-    """
-    actions = _option_actions(parser)
-    argv: List[str] = []
-    for key, value in options.items():
-        flag = '--' + key.replace('_', '-')
-        action = actions.get(flag)
-        if action is None:
-            raise ValueError(f'{parser.prog} has no option {flag} (study option {key!r}).')
-        if value is None:
-            continue
-        if isinstance(action, argparse.BooleanOptionalAction):
-            argv.append(flag if value else '--no-' + flag[2:])
-        elif isinstance(action, argparse._StoreTrueAction):
-            if value:
-                argv.append(flag)
-        elif isinstance(value, Mapping):
-            argv += [flag, *(f'{k}={v}' for k, v in value.items())]
-        elif isinstance(value, (list, tuple)):
-            argv += [flag, *(str(v) for v in value)]
-        else:
-            argv += [flag, str(value)]
-    return argv
-
-
 def _cell_id(labels: Mapping[str, Any], seed: int) -> str:
     parts = [f'{axis}-{value}' for axis, value in labels.items()]
     return '_'.join([*parts, f'seed-{seed}']).replace('/', '-').replace(' ', '-')
@@ -104,11 +68,13 @@ def _train_options(scale: ScaleSpec, block_train: Mapping[str, Any], labels: Map
     return options
 
 
-def expand_cells(spec: StudySpec, scale_name: str, study_dir: Path, data_dir: Optional[str] = None,
-                 device: Optional[str] = None) -> List[Cell]:
+def expand_cells(spec: StudySpec, scale_name: str, study_dir: Path, commands: CellCommands,
+                 data_dir: Optional[str] = None, device: Optional[str] = None) -> List[Cell]:
     """Every cell of `spec` at scale `scale_name`, run under `study_dir`.
 
     Args:
+        commands: The commands whose arguments the cells' options become (`CellCommands.train_argv`,
+            `CellCommands.validate_argv`).
         data_dir: Dataset root for both commands (ImageNet scale); None for the built-in digits.
         device: ``--device`` of both commands (default: theirs).
 
@@ -117,7 +83,6 @@ def expand_cells(spec: StudySpec, scale_name: str, study_dir: Path, data_dir: Op
             with one id.
     """
     scale = spec.scale(scale_name)
-    train_parser, validate_parser = get_train_parser(), get_validate_parser()
     cells_dir = Path(study_dir) / 'cells'
     common = {'data_dir': data_dir, 'device': device}
     cells: List[Cell] = []
@@ -134,8 +99,8 @@ def expand_cells(spec: StudySpec, scale_name: str, study_dir: Path, data_dir: Op
                             'results_file': str(run_dir / RESULTS_FILE), 'resume_state': str(run_dir / _EVAL_STATE)}
                 recipe = ['-c', scale.recipe] if scale.recipe else []
                 cells.append(Cell(id=cell_id, labels=labels, seed=seed, run_dir=run_dir,
-                                  train_argv=tuple(recipe + options_to_argv(train, train_parser)),
-                                  validate_argv=tuple(options_to_argv(validate, validate_parser))))
+                                  train_argv=tuple(recipe + commands.train_argv(train)),
+                                  validate_argv=tuple(commands.validate_argv(validate))))
     ids = [cell.id for cell in cells]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:

@@ -1,17 +1,17 @@
-"""Run a seed paper's comparison grid from the parsed ``timm-advnorm-study`` arguments
-(`timm_advnorm.commands.study`): expand its cells, plan them (``--dry-run``) or run them with the chosen launcher,
-then write the results table and the paper-style plot.
+"""Run a seed paper's comparison grid as `StudyOptions` say (what ``timm-advnorm-study`` was told): expand its cells,
+plan them (``--dry-run``) or run them with the chosen launcher, then write the results table and the paper-style
+plot.
 """
-import argparse
 import logging
 import shlex
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 from .cells import Cell, expand_cells
+from .options import CellCommands, StudyOptions
 from .plan import plan_cell_budget
 from .plot import plot_study
 from .runner import InProcessCommands, SubmititLauncher, SubprocessCommands, cell_state, run_cells
@@ -31,14 +31,14 @@ def _with_seeds(spec: StudySpec, scale: str, seeds: Optional[Sequence[int]]) -> 
     return replace(spec, scales={**spec.scales, scale: replace(spec.scale(scale), seeds=tuple(seeds))})
 
 
-def _dry_run(cells: Sequence[Cell], world_size: int) -> None:
+def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int) -> None:
     """Log every cell: its state, commands and counted budget (once per grid point: the seeds cost the same)."""
     budgets: Dict[tuple, object] = {}
     total_passes = total_flops = 0.0
     for cell in cells:
         key = tuple(cell.labels.items())
         if key not in budgets:
-            budgets[key] = plan_cell_budget(cell.train_argv, world_size=world_size)
+            budgets[key] = plan_cell_budget(commands.train_options(cell.train_argv), world_size=world_size)
         budget = budgets[key]
         total_passes += budget.passes_total
         total_flops += budget.flops_total
@@ -50,25 +50,27 @@ def _dry_run(cells: Sequence[Cell], world_size: int) -> None:
                      f'(training; evaluation not counted)\n')
 
 
-def _commands(args: argparse.Namespace):
-    if args.launcher == 'local':
-        return InProcessCommands()
-    return SubprocessCommands(tuple(shlex.split(args.launch_prefix)) if args.launch_prefix else (sys.executable,))
+def _runner(options: StudyOptions, commands: CellCommands) -> Union[InProcessCommands, SubprocessCommands]:
+    """What runs the cells' commands: `InProcessCommands` or `SubprocessCommands`."""
+    if options.launcher == 'local':
+        return InProcessCommands(commands)
+    prefix = options.launch_prefix
+    return SubprocessCommands(tuple(shlex.split(prefix)) if prefix else (sys.executable,))
 
 
-def _report(spec: StudySpec, args: argparse.Namespace, cells: List[Cell], study_dir: Path, seconds: float,
+def _report(spec: StudySpec, options: StudyOptions, cells: List[Cell], study_dir: Path, seconds: float,
             prog: str) -> None:
-    scale = spec.scale(args.scale)
+    scale = spec.scale(options.scale)
     done = sum(cell_state(c) == 'evaluated' for c in cells)
-    command = shlex.join([prog, args.study, '--scale', args.scale,
-                          *(['--data-dir', args.data_dir] if args.data_dir else []),
-                          *(['--seeds', *map(str, args.seeds)] if args.seeds else [])])
+    command = shlex.join([prog, options.study, '--scale', options.scale,
+                          *(['--data-dir', options.data_dir] if options.data_dir else []),
+                          *(['--seeds', *map(str, options.seeds)] if options.seeds else [])])
     header = [f'Command: `{command}`', '',
               f'{done} of {len(cells)} cells evaluated; seeds {", ".join(map(str, scale.seeds))}; this invocation '
               f'ran {seconds / 60:.1f} min. Per cell: `cells/<id>/` (timm-advnorm-train run folder, `results.json` '
               f'of timm-advnorm-validate).']
-    groups, findings = write_tables(spec, args.scale, cells, study_dir, header)
-    subtitle = f'{args.scale} scale, mean ± std over seeds {", ".join(map(str, scale.seeds))}'
+    groups, findings = write_tables(spec, options.scale, cells, study_dir, header)
+    subtitle = f'{options.scale} scale, mean ± std over seeds {", ".join(map(str, scale.seeds))}'
     plot_study(spec.plot, groups, study_dir / 'study.png', subtitle)
     for result in findings:
         _logger.info(f'{result.finding.claim}: {result.verdict} (higher side {result.higher.format()}, lower side '
@@ -76,22 +78,21 @@ def _report(spec: StudySpec, args: argparse.Namespace, cells: List[Cell], study_
     _logger.info(f'Wrote {study_dir / "results.md"}, results.csv, findings.csv and study.png')
 
 
-
-
-def run_study(args: argparse.Namespace, prog: str) -> None:
-    """Run (or with ``--dry-run`` plan) the study `args` name; `prog` is the command the report shows."""
-    spec = _with_seeds(load_study(args.study), args.scale, args.seeds)
-    study_dir = Path(args.output) / f'{spec.name}-{args.scale}'
-    cells = expand_cells(spec, args.scale, study_dir, data_dir=args.data_dir, device=args.device)
-    if args.dry_run:
-        _dry_run(cells, args.world_size)
+def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
+    """Run (or with `StudyOptions.dry_run` plan) the study `options` name, its cells as `commands`' runs; `prog` is
+    the command the report shows."""
+    spec = _with_seeds(load_study(options.study), options.scale, options.seeds)
+    study_dir = Path(options.output) / f'{spec.name}-{options.scale}'
+    cells = expand_cells(spec, options.scale, study_dir, commands, data_dir=options.data_dir, device=options.device)
+    if options.dry_run:
+        _dry_run(cells, commands, options.world_size)
         return
     study_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    commands = _commands(args)
-    if args.launcher == 'submitit':
-        SubmititLauncher(study_dir / 'submitit', args.submitit_cluster, args.submitit_params).run(
-            cells, commands, args.max_cells)
+    runner = _runner(options, commands)
+    if options.launcher == 'submitit':
+        SubmititLauncher(study_dir / 'submitit', options.submitit_cluster, options.submitit_params).run(
+            cells, runner, options.max_cells)
     else:
-        run_cells(cells, commands, args.max_cells)
-    _report(spec, args, cells, study_dir, time.perf_counter() - started, prog)
+        run_cells(cells, runner, options.max_cells)
+    _report(spec, options, cells, study_dir, time.perf_counter() - started, prog)

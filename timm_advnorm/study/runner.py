@@ -28,6 +28,7 @@ import yaml
 
 from ..train.run_folder import BUDGET_FILE
 from .cells import Cell
+from .options import CellCommands
 
 __all__ = ['CellError', 'InProcessCommands', 'SubprocessCommands', 'SubmititLauncher', 'cell_state', 'run_cell',
            'run_cells', 'TIMING_FILE']
@@ -45,15 +46,19 @@ class CellError(RuntimeError):
 
 @dataclass(frozen=True)
 class InProcessCommands:
-    """Runs the commands' `main` in this process."""
+    """Runs the commands' `main` in this process.
+
+    Attributes:
+        commands: The commands (their `main` functions: `CellCommands.train_main`, `CellCommands.validate_main`).
+    """
+
+    commands: CellCommands
 
     def train(self, argv: Sequence[str]) -> None:
-        from ..commands.train import main
-        _check_status('timm-advnorm-train', main(list(argv)))
+        _check_status('timm-advnorm-train', self.commands.train_main(list(argv)))
 
     def validate(self, argv: Sequence[str]) -> None:
-        from ..commands.validate import main
-        _check_status('timm-advnorm-validate', main(list(argv)))
+        _check_status('timm-advnorm-validate', self.commands.validate_main(list(argv)))
 
 
 @dataclass(frozen=True)
