@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from timm_advnorm.demo import demo_steps, report_table, run
+from timm_advnorm.commands.demo import demo_steps, report_table, run
 from timm_advnorm.commands.validate import parse_args as parse_validate_args
 from timm_advnorm.commands.train import parse_args as parse_train_args
 

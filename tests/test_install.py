@@ -117,7 +117,7 @@ def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
     ['python', '-m', 'timm_advnorm.convert', '--help'],
     ['timm-advnorm-deepaugment', '--help'],
     ['timm-advnorm-demo', '--help'],
-    ['python', '-m', 'timm_advnorm.demo', '--help'],
+    ['python', '-m', 'timm_advnorm.commands.demo', '--help'],
     ['python', '-m', 'timm_advnorm.commands.deepaugment', '--help'],
 ])
 def test_every_command_and_module_form_answers_help(installed, tmp_path, command):

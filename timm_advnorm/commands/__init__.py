@@ -8,7 +8,8 @@
 * `convert`: ``timm-advnorm-convert`` (``python -m timm_advnorm.convert``);
 * `deepaugment`: ``timm-advnorm-deepaugment``;
 * `study`: ``timm-advnorm-study`` (``python -m timm_advnorm.study``); `study_cells` gives the studies the training
-  and evaluation commands their cells run.
+  and evaluation commands their cells run;
+* `demo`: ``timm-advnorm-demo`` (``bash scripts/demo.sh``): the README's digits demo, through the commands above.
 
 `parser` holds what they share (the parser class, ``-c`` YAML layering, hidden aliases, `run_cli`) and `options`
 the options several of them take, each defined once.

@@ -43,8 +43,8 @@ from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int
 from ..data import BUILTIN_DATASETS
 from ..eval.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.options import (
-    SANITY_MODES, AttackOptions, CheckOptions, DataOptions, EvalOptions, ModelOptions, OutputOptions,
-    PreprocessingOptions, RuntimeOptions, VariantOptions)
+    SANITY_MODES, AttackOptions, CheckOptions, EvalDataOptions, EvalModelOptions, EvalOptions, EvalOutputOptions,
+    EvalRuntimeOptions, PreprocessingOptions, VariantOptions)
 from ..eval.protocols import PROTOCOLS, get_protocol, list_protocols
 from ..eval.recorded import DataRecord, recorded_data
 from ..eval.subsets import SUBSETS
@@ -337,10 +337,10 @@ def eval_options(args: argparse.Namespace) -> EvalOptions:
     """The typed options of the evaluation `args` (as `parse_args` returns them) describe: all the library reads."""
     folders = {dataset.name: ood_folder(args, dataset) for dataset in OOD_DATASETS.values()}
     return EvalOptions(
-        model=ModelOptions(name=args.model, checkpoint=args.checkpoint, pretrained=args.pretrained,
+        model=EvalModelOptions(name=args.model, checkpoint=args.checkpoint, pretrained=args.pretrained,
                            use_ema=args.use_ema, branch=args.branch, num_classes=args.num_classes,
                            kwargs=dict(args.model_kwargs)),
-        data=DataOptions(dataset=args.dataset, data_dir=args.data_dir or args.data, split=args.val_split,
+        data=EvalDataOptions(dataset=args.dataset, data_dir=args.data_dir or args.data, split=args.val_split,
                          class_map=args.class_map, num_samples=args.num_samples, subset=args.subset,
                          skip_bad_images=args.skip_bad_images,
                          ood_folders={name: folder for name, folder in folders.items() if folder is not None},
@@ -349,7 +349,7 @@ def eval_options(args: argparse.Namespace) -> EvalOptions:
             img_size=args.img_size, input_size=None if args.input_size is None else tuple(args.input_size),
             interpolation=args.interpolation, crop_pct=args.crop_pct,
             mean=None if args.mean is None else tuple(args.mean), std=None if args.std is None else tuple(args.std)),
-        runtime=RuntimeOptions(device=args.device, seed=args.seed, batch_size=args.batch_size, workers=args.workers,
+        runtime=EvalRuntimeOptions(device=args.device, seed=args.seed, batch_size=args.batch_size, workers=args.workers,
                                pin_memory=args.pin_mem, channels_last=args.channels_last,
                                amp=args.amp_dtype if args.amp else None, fold_bn=not args.no_fold_bn,
                                progress=not args.no_progress),
@@ -363,7 +363,7 @@ def eval_options(args: argparse.Namespace) -> EvalOptions:
                             metric_samples=args.metric_samples, amp_samples=args.verify_amp,
                             amp_tolerance=args.amp_tolerance),
         variants=VariantOptions(gammas=tuple(args.gammas), interpolations=tuple(args.interpolations)),
-        outputs=OutputOptions(results_file=args.results_file, plot_dir=args.plot_dir, bn_layer=args.bn_layer,
+        outputs=EvalOutputOptions(results_file=args.results_file, plot_dir=args.plot_dir, bn_layer=args.bn_layer,
                               resume_state=args.resume_state, overwrite=args.overwrite, config_file=args.config),
         plan_only=args.plan)
 

@@ -27,12 +27,11 @@ from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..hub.digest import branch_digests, state_dict_digest
 from ..usage import AMP_DTYPES, check_pretrained_option, one_line, show_progress
-from .options import LOGGER
 from .bn_stats import collect_bn_stats
 from .data import seeded_subset
 from .distributed import DistributedInfo, primary_first
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
-from .options import AttackOptions, DataOptions, EvalOptions, ModelOptions, RuntimeOptions
+from .options import LOGGER, AttackOptions, EvalDataOptions, EvalModelOptions, EvalOptions, EvalRuntimeOptions
 from .plan import EvalPlan, SanityBudget, build_plan, ood_stage
 from .protocols import Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol
 from .recorded import describe_record
@@ -51,7 +50,7 @@ _logger = logging.getLogger(LOGGER)
 REDUCED_ROOT = 3
 
 
-def create_eval_model(options: ModelOptions, dataset: str = '') -> Tuple[torch.nn.Module, str]:
+def create_eval_model(options: EvalModelOptions, dataset: str = '') -> Tuple[torch.nn.Module, str]:
     """The model to evaluate and its architecture name (`dataset`: the evaluation data's, whose class count is the
     default of a model without a checkpoint when it is a built-in one).
 
@@ -77,7 +76,7 @@ def create_eval_model(options: ModelOptions, dataset: str = '') -> Tuple[torch.n
     return model, name
 
 
-def _preprocessing_provenance(model: ModelOptions, overrides: Sequence[str]) -> Dict[str, Any]:
+def _preprocessing_provenance(model: EvalModelOptions, overrides: Sequence[str]) -> Dict[str, Any]:
     """Where the evaluated preprocessing came from: the checkpoint's record (what it was trained with), an export's
     config, or the registry's defaults; and which values the command line overrode (`overrides`)."""
     if model.checkpoint:
@@ -118,7 +117,7 @@ def build_protocol(options: AttackOptions) -> Protocol:
     return protocol
 
 
-def create_eval_dataset(data: DataOptions, data_config: Dict[str, Any], dist_info: DistributedInfo,
+def create_eval_dataset(data: EvalDataOptions, data_config: Dict[str, Any], dist_info: DistributedInfo,
                         batch_size: int):
     """The evaluation split with the model's eval transform (which normalizes: the only normalization); timm's
     iterable datasets are told the `batch_size` (and refused).
@@ -149,7 +148,7 @@ def create_eval_dataset(data: DataOptions, data_config: Dict[str, Any], dist_inf
     return dataset
 
 
-def select_subset(data: DataOptions, runtime: RuntimeOptions, dataset: Dataset, subset: Optional[str]
+def select_subset(data: EvalDataOptions, runtime: EvalRuntimeOptions, dataset: Dataset, subset: Optional[str]
                   ) -> Tuple[List[int], List[Dict[str, str]]]:
     """The seeded subset to evaluate (or the named `subset`'s images), its images decoded first (`checked_indices`):
     unreadable files are an error naming them, or with ``--skip-bad-images`` skipped for the next readable images of
@@ -204,7 +203,7 @@ def _ood_run(options: EvalOptions, dataset: OODDataset, stages: Sequence[Stage],
                    dataset.logit_indices(), folder)
 
 
-def _check_model_classes(model: ModelOptions, data: DataOptions, num_classes: int, dataset: Dataset) -> None:
+def _check_model_classes(model: EvalModelOptions, data: EvalDataOptions, num_classes: int, dataset: Dataset) -> None:
     """The model's classes must be the evaluation data's (`check_num_classes`), where the dataset's reader says what
     its classes are: a checkpoint with fewer classes would fail on the first label it lacks, and one with more be
     scored against labels numbered by folder, not by the model's classes, unless ``--class-map`` says how."""

@@ -1,11 +1,12 @@
 """What an evaluation is told, as typed, frozen options: built once from the command line and read by the library.
 
 The command parses and checks its arguments, then converts them into one `EvalOptions`; nothing below it sees the
-parsed command line. The options are grouped by what reads them: the model to build (`ModelOptions`), the data and
-its subset (`DataOptions`), the preprocessing overrides (`PreprocessingOptions`), how the work runs (`RuntimeOptions`),
-the attacks (`AttackOptions`), what the plan runs besides them (`CheckOptions`), the mixture-BN variants
-(`VariantOptions`) and the files written (`OutputOptions`). A value resolved while building an evaluation makes a new
-options object (`dataclasses.replace`), never changes the one given.
+parsed command line. The options are grouped by what reads them: the model to build (`EvalModelOptions`), the data
+and its subset (`EvalDataOptions`), the preprocessing overrides (`PreprocessingOptions`), how the work runs
+(`EvalRuntimeOptions`), the attacks (`AttackOptions`), what the plan runs besides them (`CheckOptions`), the
+mixture-BN variants (`VariantOptions`) and the files written (`EvalOutputOptions`). A value resolved while building an
+evaluation makes a new options object (`dataclasses.replace`), never changes the one given. (Training's groups of
+the same kind are `timm_advnorm.train.options`; the names say which command a group belongs to.)
 """
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -13,8 +14,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from .recorded import DataRecord
 from .variants import INTERPOLATIONS
 
-__all__ = ['LOGGER', 'SANITY_MODES', 'ModelOptions', 'DataOptions', 'PreprocessingOptions', 'RuntimeOptions', 'AttackOptions', 'CheckOptions',
-           'VariantOptions', 'OutputOptions', 'EvalOptions']
+__all__ = ['LOGGER', 'SANITY_MODES', 'EvalModelOptions', 'EvalDataOptions', 'PreprocessingOptions',
+           'EvalRuntimeOptions', 'AttackOptions', 'CheckOptions', 'VariantOptions', 'EvalOutputOptions', 'EvalOptions']
 
 #: The logger of the evaluation's progress and results (as timm's ``validate.py`` logs under ``validate``).
 LOGGER = 'validate_adv'
@@ -23,7 +24,7 @@ SANITY_MODES = ('budget', 'full', 'off')
 
 
 @dataclass(frozen=True)
-class ModelOptions:
+class EvalModelOptions:
     """The model to evaluate.
 
     Attributes:
@@ -46,7 +47,7 @@ class ModelOptions:
 
 
 @dataclass(frozen=True)
-class DataOptions:
+class EvalDataOptions:
     """The evaluation data and the subset of it evaluated.
 
     Attributes:
@@ -90,7 +91,7 @@ class PreprocessingOptions:
 
 
 @dataclass(frozen=True)
-class RuntimeOptions:
+class EvalRuntimeOptions:
     """How the evaluation runs.
 
     Attributes:
@@ -182,7 +183,7 @@ class VariantOptions:
 
 
 @dataclass(frozen=True)
-class OutputOptions:
+class EvalOutputOptions:
     """The files an evaluation writes, and the files it must not write over.
 
     Attributes:
@@ -210,12 +211,12 @@ class EvalOptions:
         plan_only: Build the evaluation, run its first batch and report the plan; evaluate nothing else.
     """
 
-    model: ModelOptions
-    data: DataOptions
+    model: EvalModelOptions
+    data: EvalDataOptions
     preprocessing: PreprocessingOptions = field(default_factory=PreprocessingOptions)
-    runtime: RuntimeOptions = field(default_factory=RuntimeOptions)
+    runtime: EvalRuntimeOptions = field(default_factory=EvalRuntimeOptions)
     attacks: AttackOptions = field(default_factory=AttackOptions)
     checks: CheckOptions = field(default_factory=CheckOptions)
     variants: VariantOptions = field(default_factory=VariantOptions)
-    outputs: OutputOptions = field(default_factory=OutputOptions)
+    outputs: EvalOutputOptions = field(default_factory=EvalOutputOptions)
     plan_only: bool = False

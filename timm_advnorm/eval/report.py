@@ -16,10 +16,9 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..hub import split_source
 from ..write_guard import check_write_target
-from .options import LOGGER
 from .distributed import DistributedInfo
 from .ood import OOD_DATASETS
-from .options import EvalOptions, OutputOptions
+from .options import LOGGER, EvalOptions, EvalOutputOptions
 from .plots import PLOT_NAMES, write_plots
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
 from .schema import AttackResult, EvalResults
@@ -88,7 +87,7 @@ def check_outputs(options: EvalOptions, dist_info: DistributedInfo) -> None:
         check_writable(path, files.overwrite)
 
 
-def write_outputs(files: OutputOptions, results: EvalResults, bn_stats: Dict[str, Any]) -> OutputFiles:
+def write_outputs(files: EvalOutputOptions, results: EvalResults, bn_stats: Dict[str, Any]) -> OutputFiles:
     """CSV, BN statistics and plots, then the JSON, which names the files as written (`results` records them:
     ``bn_stats.file`` and ``plots``); a failing plot still leaves the JSON and the CSV (the JSON is written on the way
     out), so it never costs the results.

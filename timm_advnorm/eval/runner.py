@@ -18,13 +18,12 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from ..layers import get_inference_branch
-from .options import LOGGER
 from .build import DataRun, EvalSetup
 from .cost import EvalCost, count_cost
 from .data import IndexedSubset, shard_range
 from .distributed import DistributedInfo
 from .evaluator import RobustEvaluator
-from .options import EvalOptions, RuntimeOptions
+from .options import LOGGER, EvalOptions, EvalRuntimeOptions
 from .ood import get_ood_dataset
 from .records import Record
 
@@ -75,7 +74,7 @@ def plan_title(options: EvalOptions, setup: EvalSetup, dist_info: DistributedInf
             f'batches of {options.runtime.batch_size})')
 
 
-def _loader(runtime: RuntimeOptions, run: DataRun, positions: range) -> DataLoader:
+def _loader(runtime: EvalRuntimeOptions, run: DataRun, positions: range) -> DataLoader:
     return DataLoader(IndexedSubset(run.dataset, run.indices, positions), batch_size=runtime.batch_size,
                       shuffle=False, num_workers=runtime.workers, pin_memory=runtime.pin_memory)
 

@@ -1,5 +1,6 @@
 """One robust evaluation from its typed options, as ``timm-advnorm-validate`` runs it
-(`timm_advnorm.commands.validate` parses its arguments into them): build, run, gather the records of every rank, assemble and report.
+(`timm_advnorm.commands.validate` parses its arguments into them): build, run, gather the records of every rank,
+assemble and report.
 
 SIGINT and SIGTERM stop it with one line that says what the ``--resume-state`` file keeps and how to resume.
 """

@@ -1,9 +1,9 @@
 """The typed options of a training run, grouped by what reads them, built once from the parsed command line.
 
 Each group is a frozen dataclass whose field names are the command's option names (``--lr-base`` is
-``OptimizerOptions.lr_base``), so that one conversion (`timm_advnorm.commands.train.train_options`) fills them all and
-timm's own helpers that read options by name (`timm.optim.optimizer_kwargs`, `timm.scheduler.scheduler_kwargs`) take
-a group as their ``cfg``. Building a run never changes them: what it resolves (the device and process ranks, the
+``OptimizerOptions.lr_base``), so that one conversion (`timm_advnorm.commands.train.train_options`) fills them all
+and timm's own helpers that read options by name (`timm.optim.optimizer_kwargs`, `timm.scheduler.scheduler_kwargs`)
+take a group as their ``cfg``. Building a run never changes them: what it resolves (the device and process ranks, the
 learning rate scaled by the batch, the built-in dataset's image size, the method's eval metric) goes into new
 objects made with `dataclasses.replace`.
 """

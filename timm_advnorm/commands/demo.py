@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from .commands.parser import ArgumentParser, run_cli
-from .eval.schema import read_results
+from ..eval.schema import read_results
+from .parser import ArgumentParser, run_cli
+from .train import run as run_train
+from .validate import run as run_validate
 
 __all__ = ['demo_steps', 'report_table', 'main', 'run', 'console_main']
 
@@ -90,8 +92,6 @@ def report_table(results: Sequence[Tuple[str, Path]]) -> str:
 
 def _run_step(command: str, argv: List[str]) -> int:
     """Run one step in this process as its console command would (a failure says why on stderr); its exit status."""
-    from .commands.train import run as run_train
-    from .commands.validate import run as run_validate
     _logger.info(f'$ {shlex.join([command, *argv])}')
     return (run_train if command == 'timm-advnorm-train' else run_validate)(command, argv)
 
@@ -125,4 +125,4 @@ def console_main() -> None:
 
 
 if __name__ == '__main__':
-    sys.exit(run('python -m timm_advnorm.demo'))
+    sys.exit(run('python -m timm_advnorm.commands.demo'))
