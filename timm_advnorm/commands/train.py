@@ -23,8 +23,9 @@ The arguments: timm-style groups, an "Adversarial training" group of what every 
 and the per-epoch robust validation), and one group per registered method ("Method mbn") holding the options that
 method declares (`AdversarialClassificationTask.add_args`). Config flows one way: a YAML file (``-c``) sets the
 parser's defaults, the command line overrides them (with ``--resume``, both override the arguments the checkpoint
-records: `train.recorded`), and the build hands the namespace to the method's task class, which builds itself from it
-(`from_args`). The parser is importable so tests can drive it. Every registered method's options are on the parser
+records: `train.recorded`), and `train_options` converts the namespace once into the typed, frozen options the build
+reads (`train.options.TrainOptions`, with the method's own options checked by the method); nothing below this module
+sees the namespace. The parser is importable so tests can drive it. Every registered method's options are on the parser
 whichever ``--method`` runs, so a config or command line that names another method's option is accepted, as it always
 was.
 """

@@ -101,7 +101,7 @@ class EvalRuntimeOptions:
         workers: Data loading workers.
         pin_memory: Pin CPU memory in the loader.
         channels_last: Channels-last memory format.
-        amp: The autocast dtype's name (`cli.AMP_DTYPES`) of forwards under autocast; None: full precision.
+        amp: The autocast dtype's name (`usage.AMP_DTYPES`) of forwards under autocast; None: full precision.
         fold_bn: Fold BN into convolutions when attacking.
         progress: Show progress bars (where the environment shows them at all).
     """

@@ -18,7 +18,7 @@ _logger = logging.getLogger('train_adv')
 
 def check_options(options: TrainOptions) -> None:
     """Checks between options (each numeric option's own range is its parser type's), of the preprocessing and of
-    the checkpoint to resume; the method checks its own (`check_args`)."""
+    the checkpoint to resume; the method checks its own (`check_options` of its task class)."""
     if options.schedule.running_stats_epochs > options.schedule.epochs:
         raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
     for name, bounds in (('scale', options.augment.scale), ('ratio', options.augment.ratio),
