@@ -35,7 +35,7 @@ from .accumulation import GradientAccumulation
 from .budget import RunBudget, count_budget, plan_budget, plan_validation
 from .checks import check_options, check_steps, resolve_device
 from .data_options import create_mixup, data_config_args, train_loader_kwargs
-from .datasets import create_split_datasets, folder_class_map
+from .datasets import create_split_datasets, folder_class_map, memoized_splits
 from .epoch_record import ResumePosition
 from .loop import LossScaler, eval_metric_for, metric_names
 from .model_options import architecture_kwargs, create_model_kwargs, init_classifier_head, set_batchnorm_options
@@ -340,8 +340,9 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     if mixup_fn is not None and mixed_rows % 2:
         raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '
                          f'(change --batch-size).')
-    train_set, val_set = create_split_datasets(data, runtime.seed, dataset_name, (train_root, val_root), search,
-                                               batch_size, class_map, num_classes)
+    train_set, val_set = memoized_splits(
+        *create_split_datasets(data, runtime.seed, dataset_name, (train_root, val_root), search, batch_size,
+                               class_map, num_classes), data, options.augment.no_aug)
     common = dict(input_size=data_config['input_size'], mean=data_config['mean'], std=data_config['std'],
                   num_workers=data.workers, distributed=runtime.distributed, crop_pct=data_config['crop_pct'],
                   device=device, use_prefetcher=False, persistent_workers=False, pin_memory=data.pin_mem)

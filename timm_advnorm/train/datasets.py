@@ -3,7 +3,8 @@
 An image-folder dataset's splits are scanned first (`timm_advnorm.data.folders`): symbolic-link loops and images
 reached twice are refused, both splits get the training split's class indices (or the ``--class-map``'s), and the
 model's classes must be the data's. Once made, every image of both splits is decoded (`keep_readable`): an unreadable
-one is an error naming it, or with ``--skip-bad-images`` it is left out with a warning naming it.
+one is an error naming it, or with ``--skip-bad-images`` it is left out with a warning naming it. A built-in dataset
+read without loader workers is held in memory once transformed (`memoized_splits`).
 """
 from pathlib import Path
 from typing import Dict, Optional, Tuple
@@ -11,12 +12,14 @@ from typing import Dict, Optional, Tuple
 from timm.data import create_dataset
 from torch.utils.data import Dataset
 
+from ..data import builtin_dataset
 from ..data.folders import check_num_classes, scan_image_folder, split_class_map
+from ..data.memoized import MemoizedDataset
 from ..data.readable import keep_readable
 from .data_options import dataset_kwargs
 from .options import DataOptions
 
-__all__ = ['folder_class_map', 'create_split_datasets']
+__all__ = ['folder_class_map', 'create_split_datasets', 'memoized_splits']
 
 
 def _model_classes(data: DataOptions) -> str:
@@ -66,3 +69,13 @@ def create_split_datasets(data: DataOptions, seed: int, dataset_name: str, roots
     keep_readable(train_set, data.skip_bad_images, data.workers, 'train on')
     keep_readable(val_set, data.skip_bad_images, data.workers, 'validate on')
     return train_set, val_set
+
+
+def memoized_splits(train_set: Dataset, val_set: Dataset, data: DataOptions,
+                    no_aug: bool) -> Tuple[Dataset, Dataset]:
+    """The splits, each item kept once transformed (`MemoizedDataset`) where that gives the same tensors faster: a
+    built-in dataset (a few thousand small images, re-decoded every epoch otherwise) read without loader workers; the
+    validation split always (its transform is deterministic), the training split only with ``--no-aug``."""
+    if builtin_dataset(data.dataset) is None or data.workers:
+        return train_set, val_set
+    return (MemoizedDataset(train_set) if no_aug else train_set), MemoizedDataset(val_set)
