@@ -96,7 +96,7 @@ def _bar(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
 
 _KINDS = {'line': _line, 'tradeoff': _tradeoff, 'bar': _bar}
 # Bars fill the plot up to the highest accuracy: their legend goes below the axes rather than over a bar.
-_LEGEND = {'bar': dict(loc='upper center', bbox_to_anchor=(0.5, -0.14), ncol=2)}
+_LEGEND = {'bar': dict(loc='upper center', bbox_to_anchor=(0.5, -0.2), ncol=2)}
 
 
 def _evaluation_text(groups: Sequence[GroupResult]) -> Optional[str]:
