@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from ..hub.publish import BRANCHES, DEFAULT_CARD_TEMPLATE, publish
-from ..hub.publish_options import DEFAULT_COMMIT_MESSAGE, CardOptions, ExportOptions, PublishOptions, TargetOptions
+from ..hub.publish import DEFAULT_CARD_TEMPLATE, publish
+from ..hub.publish_options import (
+    DEFAULT_COMMIT_MESSAGE, CardOptions, ExportOptions, PublishOptions, TargetOptions)
+from ..layers import INFERENCE_BRANCHES
 from .parser import ArgumentParser, add_hidden_alias, run_cli
 
 __all__ = ['get_args_parser', 'publish_options', 'main', 'run', 'console_main', 'PROG']
@@ -30,9 +32,9 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser.add_argument('--model', help='architecture, when the checkpoint does not name it (bare state dicts)')
     parser.add_argument('--use-ema', dest='ema', action='store_true', help="publish the checkpoint's EMA weights")
     add_hidden_alias(parser, parser, '--ema', 'ema', action='store_true')
-    parser.add_argument('--branch', choices=BRANCHES,
+    parser.add_argument('--branch', choices=INFERENCE_BRANCHES,
                         help='publish this mixture-BN branch as the plain timm architecture (no plugin needed)')
-    parser.add_argument('--inference-branch', choices=BRANCHES,
+    parser.add_argument('--inference-branch', choices=INFERENCE_BRANCHES,
                         help='branch a whole mixture-BN model loads routed to, recorded in config.json (default: the '
                              'one the checkpoint records; required where it records none)')
     parser.add_argument('--results', help='timm-advnorm-validate results JSON for the card')

@@ -12,11 +12,9 @@ from typing import Dict, Iterable, Mapping, Tuple
 import torch
 import torch.nn as nn
 
-from ..layers import ADV_BN_KEY, branch_state_dict
+from ..layers import ADV_BN_KEY, INFERENCE_BRANCHES, branch_state_dict
 
 __all__ = ['tensors_digest', 'state_dict_digest', 'branch_digests']
-
-_BRANCHES = ('clean', 'adv')
 
 
 def tensors_digest(tensors: Iterable[Tuple[str, torch.Tensor]]) -> str:
@@ -41,4 +39,4 @@ def branch_digests(model: nn.Module) -> Dict[str, str]:
     state_dict = model.state_dict()
     if not any(f'.{ADV_BN_KEY}.' in key for key in state_dict):
         return {}
-    return {branch: state_dict_digest(branch_state_dict(state_dict, branch)) for branch in _BRANCHES}
+    return {branch: state_dict_digest(branch_state_dict(state_dict, branch)) for branch in INFERENCE_BRANCHES}

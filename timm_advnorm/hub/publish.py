@@ -44,11 +44,9 @@ from .model_stats import count_model_stats
 from .publish_options import CardOptions, ExportOptions, PublishOptions, TargetOptions
 from .results import CardResults, read_eval_results
 
-__all__ = ['publish', 'check_upload_target', 'upload_export', 'BRANCHES', 'DEFAULT_CARD_TEMPLATE']
+__all__ = ['publish', 'check_upload_target', 'upload_export', 'DEFAULT_CARD_TEMPLATE']
 
 _logger = logging.getLogger(__name__)
-#: ``--branch`` and ``--inference-branch``: the mixture-BN branches.
-BRANCHES = ('clean', 'adv')
 #: The command an export folder's manifest names as its writer.
 _MADE_BY = 'timm-advnorm-publish'
 #: The model card template shipped with the package (``--card-template`` replaces it).
