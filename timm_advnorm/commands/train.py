@@ -441,9 +441,11 @@ def get_args_parser(prog: str = 'timm-advnorm-train') -> ArgumentParser:
     return parser
 
 
-def option_dests() -> FrozenSet[str]:
-    """The destinations of the command's options: what a checkpoint's record is read for (`recorded`)."""
-    return frozenset(action.dest for action in get_args_parser()._actions if action.dest != argparse.SUPPRESS)
+def option_dests(parser: Optional[ArgumentParser] = None) -> FrozenSet[str]:
+    """The destinations of the command's options (of `parser`, else a new one): what a checkpoint's record is read
+    for (`recorded`)."""
+    actions = (parser or get_args_parser())._actions
+    return frozenset(action.dest for action in actions if action.dest != argparse.SUPPRESS)
 
 
 def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> Tuple[argparse.Namespace, str]:
@@ -455,7 +457,7 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
     parser = get_args_parser(prog)
     args, config = parse_with_config(parser, argv, resolve=resolve_config)
     if args.resume:
-        recorded = read_recorded_args(args.resume, option_dests())
+        recorded = read_recorded_args(args.resume, option_dests(parser))
         if recorded is not None:
             apply_recorded_args(args, recorded, given_options(parser, argv, config))
     if args.clip_mode == 'agc' and args.clip_grad is None:
@@ -489,7 +491,8 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
         augment=options_from(AugmentOptions, values), optimizer=options_from(OptimizerOptions, values),
         schedule=options_from(ScheduleOptions, values), runtime=options_from(RuntimeOptions, values),
         validation=options_from(ValidationOptions, values, **val_attack), output=options_from(OutputOptions, values),
-        resume=options_from(ResumeOptions, values, option_names=option_dests()),
+        # the record is read for the command's options only when resuming: the parser is not built again otherwise
+        resume=options_from(ResumeOptions, values, option_names=option_dests() if args.resume else frozenset()),
         tracking=options_from(TrackingOptions, values), method_options=method_options, attack=attack, recorded=args,
         plan=args.plan, plan_world_size=args.plan_world_size)
 
