@@ -7,7 +7,7 @@ replacing another run's files without ``--overwrite``; `log_results` prints the 
 attack as it ran (`schema.AttackResult.describe`: norm, ε, step and rule, iterations or queries, targeted or not,
 which iterate, reduced or not), then each variant's numbers under those labels: best-iterate accuracies, with the last
 PGD iterate's (the papers' convention) beside them where the protocol scores it, and the sanity checks' verdict
-(`summary.sanity_text`).
+(`schema.sanity_text`).
 """
 import importlib
 import logging
@@ -21,9 +21,9 @@ from .ood import OOD_DATASETS
 from .options import LOGGER, EvalOptions, EvalOutputOptions
 from .plots import PLOT_NAMES, write_plots
 from .results import OutputFiles, check_writable, csv_rows, csv_text, json_text
-from .schema import AttackResult, EvalResults
+from .schema import AttackResult, EvalResults, sanity_text
 from .state import check_state_path, state_path
-from .summary import attack_title, sanity_text
+from .summary import attack_title
 
 __all__ = ['results_paths', 'check_outputs', 'write_outputs', 'log_results']
 

@@ -36,12 +36,12 @@ from .plan import EvalPlan, SanityPlan, ood_stage
 from .protocols import AttackSpec, Protocol, resolve_eps, stepping
 from .records import ResultTable
 from .sanity import check_warnings
-from .schema import AmpCheck, AmpComparison, AttackResult, EpsPoint, OODAccuracy, VariantResult, sanity_text
+from .schema import AmpCheck, AmpComparison, AttackResult, EpsPoint, OODAccuracy, VariantResult
 from .stages import AttackStage, attack_norm
 from .variants import Variant
 
 __all__ = ['summarize_variant', 'amp_report', 'attack_title', 'headline', 'headline_label', 'round_percent',
-           'results_warnings', 'sanity_text', 'scores', 'EPS_SCALE']
+           'results_warnings', 'scores', 'EPS_SCALE']
 
 #: The scale of every ε in results: a norm of the perturbation in 0-255 pixel units (k means k/255 on [0, 1]).
 EPS_SCALE = '0-255'
