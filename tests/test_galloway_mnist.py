@@ -3,6 +3,7 @@ cell of the ``galloway-mnist`` study end to end."""
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +18,10 @@ from timm_advnorm.commands.study_cells import CELL_COMMANDS
 from timm_advnorm.data import prepare_mnist5k
 from timm_advnorm.data.mnist5k import load_mnist5k, render_digit
 from timm_advnorm.study import expand_cells, load_study
+from timm_advnorm.study.cells import Cell
 from timm_advnorm.study.runner import InProcessCommands, run_cell
+from timm_advnorm.study.spec import RatioTable
+from timm_advnorm.study.table import CellResult, FindingResult, GroupResult, Stat, check_finding, ratio_rows, read_cell
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -90,7 +94,13 @@ def test_a_reduced_galloway_mnist_cell_runs_end_to_end(tmp_path, mnist5k_dir):
     (variant,) = results['variants']
     assert variant['samples'] == 24 and variant['clean'] > 50.0  # one epoch already learns the digits
     attacks = {a['label']: a for a in variant['attacks']}
-    assert set(attacks) == {'gaussian-noise', 'bim-linf', 'fgsm-0.05', 'fgsm-0.1'}
+    assert set(attacks) == {'gaussian-noise', 'bim-linf', 'bim-linf-0.05', 'fgsm-0.05', 'fgsm-0.1'}
+    assert all(a['attacked'] == 24 for a in attacks.values())  # the loss is over every digit: all are attacked
+    assert 0.0 < variant['clean_loss'] < attacks['fgsm-0.05']['loss'] < attacks['fgsm-0.1']['loss']
+    assert attacks['bim-linf-0.05']['loss'] < attacks['bim-linf']['loss']
+    assert attacks['bim-linf-0.05']['max_perturbation'] <= 12.75 + 1e-3
+    metrics = read_cell(cell).metrics  # what the study's tables read
+    assert metrics['loss:clean'] == variant['clean_loss'] and metrics['loss:bim-linf'] == attacks['bim-linf']['loss']
     bim = attacks['bim-linf']
     assert (bim['eps'], bim['steps'], bim['kwargs']['step']) == (25.5, 100, pytest.approx(0.255))
     assert bim['max_perturbation'] <= 25.5 + 1e-3
@@ -98,3 +108,37 @@ def test_a_reduced_galloway_mnist_cell_runs_end_to_end(tmp_path, mnist5k_dir):
     assert (noise['sigma'], noise['sigma_scale'], noise['clipped']) == (1.0, 'normalized input', False)
     assert noise['kwargs']['size'] == 28 and noise['kwargs']['grey'] is True
     assert attacks['fgsm-0.1']['accuracy'] <= attacks['fgsm-0.05']['accuracy'] + 100.0 / 24
+
+
+def _result(labels, seed, **metrics) -> CellResult:
+    cell = Cell(id=f'{labels}-{seed}', labels=labels, seed=seed, run_dir=Path('.'), train_argv=(), validate_argv=())
+    return CellResult(cell=cell, metrics=metrics, samples=1000, robust='', vanilla_epochs=None, train_seconds=None)
+
+
+def test_ratio_tables_divide_seed_by_seed_by_the_baseline():
+    base, wide, other = dict(family='mlp', img_size=28), dict(family='mlp', img_size=84), dict(family='linear')
+    groups = [GroupResult(base, (_result(base, 0, clean=90.0, **{'loss:clean': 0.5}),
+                                 _result(base, 1, clean=80.0, **{'loss:clean': 1.0})), 2),
+              GroupResult(wide, (_result(wide, 1, clean=40.0, **{'loss:clean': 2.0}),
+                                 _result(wide, 0, clean=90.0, **{'loss:clean': 1.5})), 2),
+              GroupResult(other, (_result(other, 0, clean=50.0),), 1)]
+    table = RatioTable('t', baseline=base, rows={'family': ('mlp',)}, metrics=('clean', 'loss:clean'))
+    first, second = ratio_rows(table, groups)
+    assert first.baseline and first.stats[0].values == (90.0, 80.0)
+    assert not second.baseline and second.labels == wide
+    assert second.stats[0].values == (0.5, 1.0) and second.stats[1].values == (2.0, 3.0)  # paired by seed
+    assert second.stats[1].format() == '2.500 ± 0.707 (n=2)'
+    assert ratio_rows(table, groups[1:]) == []  # no baseline evaluated: no table
+
+
+def test_loss_findings_read_three_decimals_and_no_image_noise():
+    finding = load_study('galloway-mnist').findings[-1]
+    assert finding.metric == 'loss:fgsm-0.1'
+    higher, lower = finding.higher, finding.lower
+    cells = [_result(higher, 0).cell, _result(lower, 0).cell]
+    results = {cells[0].id: _result(higher, 0, **{'loss:fgsm-0.1': 1.2345}),
+               cells[1].id: _result(lower, 0, **{'loss:fgsm-0.1': 1.2340})}
+    measured = check_finding(finding, cells, results)
+    assert isinstance(measured, FindingResult) and measured.noise == 0.0  # two images is an accuracy's noise
+    assert measured.verdict == 'yes' and measured.higher.format() == '1.234 (n=1)'
+    assert Stat((1.0,)).format() == '1.0 (n=1)'

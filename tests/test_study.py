@@ -179,6 +179,9 @@ def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, 
     for finding in spec.findings:  # every finding compares cells of the grid
         assert any(all(c.labels.get(k) == v for k, v in finding.higher.items()) for c in cells), finding.claim
         assert any(all(c.labels.get(k) == v for k, v in finding.lower.items()) for c in cells), finding.claim
+    for table in spec.ratios:  # every ratio table has its baseline and rows in the grid
+        assert any(all(c.labels.get(k) == v for k, v in table.baseline.items()) for c in cells), table.title
+        assert sum(table.shows(c.labels) for c in cells) > len(spec.scale(scale).seeds), table.title
 
 
 @pytest.mark.parametrize('problem, message', [
@@ -186,7 +189,9 @@ def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, 
     (dict(scales=dict(cifar={})), 'scales must be some of'),
     (dict(plot=dict(kind='pie', x='clean_ratio')), 'plot.kind must be one of'),
     (dict(findings=[dict(claim='c', paper='p', metric='robust', higher=dict(depth=1), lower={})]), 'not axes'),
-    (dict(findings=[dict(claim='c', paper='p', metric='loss', higher={}, lower={})]), 'use clean, robust or attack'),
+    (dict(findings=[dict(claim='c', paper='p', metric='loss', higher={}, lower={})]), 'use clean, robust, attack'),
+    (dict(ratios=[dict(title='t', baseline=dict(depth=1), rows={}, metrics=['clean'])]), 'ratios[0] selects on depth'),
+    (dict(ratios=[dict(title='t', baseline={}, rows={})]), 'ratios[0] lacks metrics'),
 ])
 def test_bad_study_file_is_one_line_error(tmp_path, digits_dir, problem, message, capsys):
     path = _study(tmp_path, digits_dir)

@@ -9,11 +9,12 @@ resumable command.
     timm-advnorm-study galloway --scale imagenet --data-dir /imagenet --launcher submitit \\
         --submitit-params slurm_partition=gpu timeout_min=4320 gpus_per_node=8
 
-The study folder (``--output``/``<study>-<scale>``) holds each cell's run folder under ``cells/``, the results
-table (``results.md``, ``results.csv``, ``findings.csv``) and the paper-style plot (``study.png``). A rerun skips
-the evaluated cells and resumes an interrupted one from its checkpoint (`timm_advnorm.study.runner`). This module
-parses and checks the arguments and converts them into `StudyOptions` (`study_options`); `timm_advnorm.study.launch`
-runs the study they describe, its cells as the training and evaluation commands' runs (`study_cells.CELL_COMMANDS`).
+The study folder (``--output``/``<study>-<scale>``) holds each cell's run folder under ``cells/``, the results table
+(``results.md``, ``results.csv``, ``findings.csv``; ``ratios.csv`` for a study with ratio tables) and the paper-style
+plot (``study.png``). A rerun skips the evaluated cells and resumes an interrupted one from its checkpoint
+(`timm_advnorm.study.runner`). This module parses and checks the arguments and converts them into `StudyOptions`
+(`study_options`); `timm_advnorm.study.launch` runs the study they describe, its cells as the training and evaluation
+commands' runs (`study_cells.CELL_COMMANDS`).
 """
 import argparse
 import logging

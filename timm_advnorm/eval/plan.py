@@ -205,11 +205,11 @@ def _attack_stages(protocol: Protocol, share_budgets: bool) -> List[Stage]:
         # image, as ImageNet-C and Galloway et al. report it (a corruption can also fix a clean mistake)
         attack_all = group[0].targeted or group[0].threat == 'noise'
         if len(group) == 1:
-            stages.append(AttackStage(group[0], attack_all=attack_all))
+            stages.append(AttackStage(group[0], attack_all=attack_all, loss=protocol.loss))
             continue
         longest = max(group, key=lambda spec: spec.steps)
         shorter = [spec for spec in group if spec is not longest]
-        stages.append(AttackStage(longest, attack_all=attack_all,
+        stages.append(AttackStage(longest, attack_all=attack_all, loss=protocol.loss,
                                   shorter_budgets=sorted({spec.steps for spec in shorter} - {longest.steps})))
         stages.extend(BudgetStage(spec, longest.label, spec.steps, longest.steps) for spec in shorter)
     return stages
@@ -293,7 +293,7 @@ def build_plan(
     for name in metrics:
         if name not in METRICS:
             raise ValueError(f'Unknown metric {name!r}, expected one of {METRICS}.')
-    stages: List[Stage] = [CleanStage(), *_attack_stages(protocol, share_budgets)]
+    stages: List[Stage] = [CleanStage(loss=protocol.loss), *_attack_stages(protocol, share_budgets)]
     sanity, budget = None, SanityBudget(sanity_samples, sanity_steps, sanity_queries)
     if reduced_sanity:
         budget = reduce_sanity(budget)

@@ -252,6 +252,10 @@ class Protocol:
         dataset: The out-of-distribution set (`ood.OOD_DATASETS`) the clean pass and the attacks run on, read from
             its own folder; ``None``: the evaluation data.
         ood: Further out-of-distribution sets whose clean accuracy the protocol reports, each from its own folder.
+        loss: Also report the mean cross-entropy loss, clean and under each attack, over every evaluated image
+            (Galloway et al.'s loss columns). Every image is then attacked, the misclassified ones too, as the loss is
+            a mean over the whole set; an image still counts as robust only when it is correct clean and after the
+            attack, so the accuracies are those of a protocol without the loss. Needs ``independent`` aggregation.
     """
 
     name: str
@@ -265,10 +269,14 @@ class Protocol:
     reduced: bool = False
     dataset: Optional[str] = None
     ood: Tuple[str, ...] = ()
+    loss: bool = False
 
     def __post_init__(self):
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f'aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}.')
+        if self.loss and self.aggregation != 'independent':
+            raise ValueError(f'Protocol {self.name!r}: the loss is a mean over every image, which a cascade does not '
+                             'attack; use independent aggregation.')
         labels = [spec.label for spec in self.attacks]
         if self.headline not in HEADLINES + tuple(labels):
             raise ValueError(f'headline must be one of {HEADLINES} or an attack label, got {self.headline!r}.')
@@ -295,9 +303,11 @@ class Protocol:
         return ((self.dataset,) if self.dataset else ()) + tuple(self.ood)
 
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-serialisable description; `dataset` and `ood` only when set (the description of a protocol without
-        them, and with it the state files of evaluations under way, stays as it was)."""
+        """JSON-serialisable description; `dataset`, `ood` and `loss` only when set (the description of a protocol
+        without them, and with it the state files of evaluations under way, stays as it was)."""
         sets = dict(dataset=self.dataset, ood=list(self.ood)) if self.datasets else {}
+        if self.loss:
+            sets['loss'] = True
         return dict(name=self.name, description=self.description, reference=self.reference,
                     aggregation=self.aggregation, worst_case=self.worst_case, headline=self.headline,
                     metrics=list(self.metrics),
@@ -363,13 +373,14 @@ def _galloway_mnist() -> Protocol:
         AttackSpec('gaussian-noise', 'gaussian-noise', 0.0, dict(std=1.0, size=28, grey=True, clip=False),
                    threat='noise'),
         AttackSpec('bim-linf', 'bim-linf', 0.1 * 255.0, dict(steps=100, step=1e-3 * 255.0)),
+        AttackSpec('bim-linf-0.05', 'bim-linf', 0.05 * 255.0, dict(steps=100, step=1e-3 * 255.0)),
         *(AttackSpec(f'fgsm-{eps:g}', 'fgsm', eps * 255.0, dict(step=eps * 255.0, random_start=False))
           for eps in (0.05, 0.1)),
     )
     return Protocol(
-        'galloway-mnist', 'Gaussian noise (unit variance, drawn at 28 px), BIM-Linf eps=0.1 (100 iterations of step '
-        '1e-3), FGSM eps=0.05 and 0.1.', 'Galloway et al., 2019, Sec. 4 and App. B, Tables 6, 7, 11 and 12', attacks,
-        headline='bim-linf')
+        'galloway-mnist', 'Gaussian noise (unit variance, drawn at 28 px), BIM-Linf eps=0.1 and 0.05 (100 iterations '
+        'of step 1e-3), FGSM eps=0.05 and 0.1; accuracy and mean cross-entropy loss.',
+        'Galloway et al., 2019, Sec. 4 and App. B, Tables 6, 7, 11 and 12', attacks, headline='bim-linf', loss=True)
 
 
 def _corruptions() -> Protocol:

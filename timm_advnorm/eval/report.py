@@ -114,13 +114,16 @@ def write_outputs(files: EvalOutputOptions, results: EvalResults, bn_stats: Dict
 
 def _details(attack: AttackResult) -> str:
     """What follows an attack's accuracy in the console: its success rate, and its last iterate's numbers when
-    scored (``(success 80.00; last iterate, the papers' convention: 14.00, success 76.00)``)."""
+    scored (``(success 80.00; last iterate, the papers' convention: 14.00, success 76.00)``), and its mean
+    cross-entropy loss where the protocol records it."""
     details = [] if attack.success_rate is None else [f'success {attack.success_rate:.2f}']
     if attack.accuracy_last_iterate is not None:
         last = f'last iterate, the papers\' convention: {attack.accuracy_last_iterate:.2f}'
         if attack.success_rate_last_iterate is not None:
             last += f', success {attack.success_rate_last_iterate:.2f}'
         details.append(last)
+    if attack.loss is not None:
+        details.append(f'loss {attack.loss:.4f} over all images')
     return f' ({"; ".join(details)})' if details else ''
 
 
@@ -148,7 +151,8 @@ def log_results(results: EvalResults) -> None:
     _log_attacks(results)
     for variant in results.variants:
         first = next(iter(variant.scores))  # 'clean', or the out-of-distribution set the protocol runs on
-        parts = [f'{first} {variant.clean:.2f}']
+        parts = [f'{first} {variant.clean:.2f}' + ('' if variant.clean_loss is None
+                                                   else f' (loss {variant.clean_loss:.4f})')]
         parts += [f'{attack_title(a.label, a.steps, a.queries)} {a.accuracy:.2f}' + _details(a)
                   for a in variant.attacks]
         if variant.worst_case is not None:

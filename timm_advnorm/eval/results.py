@@ -18,7 +18,9 @@ max(1/255, ε/N)``; empty in rows of results written before steps were recorded)
 model and, for Gaussian noise, ``sigma`` on ``sigma_scale``; the clean accuracy on an out-of-distribution set of the protocol is a row named by the set (``imagenet-r``).
 ``accuracy`` and ``success_rate`` are on the best iterate (per sample the first iterate that fools the model);
 ``accuracy_last_iterate`` and ``success_rate_last_iterate`` on the last PGD iterate of the same run, the papers'
-convention, where the protocol scores it (``xie2020``, ``nofrost``; empty otherwise).
+convention, where the protocol scores it (``xie2020``, ``nofrost``; empty otherwise). ``loss`` is the mean
+cross-entropy loss over every sample, clean or at the attack's results, where the protocol records it
+(``galloway-mnist``; empty otherwise).
 """
 import csv
 import errno
@@ -37,11 +39,11 @@ __all__ = ['OutputFiles', 'kept_name', 'check_writable', 'check_folder_writable'
 
 CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'protocol_attack', 'threat', 'norm', 'eps_255', 'eps_rule',
               'step_255', 'step_rule', 'steps', 'queries', 'targeted', 'iterate', 'noise', 'sigma', 'sigma_scale',
-              'accuracy', 'success_rate', 'accuracy_last_iterate', 'success_rate_last_iterate', 'samples', 'reduced',
-              'description')
+              'accuracy', 'success_rate', 'accuracy_last_iterate', 'success_rate_last_iterate', 'loss', 'samples',
+              'reduced', 'description')
 #: `AttackResult` fields copied into a row under their own name.
 _COPIED = ('threat', 'norm', 'eps_rule', 'step_rule', 'steps', 'queries', 'targeted', 'iterate', 'noise', 'sigma',
-           'sigma_scale', 'accuracy', 'success_rate', 'accuracy_last_iterate', 'success_rate_last_iterate')
+           'sigma_scale', 'accuracy', 'success_rate', 'accuracy_last_iterate', 'success_rate_last_iterate', 'loss')
 #: ``os.link`` errors of file systems without hard links (FAT, some FUSE and object-store mounts).
 _NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 
@@ -254,7 +256,7 @@ def csv_rows(results: EvalResults) -> List[Dict[str, Any]]:
     for variant in results.variants:
         base = dict(model=results.model, variant=variant.name, gamma=variant.gamma, samples=variant.samples,
                     reduced=reduced)
-        rows.append(dict(base, attack='clean', accuracy=variant.clean))
+        rows.append(dict(base, attack='clean', accuracy=variant.clean, loss=variant.clean_loss))
         for attack in variant.attacks:
             rows.append(dict(base, attack=attack.label, protocol_attack=attack.protocol_label, eps_255=attack.eps,
                              step_255=attack.step, description=attack.describe(reduced),

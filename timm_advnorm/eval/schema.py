@@ -258,6 +258,8 @@ class AttackResult(_Record):
             `accuracy`); None unless the protocol scores it (`AttackSpec.last_iterate`).
         success_rate_last_iterate: The success rate on that last iterate, when both are reported.
         max_perturbation: Largest perturbation used, in the attack's norm on the 0-255 scale (not for noise).
+        loss: Mean cross-entropy loss at the attack's results over every sample, all of them attacked; None unless
+            the protocol records the loss (`Protocol.loss`).
         reports_success_rate: Whether the protocol asks for the success rate (only then is it written).
     """
 
@@ -289,6 +291,7 @@ class AttackResult(_Record):
     accuracy_last_iterate: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     success_rate_last_iterate: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     max_perturbation: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
+    loss: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     reports_success_rate: bool = field(default=False, metadata=_NOT_WRITTEN)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -336,7 +339,8 @@ class AttackResult(_Record):
                                                    f'The last-iterate accuracy of {label}{where}'),
                    success_rate_last_iterate=_accuracy(data, 'success_rate_last_iterate',
                                                        f'The last-iterate success rate of {label}{where}'),
-                   max_perturbation=_real(data, 'max_perturbation'), reports_success_rate='success_rate' in data)
+                   max_perturbation=_real(data, 'max_perturbation'), loss=_real(data, 'loss'),
+                   reports_success_rate='success_rate' in data)
 
 
 @dataclass(kw_only=True)
@@ -488,6 +492,7 @@ class VariantResult(_Record):
         gamma: Weight of the adversarial branch (None for a model without mixture BN).
         samples: Samples evaluated.
         clean: Clean accuracy.
+        clean_loss: Mean clean cross-entropy loss, when the protocol records the loss (`Protocol.loss`).
         attacks: Per attack, in protocol order.
         worst_case: Per-sample worst case over the attacks, when the protocol reports it.
         robust: The protocol's headline robust accuracy (best iterates).
@@ -508,6 +513,7 @@ class VariantResult(_Record):
     gamma: Optional[float]
     samples: Optional[int]
     clean: Optional[float]
+    clean_loss: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     attacks: List[AttackResult]
     worst_case: Optional[float]
     robust: Optional[float]
@@ -528,6 +534,7 @@ class VariantResult(_Record):
         ood, probe, sanity = _dict(data, 'ood'), data.get('sanity_probe'), data.get('sanity')
         return cls(name=name, kind=_text(data, 'kind'), gamma=_real(data, 'gamma'), samples=_integer(data, 'samples'),
                    clean=_accuracy(data, 'clean', f'The clean accuracy of {name}'),
+                   clean_loss=_real(data, 'clean_loss'),
                    attacks=[AttackResult.from_dict(attack, name) for attack in _list(data, 'attacks')],
                    worst_case=_accuracy(data, 'worst_case', f'The worst case of {name}'),
                    robust=_accuracy(data, 'robust', f'The robust accuracy of {name}'),

@@ -106,22 +106,28 @@ class Stage:
 
 
 class CleanStage(Stage):
-    """Clean predictions: correctness, predicted class and decision margin (NoFrost §4.3).
+    """Clean predictions: correctness, predicted class and decision margin (NoFrost §4.3), and with `loss` the
+    cross-entropy loss (column ``loss``).
 
     Args:
         name: Results key.
         limit: See `Stage`.
         full_precision: Ignore the context's autocast (the fp32 reference of an AMP check).
+        loss: Also record each sample's cross-entropy loss (`Protocol.loss`).
     """
 
-    def __init__(self, name: str = 'clean', limit: Optional[int] = None, full_precision: bool = False):
-        self.name, self.limit, self.full_precision = name, limit, full_precision
+    def __init__(self, name: str = 'clean', limit: Optional[int] = None, full_precision: bool = False,
+                 loss: bool = False):
+        self.name, self.limit, self.full_precision, self.loss = name, limit, full_precision, loss
 
     def run(self, model, batch, previous, ctx, seed):
         logits = predict(model, batch.x, None if self.full_precision else ctx.autocast_dtype)
         pred = logits.argmax(dim=1)
-        return dict(position=batch.positions, correct=(pred == batch.y).cpu(), pred=pred.cpu(),
-                    margin=decision_margin(logits, batch.y).cpu())
+        columns = dict(position=batch.positions, correct=(pred == batch.y).cpu(), pred=pred.cpu(),
+                       margin=decision_margin(logits, batch.y).cpu())
+        if self.loss:
+            columns['loss'] = cross_entropy_per_sample(logits, batch.y).cpu()
+        return columns
 
 
 def build_attack(spec: AttackSpec, ctx: EvalContext, seed: int, autocast_dtype: Optional[torch.dtype] = None):
@@ -146,13 +152,15 @@ RESULT_COLUMNS = ('correct', 'pred', 'success', 'linf', 'l2')
 LAST_ITERATE_COLUMNS = ('correct_last', 'success_last')
 
 
-def _unattacked(n: int, last_iterate: bool = False) -> Columns:
-    """`RESULT_COLUMNS` (and `LAST_ITERATE_COLUMNS` when scored) of `n` samples no attack touched (a sample broken
-    before the attack stays incorrect)."""
+def _unattacked(n: int, last_iterate: bool = False, loss: bool = False) -> Columns:
+    """`RESULT_COLUMNS` (and `LAST_ITERATE_COLUMNS` when scored, ``loss`` when recorded) of `n` samples no attack
+    touched (a sample broken before the attack stays incorrect)."""
     columns = dict(correct=torch.zeros(n, dtype=torch.bool), pred=torch.full((n,), -1, dtype=torch.long),
                    success=torch.zeros(n, dtype=torch.bool), linf=torch.zeros(n), l2=torch.zeros(n))
     if last_iterate:
         columns.update((name, torch.zeros(n, dtype=torch.bool)) for name in LAST_ITERATE_COLUMNS)
+    if loss:
+        columns['loss'] = torch.full((n,), float('nan'))
     return columns
 
 
@@ -167,7 +175,9 @@ class AttackStage(Stage):
     Columns: ``attacked``, ``correct`` (after the attack), ``pred``, ``success`` (target reached, or fooled when
     untargeted), ``linf`` and ``l2`` (perturbation size on the 0-255 scale; L2 of pixel values times 255). A spec with
     ``last_iterate`` adds ``correct_last`` and ``success_last``: the same on the last iterate of the same run, which
-    then attacks every sample to the end (`PGD.best_and_last`).
+    then attacks every sample to the end (`PGD.best_and_last`). With `loss` the stage attacks every sample and adds
+    ``loss``, each sample's cross-entropy loss at its result; ``correct`` then still requires the sample to have been
+    correct after stage `after` unless the stage attacks all samples anyway (`attack_all`).
 
     Args:
         spec: The attack.
@@ -179,37 +189,39 @@ class AttackStage(Stage):
         shorter_budgets: With a PGD `spec`, also score its results after these fewer iterations, read off the same
             run (`PGD.at_budgets`), as the result columns suffixed ``@N`` (for `BudgetStage`).
         seed_name: See `Stage`.
+        loss: Attack every sample and record its loss (`Protocol.loss`).
     """
 
     def __init__(self, spec: AttackSpec, after: str = 'clean', attack_all: bool = False, name: Optional[str] = None,
                  limit: Optional[int] = None, full_precision: bool = False, shorter_budgets: Sequence[int] = (),
-                 seed_name: Optional[str] = None):
+                 seed_name: Optional[str] = None, loss: bool = False):
         self.spec, self.after, self.attack_all = spec, after, attack_all
         self.name, self.limit, self.full_precision = name or spec.label, limit, full_precision
-        self.shorter_budgets, self.seed_name = tuple(shorter_budgets), seed_name
+        self.shorter_budgets, self.seed_name, self.loss = tuple(shorter_budgets), seed_name, loss
 
     def run(self, model, batch, previous, ctx, seed):
         autocast_dtype = None if self.full_precision else ctx.autocast_dtype
         n = len(batch)
-        if self.attack_all:
-            todo = torch.ones(n, dtype=torch.bool)
-        else:
-            todo = _aligned(previous[self.after], 'correct', batch.positions).bool()
+        survivors = None if self.attack_all else _aligned(previous[self.after], 'correct', batch.positions).bool()
+        todo = torch.ones(n, dtype=torch.bool) if survivors is None or self.loss else survivors
         suffixes = [''] + [f'@{budget}' for budget in self.shorter_budgets]
         last_iterate = self.spec.last_iterate
         columns: Columns = {name + suffix: values for suffix in suffixes
-                            for name, values in _unattacked(n, last_iterate).items()}
+                            for name, values in _unattacked(n, last_iterate, self.loss).items()}
         if todo.any():
             sub = batch.select(todo)
             attack = build_attack(self.spec, ctx, seed, autocast_dtype)
             x_advs, x_lasts = self._attack(model, attack, sub, sub.targets if self.spec.targeted else None)
             for suffix, x_adv in zip(suffixes, x_advs):
-                for name, values in self._score(model, sub, x_adv, ctx, autocast_dtype).items():
+                for name, values in self._score(model, sub, x_adv, ctx, autocast_dtype, self.loss).items():
                     columns[name + suffix][todo] = values
             for suffix, x_last in zip(suffixes, x_lasts):
                 scored = self._score(model, sub, x_last, ctx, autocast_dtype)
                 columns['correct_last' + suffix][todo] = scored['correct']
                 columns['success_last' + suffix][todo] = scored['success']
+        if survivors is not None and self.loss:  # every sample attacked for its loss: robust only if correct before
+            for name in [key for key in columns if key.startswith('correct')]:
+                columns[name] &= survivors
         return dict(position=batch.positions, attacked=todo, **columns)
 
     def _attack(self, model, attack, sub: Batch, targets: Optional[torch.Tensor]
@@ -223,14 +235,18 @@ class AttackStage(Stage):
             return attack.at_budgets(model, sub.x, sub.y, (attack.steps,) + self.shorter_budgets, targets), []
         return [attack(model, sub.x, sub.y, targets=targets)], []
 
-    def _score(self, model, sub: Batch, x_adv: torch.Tensor, ctx: EvalContext, autocast_dtype) -> Columns:
+    def _score(self, model, sub: Batch, x_adv: torch.Tensor, ctx: EvalContext, autocast_dtype,
+               loss: bool = False) -> Columns:
         logits = predict(model, x_adv, autocast_dtype)
         pred = logits.argmax(dim=1)
         correct = pred == sub.y
         success = pred == sub.targets if self.spec.targeted else ~correct
         pixels = ((x_adv.float() - sub.x.float()) * ctx.space.std_like(sub.x)).flatten(1) * PIXEL_SCALE
-        return dict(correct=correct.cpu(), pred=pred.cpu(), success=success.cpu(),
-                    linf=pixels.abs().amax(dim=1).cpu(), l2=pixels.norm(dim=1).cpu())
+        columns = dict(correct=correct.cpu(), pred=pred.cpu(), success=success.cpu(),
+                       linf=pixels.abs().amax(dim=1).cpu(), l2=pixels.norm(dim=1).cpu())
+        if loss:
+            columns['loss'] = cross_entropy_per_sample(logits, sub.y).cpu()
+        return columns
 
 
 class BudgetStage(Stage):
@@ -256,8 +272,8 @@ class BudgetStage(Stage):
 
     def run(self, model, batch, previous, ctx, seed):
         source = previous[self.source]
-        scored_last = tuple(name for name in LAST_ITERATE_COLUMNS if name + self.suffix in source)
-        names = RESULT_COLUMNS + scored_last
+        recorded = tuple(name for name in LAST_ITERATE_COLUMNS + ('loss',) if name + self.suffix in source)
+        names = RESULT_COLUMNS + recorded
         columns = {name: _aligned(source, name + self.suffix, batch.positions) for name in names}
         return dict(position=batch.positions, attacked=_aligned(source, 'attacked', batch.positions), **columns)
 

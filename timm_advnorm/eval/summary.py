@@ -99,7 +99,12 @@ def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_
                         kwargs=dict(spec.kwargs), samples=int(attacked.size), attacked=int(attacked.sum()),
                         accuracy=round_percent(np.mean(columns['correct'])), success_rate=success,
                         accuracy_last_iterate=accuracy_last, success_rate_last_iterate=success_last,
-                        max_perturbation=largest, reports_success_rate=spec.success_rate)
+                        max_perturbation=largest, loss=_mean_loss(columns), reports_success_rate=spec.success_rate)
+
+
+def _mean_loss(columns: Mapping[str, np.ndarray]) -> Optional[float]:
+    """Mean of the ``loss`` column (`Protocol.loss`), None when it was not recorded."""
+    return round(float(np.mean(columns['loss'])), 6) if 'loss' in columns else None
 
 
 def _scores_last_iterate(spec: AttackSpec, columns: Mapping[str, np.ndarray]) -> bool:
@@ -209,7 +214,8 @@ def summarize_variant(table: ResultTable, variant: Variant, plan: EvalPlan, inpu
                  for a in attacks if a.attack == 'corruption'}
     accuracy = round_percent(np.mean(clean['correct']))
     ood = _ood_summary(table, name, plan.protocol)
-    return VariantResult(**variant.to_dict(), samples=int(clean['correct'].size), clean=accuracy, attacks=attacks,
+    return VariantResult(**variant.to_dict(), samples=int(clean['correct'].size), clean=accuracy,
+                         clean_loss=_mean_loss(clean), attacks=attacks,
                          worst_case=worst_case, robust=headline(plan.protocol, attacks, worst_case, accuracy),
                          robust_label=headline_label(plan.protocol, attacks),
                          robust_last_iterate=_last_iterate_headline(plan.protocol, attacks, worst_case_last, accuracy),

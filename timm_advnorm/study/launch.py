@@ -75,7 +75,8 @@ def _report(spec: StudySpec, options: StudyOptions, cells: List[Cell], study_dir
     for result in findings:
         _logger.info(f'{result.finding.claim}: {result.verdict} (higher side {result.higher.format()}, lower side '
                      f'{result.lower.format()})')
-    _logger.info(f'Wrote {study_dir / "results.md"}, results.csv, findings.csv and study.png')
+    ratios = ', ratios.csv' if spec.ratios else ''
+    _logger.info(f'Wrote {study_dir / "results.md"}, results.csv, findings.csv{ratios} and study.png')
 
 
 def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:

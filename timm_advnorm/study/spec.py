@@ -13,6 +13,9 @@ A study file (``timm_advnorm/studies/<name>.yaml``, or any path) holds:
   branch); by default the evaluation's primary variant.
 * ``findings``: the paper's claims, each a comparison of the cells matching ``higher`` with those matching
   ``lower`` on a ``metric`` (``clean``, ``robust`` or ``attack:<label>``), with the paper's number.
+* ``ratios``: tables of the paper's that give each grid point's numbers as a ratio to a baseline grid point's
+  (Galloway et al.'s Tables 11 and 12): per table a ``title``, the ``baseline`` (axis values of one grid point), the
+  grid points it shows (``rows``: axis values, a list for several) and its ``metrics``; each ratio is taken seed by seed.
 * ``plot``: the paper-style figure (`timm_advnorm.study.plot`).
 """
 from dataclasses import dataclass, field
@@ -22,8 +25,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import yaml
 
 __all__ = [
-    'SCALES', 'Finding', 'GridBlock', 'PlotSpec', 'ScaleSpec', 'StudySpec', 'list_studies', 'load_study',
-    'check_metric']
+    'SCALES', 'Finding', 'GridBlock', 'PlotSpec', 'RatioTable', 'ScaleSpec', 'StudySpec', 'list_studies',
+    'load_study', 'check_metric']
 
 SCALES = ('digits', 'mnist', 'imagenet')
 PLOT_KINDS = ('line', 'tradeoff', 'bar')
@@ -34,10 +37,12 @@ Options = Dict[str, Any]
 
 
 def check_metric(metric: str) -> str:
-    """`metric` if a cell reports it: ``clean``, ``robust`` or ``attack:<label>``."""
-    if metric in ('clean', 'robust') or (metric.startswith('attack:') and len(metric) > len('attack:')):
+    """`metric` if a cell reports it: the accuracies ``clean``, ``robust`` or ``attack:<label>``, or a mean loss
+    ``loss:clean`` or ``loss:<label>`` (of a protocol that records the loss)."""
+    prefix = next((p for p in ('attack:', 'loss:') if metric.startswith(p)), None)
+    if metric in ('clean', 'robust') or (prefix is not None and len(metric) > len(prefix)):
         return metric
-    raise ValueError(f'metric {metric!r}: use clean, robust or attack:<label>.')
+    raise ValueError(f'metric {metric!r}: use clean, robust, attack:<label>, loss:clean or loss:<label>.')
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ class Finding:
     Attributes:
         claim: The claim in words.
         paper: The paper's number(s), as the paper reports them.
-        metric: ``clean``, ``robust`` or ``attack:<label>``.
+        metric: ``clean``, ``robust``, ``attack:<label>`` or a mean loss ``loss:clean``/``loss:<label>``.
         higher: Axis values of the cells expected to score higher.
         lower: Axis values of the cells expected to score lower.
     """
@@ -94,6 +99,27 @@ class Finding:
     metric: str
     higher: Mapping[str, Any]
     lower: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RatioTable:
+    """A paper table of ratios to a baseline grid point.
+
+    Attributes:
+        title: Its heading (``Table 11: the linear model, ratios to √d = 28``).
+        baseline: Axis values of the baseline grid point (shown as measured).
+        rows: Axis values of the grid points shown as ratios (a tuple of values: any of them).
+        metrics: The metrics it shows (`check_metric`).
+    """
+
+    title: str
+    baseline: Mapping[str, Any]
+    rows: Mapping[str, Tuple[Any, ...]]
+    metrics: Tuple[str, ...]
+
+    def shows(self, labels: Mapping[str, Any]) -> bool:
+        """Whether the grid point with axis values `labels` is one of its rows."""
+        return all(labels.get(axis) in values for axis, values in self.rows.items())
 
 
 @dataclass(frozen=True)
@@ -129,6 +155,7 @@ class StudySpec:
     findings: Tuple[Finding, ...]
     plot: PlotSpec
     metric_variant: Optional[str] = None
+    ratios: Tuple[RatioTable, ...] = ()
 
     @property
     def axes(self) -> List[str]:
@@ -210,6 +237,24 @@ def _finding(index: int, raw: Any, axes: List[str]) -> Finding:
                    higher=higher, lower=lower)
 
 
+def _ratio_table(index: int, raw: Any, axes: List[str]) -> RatioTable:
+    where = f'ratios[{index}]'
+    raw = _mapping(raw, where)
+    missing = {'title', 'baseline', 'rows', 'metrics'} - set(raw)
+    if missing:
+        raise ValueError(f'{where} lacks {", ".join(sorted(missing))}.')
+    baseline, rows = _mapping(raw['baseline'], f'{where}.baseline'), _mapping(raw['rows'], f'{where}.rows')
+    unknown = (set(baseline) | set(rows)) - set(axes)
+    if unknown:
+        raise ValueError(f'{where} selects on {", ".join(sorted(unknown))}, not axes of the grid.')
+    metrics = raw['metrics']
+    if not isinstance(metrics, list) or not metrics:
+        raise ValueError(f'{where}.metrics must be a non-empty list, got {metrics!r}.')
+    return RatioTable(title=str(raw['title']), baseline=baseline,
+                      rows={axis: tuple(v if isinstance(v, list) else [v]) for axis, v in rows.items()},
+                      metrics=tuple(check_metric(str(m)) for m in metrics))
+
+
 def _plot(raw: Any, axes: List[str]) -> PlotSpec:
     raw = _mapping(raw, 'plot')
     kind = raw.get('kind')
@@ -241,7 +286,7 @@ def load_study(name_or_path: Union[str, Path]) -> StudySpec:
     except yaml.YAMLError as e:
         raise ValueError(f'{path}: not YAML ({" ".join(str(e).split())}).') from None
     raw = _mapping(raw, str(path))
-    unknown = set(raw) - {'title', 'paper', 'scales', 'grid', 'findings', 'plot', 'metric_variant'}
+    unknown = set(raw) - {'title', 'paper', 'scales', 'grid', 'findings', 'plot', 'metric_variant', 'ratios'}
     if unknown:
         raise ValueError(f'{path}: unknown keys {", ".join(sorted(unknown))}.')
     scales = {name: _scale(name, value) for name, value in _mapping(raw.get('scales'), 'scales').items()}
@@ -253,6 +298,7 @@ def load_study(name_or_path: Union[str, Path]) -> StudySpec:
     blocks = tuple(_block(i, block) for i, block in enumerate(grid))
     axes = list(dict.fromkeys(axis for block in blocks for axis in block.axes))
     findings = tuple(_finding(i, f, axes) for i, f in enumerate(raw.get('findings') or []))
+    ratios = tuple(_ratio_table(i, r, axes) for i, r in enumerate(raw.get('ratios') or []))
     return StudySpec(name=path.stem, title=str(raw.get('title', path.stem)), paper=str(raw.get('paper', '')),
                      scales=scales, grid=blocks, findings=findings, plot=_plot(raw.get('plot'), axes),
-                     metric_variant=raw.get('metric_variant'))
+                     metric_variant=raw.get('metric_variant'), ratios=ratios)

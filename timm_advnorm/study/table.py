@@ -2,8 +2,9 @@
 findings checked against them, written as Markdown and CSV.
 
 A finding "held" when the cells expected higher score higher on its metric. The table also says when the gap is
-within noise: no larger than the spread over seeds, or than two images of the evaluated subset (a gap of one or
-two images is not an effect). Numbers that do not hold are shown as they are.
+within noise: no larger than the spread over seeds, or, for an accuracy, than two images of the evaluated subset (a
+gap of one or two images is not an effect). Numbers that do not hold are shown as they are. Accuracies are in percent
+with one decimal, mean losses (``loss:...``) with three.
 """
 import csv
 import json
@@ -16,10 +17,10 @@ from ..eval.plots import robust_text
 from ..eval.schema import EvalResults
 from .cells import Cell, select_cells
 from .runner import TIMING_FILE
-from .spec import Finding, StudySpec
+from .spec import Finding, RatioTable, StudySpec
 
-__all__ = ['CellResult', 'FindingResult', 'GroupResult', 'Stat', 'check_finding', 'group_results', 'metric_title',
-           'read_cell', 'write_tables']
+__all__ = ['CellResult', 'FindingResult', 'GroupResult', 'RatioRow', 'Stat', 'check_finding', 'group_results',
+           'is_loss', 'metric_title', 'ratio_rows', 'read_cell', 'write_tables']
 
 # Gaps of this many images or fewer are noise whatever the seeds say.
 _NOISE_IMAGES = 2
@@ -30,7 +31,8 @@ class CellResult:
     """What one evaluated cell measured.
 
     Attributes:
-        metrics: ``clean``, ``robust`` and ``attack:<label>`` accuracies (%) of the reported variant.
+        metrics: ``clean``, ``robust`` and ``attack:<label>`` accuracies (%) of the reported variant, and its mean
+            losses ``loss:clean`` and ``loss:<label>`` where the evaluation recorded them.
         samples: Images evaluated.
         robust: What its robust accuracy is: the attacks that ran with their budgets (`eval.plots.robust_text`).
         vanilla_epochs: The training budget in vanilla epochs: passes per image × epochs.
@@ -47,9 +49,10 @@ class CellResult:
 
 @dataclass(frozen=True)
 class Stat:
-    """Mean and sample standard deviation (0 for one value) of some values."""
+    """Mean and sample standard deviation (0 for one value) of some values, written with `digits` decimals."""
 
     values: Tuple[float, ...]
+    digits: int = 1
 
     @property
     def mean(self) -> float:
@@ -62,8 +65,8 @@ class Stat:
     def format(self) -> str:
         if not self.values:
             return '—'
-        spread = f' ± {self.std:.1f}' if len(self.values) > 1 else ''
-        return f'{self.mean:.1f}{spread} (n={len(self.values)})'
+        spread = f' ± {self.std:.{self.digits}f}' if len(self.values) > 1 else ''
+        return f'{self.mean:.{self.digits}f}{spread} (n={len(self.values)})'
 
 
 def _variant(results: Mapping[str, Any], name: Optional[str]) -> Mapping[str, Any]:
@@ -88,10 +91,14 @@ def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]
     results = json.loads(cell.results_file.read_text())
     chosen = _variant(results, variant)
     metrics = {'clean': chosen['clean'], 'robust': chosen['robust']}
+    if chosen.get('clean_loss') is not None:
+        metrics['loss:clean'] = chosen['clean_loss']
     for attack in chosen.get('attacks') or []:
         for key in ('label', 'protocol_label'):
             if attack.get(key):
                 metrics[f'attack:{attack[key]}'] = attack['accuracy']
+                if attack.get('loss') is not None:
+                    metrics[f'loss:{attack[key]}'] = attack['loss']
     timing_file = cell.run_dir / TIMING_FILE
     timing = json.loads(timing_file.read_text()) if timing_file.is_file() else {}
     evaluated = EvalResults.from_dict(results)
@@ -100,8 +107,13 @@ def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]
                       vanilla_epochs=_summary_budget(cell.run_dir), train_seconds=timing.get('train_seconds'))
 
 
+def is_loss(metric: str) -> bool:
+    """Whether `metric` is a mean loss (else an accuracy in percent)."""
+    return metric.startswith('loss:')
+
+
 def _stat(results: Sequence[CellResult], metric: str) -> Stat:
-    return Stat(tuple(r.metrics[metric] for r in results if metric in r.metrics))
+    return Stat(tuple(r.metrics[metric] for r in results if metric in r.metrics), 3 if is_loss(metric) else 1)
 
 
 @dataclass(frozen=True)
@@ -136,7 +148,7 @@ def check_finding(finding: Finding, cells: Sequence[Cell], results: Mapping[str,
     sides = [[results[c.id] for c in select_cells(cells, selector) if c.id in results]
              for selector in (finding.higher, finding.lower)]
     samples = [r.samples for side in sides for r in side]
-    noise = 100.0 * _NOISE_IMAGES / min(samples) if samples else 0.0
+    noise = 100.0 * _NOISE_IMAGES / min(samples) if samples and not is_loss(finding.metric) else 0.0
     return FindingResult(finding, _stat(sides[0], finding.metric), _stat(sides[1], finding.metric), noise)
 
 
@@ -165,12 +177,42 @@ def group_results(cells: Sequence[Cell], results: Mapping[str, CellResult]) -> L
                         cells=len(members)) for key, members in groups.items()]
 
 
+@dataclass(frozen=True)
+class RatioRow:
+    """A row of a `RatioTable`: the baseline grid point as measured, or another one as ratios to it."""
+
+    labels: Mapping[str, Any]
+    baseline: bool
+    stats: Tuple[Stat, ...]
+
+
+def ratio_rows(table: RatioTable, groups: Sequence[GroupResult]) -> List[RatioRow]:
+    """The rows of `table`: its baseline, then every grid point it shows, each metric divided seed by seed by the
+    baseline's (the seeds pair up as the cells do); none while the baseline is not evaluated."""
+    base = next((g for g in groups if all(g.labels.get(a) == v for a, v in table.baseline.items())), None)
+    if base is None or not base.results:
+        return []
+    by_seed = {r.cell.seed: r.metrics for r in base.results}
+    rows = [RatioRow(base.labels, True, tuple(base.stat(m) for m in table.metrics))]
+    for group in groups:
+        if group is base or not table.shows(group.labels):
+            continue
+        stats = tuple(Stat(tuple(r.metrics[m] / by_seed[r.cell.seed][m] for r in group.results
+                                 if m in r.metrics and by_seed.get(r.cell.seed, {}).get(m)), 3)
+                      for m in table.metrics)
+        rows.append(RatioRow(group.labels, False, stats))
+    return rows
+
+
 def metric_title(metric: str) -> str:
+    """A column title: ``bim-linf top-1 (%)``, ``bim-linf loss (cross-entropy)``."""
+    if is_loss(metric):
+        return f'{metric[len("loss:"):]} loss (cross-entropy)'
     return {'clean': 'clean top-1 (%)', 'robust': 'robust top-1 (%)'}.get(metric, f'{metric[7:]} top-1 (%)')
 
 
 def _table_metrics(spec: StudySpec) -> List[str]:
-    extra = [f.metric for f in spec.findings] + list(spec.plot.y)
+    extra = [f.metric for f in spec.findings] + list(spec.plot.y) + [m for t in spec.ratios for m in t.metrics]
     return list(dict.fromkeys(['clean', 'robust', *extra]))
 
 
@@ -181,8 +223,9 @@ def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Lis
 
 def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: Path,
                  header_lines: Sequence[str] = ()) -> Tuple[List[GroupResult], List[FindingResult]]:
-    """Write ``results.md`` (findings, then every grid point), ``results.csv`` (grid points) and ``findings.csv``
-    into `study_dir`; returns what they hold."""
+    """Write ``results.md`` (findings, every grid point, then the ratio tables), ``results.csv`` (grid points),
+    ``findings.csv`` and, when the study has ratio tables, ``ratios.csv`` into `study_dir`; returns the groups and
+    findings."""
     results = {c.id: r for c in cells if (r := read_cell(c, spec.metric_variant)) is not None}
     groups = group_results(cells, results)
     findings = [check_finding(f, cells, results) for f in spec.findings]
@@ -190,7 +233,8 @@ def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: 
     axes = spec.axes
 
     finding_rows = [[f.finding.claim, f.finding.paper, metric_title(f.finding.metric), f.higher.format(),
-                     f.lower.format(), '—' if f.gap is None else f'{f.gap:+.1f}', f.verdict] for f in findings]
+                     f.lower.format(), '—' if f.gap is None else f'{f.gap:+.{f.higher.digits}f}', f.verdict]
+                    for f in findings]
     group_rows = []
     for group in groups:
         budget = group.mean_of([r.vanilla_epochs for r in group.results])
@@ -199,12 +243,28 @@ def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: 
                            *(group.stat(m).format() for m in metrics),
                            '—' if budget is None else f'{budget:g}', '—' if seconds is None else f'{seconds:.0f}'])
     lines = [f'# {spec.title}: {scale} scale', '', spec.paper, '', *header_lines, '', '## Findings', '',
-             *_markdown_table(['finding', 'paper', 'metric', 'ours, higher side', 'ours, lower side', 'gap (points)',
+             *_markdown_table(['finding', 'paper', 'metric', 'ours, higher side', 'ours, lower side', 'gap',
                                'direction held'], finding_rows),
              '', '## Cells (mean ± standard deviation over seeds)', '',
              *_markdown_table([*axes, 'seeds', *(metric_title(m) for m in metrics), 'budget (vanilla epochs)',
                                'train time (s)'], group_rows), '']
+    ratio_tables = [(table, ratio_rows(table, groups)) for table in spec.ratios]
+    for table, rows in ratio_tables:
+        lines += [f'## {table.title}', '', *_markdown_table(
+            [*axes, 'shown as', *(metric_title(m) for m in table.metrics)],
+            [[*(str(row.labels.get(a, '')) for a in axes), 'measured' if row.baseline else 'ratio to the first row',
+              *(stat.format() for stat in row.stats)] for row in rows]), '']
     (study_dir / 'results.md').write_text('\n'.join(lines))
+    if ratio_tables:
+        with (study_dir / 'ratios.csv').open('w', newline='') as f:
+            writer = csv.writer(f)
+            writer.writerow(['table', *axes, 'shown_as', 'metric', 'mean', 'std', 'n'])
+            for table, rows in ratio_tables:
+                for row in rows:
+                    for metric, stat in zip(table.metrics, row.stats):
+                        writer.writerow([table.title, *(row.labels.get(a, '') for a in axes),
+                                         'measured' if row.baseline else 'ratio', metric,
+                                         *((stat.mean, stat.std) if stat.values else ('', '')), len(stat.values)])
 
     with (study_dir / 'results.csv').open('w', newline='') as f:
         writer = csv.writer(f)
