@@ -86,7 +86,8 @@ def test_bim_l2_and_the_sanity_probes_record_their_step():
 
     probe = build_plan(get_protocol('nofrost'), sanity_samples=8, sanity_steps=10).sanity.probe(8)
     assert probe.step == pytest.approx(2.5 * 8 / 10) and probe.step_rule == 'sign step, 2.5ε/N'
-    assert probe.describe() == 'PGD-10 L∞, ε = 8/255, α = 2/255 (sign step, 2.5ε/N), untargeted, best iterate'
+    assert probe.describe() == ('PGD-10 L∞, ε = 8/255, α = 2/255 (sign step, 2.5ε/N), from the clean input, '
+                                'untargeted, best iterate')
     assert SanityProbe.from_dict(probe.to_dict()) == probe
 
 
@@ -94,6 +95,9 @@ def test_the_description_names_everything_that_ran():
     assert describe_attack(attack='pgd', label='pgd-20', norm='linf', eps=8.0, step=2.0, step_rule='sign step',
                            iterations=20, targeted=False, iterate='best', reduced=True) == \
         'PGD-20 L∞, ε = 8/255, α = 2/255 (sign step), untargeted, best iterate, reduced'
+    assert describe_attack(attack='pgd', label='bim-linf', norm='linf', eps=25.5, step=0.255, step_rule='sign step',
+                           iterations=100, targeted=False, iterate='best', random_start=False) == \
+        'PGD-100 L∞, ε = 25.5/255, α = 0.255/255 (sign step), from the clean input, untargeted, best iterate'
     assert describe_attack(attack='square', label='square', norm='linf', eps=4.0, step=None,
                            step_rule='random ±ε squares (no gradient)', queries=400, targeted=False,
                            iterate='best') == \

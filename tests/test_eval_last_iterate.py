@@ -82,7 +82,8 @@ def test_the_papers_protocols_score_the_last_pgd_iterate():
     assert all(spec.last_iterate for spec in get_protocol('xie2020').attacks)
     assert [spec.label for spec in get_protocol('nofrost').attacks if spec.last_iterate] == ['pgd']
     assert not any(spec.last_iterate for spec in get_protocol('robustbench').attacks)
-    with pytest.raises(ValueError, match='only pgd can score its last iterate'):
+    assert all(spec.last_iterate for spec in get_protocol('galloway-mnist').attacks if spec.threat != 'noise')
+    with pytest.raises(ValueError, match='only pgd, fgsm can score its last iterate'):
         AttackSpec('square', 'square', 4.0, dict(n_queries=10), threat='black-box', last_iterate=True)
 
 

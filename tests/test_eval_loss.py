@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import timm_advnorm  # noqa: F401  (registers the models)
-from timm_advnorm.attacks import InputSpace
+from timm_advnorm.attacks import PGD, InputSpace, attack_context
 from timm_advnorm.eval.data import IndexedSubset, seeded_subset
 from timm_advnorm.eval.evaluator import RobustEvaluator
 from timm_advnorm.eval.plan import build_plan
@@ -32,6 +32,8 @@ ATTACKS = (
     AttackSpec('bim-2', 'bim-linf', 8.0, dict(steps=2, step=2.0)),
     AttackSpec('fgsm', 'fgsm', 8.0, dict(step=8.0, random_start=False)),
     AttackSpec('noise', 'gaussian-noise', 0.0, dict(std=0.5), threat='noise'),
+    AttackSpec('bim-last', 'pgd', 8.0, dict(steps=3, step=2.0, step_rule='fixed', random_start=False),
+               last_iterate=True),
 )
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -99,6 +101,22 @@ def test_every_image_is_attacked_and_the_accuracies_are_those_without_the_loss(w
     assert plain_variant.clean_loss is None
     attacked = plain_table.get('model', 'bim-4')['attacked'].astype(bool)
     np.testing.assert_array_equal(attacked, clean_correct)  # without the loss only the correct ones are attacked
+
+
+def test_an_attack_scoring_its_last_iterate_records_the_loss_there(model, data, with_loss):
+    """The loss at the attack's final point, as the papers measure it, not at the best iterate (which stops at the
+    first fooling iterate, just past the decision boundary)."""
+    table, _ = with_loss
+    x, y = data
+    columns = table.get('model', 'bim-last')
+    images = np.asarray(seeded_subset(NUM_SAMPLES, NUM_SAMPLES, seed=0))[columns['position']]
+    last = PGD(SPACE, eps=8.0, steps=3, step=2.0, step_rule='fixed', random_start=False, best_iterate=False)
+    with attack_context(model):
+        x_last = last(model, x, y)
+    with torch.no_grad():
+        expected = F.cross_entropy(model(x_last), y, reduction='none').numpy()
+    np.testing.assert_allclose(columns['loss'], expected[images], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(columns['correct_last'] & ~columns['correct'], np.zeros(NUM_SAMPLES, dtype=bool))
 
 
 def test_results_csv_and_console_carry_the_loss(model, with_loss, without_loss, caplog):

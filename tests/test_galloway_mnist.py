@@ -17,6 +17,7 @@ from timm_advnorm.attacks.noise import gaussian_noise
 from timm_advnorm.commands.study_cells import CELL_COMMANDS
 from timm_advnorm.data import prepare_mnist5k
 from timm_advnorm.data.mnist5k import load_mnist5k, render_digit
+from timm_advnorm.eval.schema import EvalResults
 from timm_advnorm.study import expand_cells, load_study
 from timm_advnorm.study.cells import Cell
 from timm_advnorm.study.runner import InProcessCommands, run_cell
@@ -104,6 +105,10 @@ def test_a_reduced_galloway_mnist_cell_runs_end_to_end(tmp_path, mnist5k_dir):
     bim = attacks['bim-linf']
     assert (bim['eps'], bim['steps'], bim['kwargs']['step']) == (25.5, 100, pytest.approx(0.255))
     assert bim['max_perturbation'] <= 25.5 + 1e-3
+    # BIM: PGD from the clean input, scoring its last iterate too (where the loss is taken, as the paper's)
+    assert bim['attack'] == 'pgd' and bim['kwargs']['random_start'] is False
+    assert bim['accuracy'] <= bim['accuracy_last_iterate'] and attacks['fgsm-0.1']['accuracy_last_iterate'] is not None
+    assert 'from the clean input' in EvalResults.from_dict(results).variants[0].attacks[1].describe()
     noise = attacks['gaussian-noise']
     assert (noise['sigma'], noise['sigma_scale'], noise['clipped']) == (1.0, 'normalized input', False)
     assert noise['kwargs']['size'] == 28 and noise['kwargs']['grey'] is True

@@ -5,7 +5,8 @@ Every output that names an attack (the console, the CSV's ``description`` column
 its text from `describe_attack`, through the results records (`schema.AttackResult.describe`,
 `schema.SanityProbe.describe`), so that no two outputs can say different things about the same run. The line names
 the attack and its iterations or queries, the norm, ε as k/255, the step α as k/255 with how it is taken and set (or
-how the attack steps when it has no fixed size: APGD's adaptive step, Square's random squares), targeted or not,
+how the attack steps when it has no fixed size: APGD's adaptive step, Square's random squares), ``from the clean
+input`` when an attack that can start at random did not (PGD so run is Kurakin et al.'s BIM), targeted or not,
 best or last iterate, and whether the protocol was reduced for a smoke test. A results file written before steps
 were recorded says ``step not recorded`` rather than guess.
 """
@@ -63,6 +64,7 @@ def describe_attack(
         iterate: Optional[str] = None,
         reduced: bool = False,
         eps_note: Optional[str] = None,
+        random_start: Optional[bool] = None,
 ) -> str:
     """The attack as it ran, in one line (see the module docstring).
 
@@ -79,11 +81,15 @@ def describe_attack(
         iterate: ``best`` or ``last``: which iterate the accuracy is on.
         reduced: Whether the protocol's budgets were reduced for a smoke test.
         eps_note: How ε was set, when by a rule (``ε∞·√d``).
+        random_start: False: an attack that can start at random started at the clean input (said so); None: it
+            cannot, or its start is the attack's own default.
     """
     parts = [_head(_ATTACK_NAMES.get(attack, attack or label), norm, iterations, queries)]
     if eps is not None:
         parts.append(f'ε = {pixels_text(eps)}' + (f' ({eps_note})' if eps_note else ''))
     parts.append(step_phrase(step, step_rule) or 'step not recorded')
+    if random_start is False:
+        parts.append('from the clean input')
     if targeted is not None:
         parts.append('targeted' if targeted else 'untargeted')
     if iterate:

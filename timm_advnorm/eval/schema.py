@@ -317,7 +317,8 @@ class AttackResult(_Record):
         return describe_attack(
             attack=self.attack, label=self.label, norm=self.norm, eps=self.eps, step=self.step,
             step_rule=self.step_rule, iterations=self.steps, queries=self.queries, targeted=targeted,
-            iterate=self.iterate, reduced=reduced, eps_note='ε∞·√d' if self.eps_rule == 'sqrt_dim' else None)
+            iterate=self.iterate, reduced=reduced, eps_note='ε∞·√d' if self.eps_rule == 'sqrt_dim' else None,
+            random_start=False if self.kwargs.get('random_start') is False else None)
 
     @classmethod
     def from_dict(cls, data: Any, variant: str = '') -> 'AttackResult':
@@ -407,10 +408,10 @@ class SanityProbe(_Record):
 
     def describe(self) -> str:
         """The ε-sweep's attack in one line (`describe.describe_attack`): ``PGD-10 L∞, ε = 8/255, α = 2/255 (sign
-        step, 2.5ε/N), untargeted, best iterate``, ε being the one the probes center on."""
+        step, 2.5ε/N), from the clean input, untargeted, best iterate``, ε being the one the probes center on."""
         return describe_attack(attack=self.attack, label='sanity probe', norm=self.norm, eps=self.eps, step=self.step,
                                step_rule=self.step_rule, iterations=self.steps, targeted=False, iterate='best',
-                               reduced=self.reduced)
+                               reduced=self.reduced, random_start=self.random_start)
 
     @classmethod
     def from_dict(cls, data: Any) -> 'SanityProbe':

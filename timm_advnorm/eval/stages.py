@@ -176,8 +176,9 @@ class AttackStage(Stage):
     untargeted), ``linf`` and ``l2`` (perturbation size on the 0-255 scale; L2 of pixel values times 255). A spec with
     ``last_iterate`` adds ``correct_last`` and ``success_last``: the same on the last iterate of the same run, which
     then attacks every sample to the end (`PGD.best_and_last`). With `loss` the stage attacks every sample and adds
-    ``loss``, each sample's cross-entropy loss at its result; ``correct`` then still requires the sample to have been
-    correct after stage `after` unless the stage attacks all samples anyway (`attack_all`).
+    ``loss``, each sample's cross-entropy loss at the attack's last iterate where the spec scores it (the attack's
+    final point, as the papers measure the loss), else at its result; ``correct`` then still requires the sample to
+    have been correct after stage `after` unless the stage attacks all samples anyway (`attack_all`).
 
     Args:
         spec: The attack.
@@ -216,9 +217,11 @@ class AttackStage(Stage):
                 for name, values in self._score(model, sub, x_adv, ctx, autocast_dtype, self.loss).items():
                     columns[name + suffix][todo] = values
             for suffix, x_last in zip(suffixes, x_lasts):
-                scored = self._score(model, sub, x_last, ctx, autocast_dtype)
+                scored = self._score(model, sub, x_last, ctx, autocast_dtype, self.loss)
                 columns['correct_last' + suffix][todo] = scored['correct']
                 columns['success_last' + suffix][todo] = scored['success']
+                if self.loss:  # the loss at the attack's final point, where it ran one
+                    columns['loss' + suffix][todo] = scored['loss']
         if survivors is not None and self.loss:  # every sample attacked for its loss: robust only if correct before
             for name in [key for key in columns if key.startswith('correct')]:
                 columns[name] &= survivors
