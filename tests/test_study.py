@@ -192,6 +192,7 @@ def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, 
     (dict(findings=[dict(claim='c', paper='p', metric='loss', higher={}, lower={})]), 'use clean, robust, attack'),
     (dict(ratios=[dict(title='t', baseline=dict(depth=1), rows={}, metrics=['clean'])]), 'ratios[0] selects on depth'),
     (dict(ratios=[dict(title='t', baseline={}, rows={})]), 'ratios[0] lacks metrics'),
+    (dict(metrics=['loss']), 'use clean, robust, attack'),
 ])
 def test_bad_study_file_is_one_line_error(tmp_path, digits_dir, problem, message, capsys):
     path = _study(tmp_path, digits_dir)

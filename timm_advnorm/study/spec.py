@@ -16,6 +16,8 @@ A study file (``timm_advnorm/studies/<name>.yaml``, or any path) holds:
 * ``ratios``: tables of the paper's that give each grid point's numbers as a ratio to a baseline grid point's
   (Galloway et al.'s Tables 11 and 12): per table a ``title``, the ``baseline`` (axis values of one grid point), the
   grid points it shows (``rows``: axis values, a list for several) and its ``metrics``; each ratio is taken seed by seed.
+* ``metrics``: further metrics the table of cells shows (it always shows ``clean``, ``robust`` and those the findings,
+  ratio tables and plot read).
 * ``plot``: the paper-style figure (`timm_advnorm.study.plot`).
 """
 from dataclasses import dataclass, field
@@ -156,6 +158,7 @@ class StudySpec:
     plot: PlotSpec
     metric_variant: Optional[str] = None
     ratios: Tuple[RatioTable, ...] = ()
+    metrics: Tuple[str, ...] = ()
 
     @property
     def axes(self) -> List[str]:
@@ -286,7 +289,8 @@ def load_study(name_or_path: Union[str, Path]) -> StudySpec:
     except yaml.YAMLError as e:
         raise ValueError(f'{path}: not YAML ({" ".join(str(e).split())}).') from None
     raw = _mapping(raw, str(path))
-    unknown = set(raw) - {'title', 'paper', 'scales', 'grid', 'findings', 'plot', 'metric_variant', 'ratios'}
+    unknown = set(raw) - {'title', 'paper', 'scales', 'grid', 'findings', 'plot', 'metric_variant', 'ratios',
+                          'metrics'}
     if unknown:
         raise ValueError(f'{path}: unknown keys {", ".join(sorted(unknown))}.')
     scales = {name: _scale(name, value) for name, value in _mapping(raw.get('scales'), 'scales').items()}
@@ -299,6 +303,10 @@ def load_study(name_or_path: Union[str, Path]) -> StudySpec:
     axes = list(dict.fromkeys(axis for block in blocks for axis in block.axes))
     findings = tuple(_finding(i, f, axes) for i, f in enumerate(raw.get('findings') or []))
     ratios = tuple(_ratio_table(i, r, axes) for i, r in enumerate(raw.get('ratios') or []))
+    metrics = raw.get('metrics') or []
+    if not isinstance(metrics, list):
+        raise ValueError(f'{path}: metrics must be a list, got {metrics!r}.')
     return StudySpec(name=path.stem, title=str(raw.get('title', path.stem)), paper=str(raw.get('paper', '')),
                      scales=scales, grid=blocks, findings=findings, plot=_plot(raw.get('plot'), axes),
-                     metric_variant=raw.get('metric_variant'), ratios=ratios)
+                     metric_variant=raw.get('metric_variant'), ratios=ratios,
+                     metrics=tuple(check_metric(str(m)) for m in metrics))

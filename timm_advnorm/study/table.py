@@ -212,7 +212,8 @@ def metric_title(metric: str) -> str:
 
 
 def _table_metrics(spec: StudySpec) -> List[str]:
-    extra = [f.metric for f in spec.findings] + list(spec.plot.y) + [m for t in spec.ratios for m in t.metrics]
+    extra = ([f.metric for f in spec.findings] + list(spec.plot.y) + [m for t in spec.ratios for m in t.metrics]
+             + list(spec.metrics))
     return list(dict.fromkeys(['clean', 'robust', *extra]))
 
 
