@@ -173,3 +173,18 @@ def two_branches(two_branch_mbn):
     from device_checks import NUM_CLASSES
 
     return two_branch_mbn(num_classes=NUM_CLASSES)
+
+
+@pytest.fixture(scope='session')
+def untrained_resnet_and_images():
+    """An untrained ``test_resnet`` (10 classes, eval mode, seed 0) and 16 seeded random 32 px images in its input
+    space with random labels: an evaluation whose attacks fool some images and not others."""
+    import timm
+    import torch
+
+    from timm_advnorm.attacks import InputSpace
+    torch.manual_seed(0)
+    model = timm.create_model('test_resnet', num_classes=10).eval()
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(16, 3, 32, 32, generator=generator)
+    return model, (InputSpace().from_pixels(x), torch.randint(0, 10, (16,), generator=generator))

@@ -5,7 +5,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import timm
 import torch
 import yaml
 from torch.utils.data import DataLoader, TensorDataset
@@ -35,16 +34,13 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 @pytest.fixture(scope='module')
-def model():
-    torch.manual_seed(0)
-    return timm.create_model('test_resnet', num_classes=NUM_CLASSES).eval()
+def model(untrained_resnet_and_images):
+    return untrained_resnet_and_images[0]
 
 
 @pytest.fixture(scope='module')
-def data():
-    generator = torch.Generator().manual_seed(0)
-    x = torch.rand(NUM_SAMPLES, 3, SIZE, SIZE, generator=generator)
-    return SPACE.from_pixels(x), torch.randint(0, NUM_CLASSES, (NUM_SAMPLES,), generator=generator)
+def data(untrained_resnet_and_images):
+    return untrained_resnet_and_images[1]
 
 
 def _pgd_spec(label: str, steps: int, targeted: bool, eps: float = 8.0) -> AttackSpec:

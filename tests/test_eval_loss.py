@@ -5,7 +5,6 @@ import logging
 
 import numpy as np
 import pytest
-import timm
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -39,19 +38,6 @@ ATTACKS = (
 pytestmark = pytest.mark.usefixtures('one_thread')
 
 
-@pytest.fixture(scope='module')
-def model():
-    torch.manual_seed(0)
-    return timm.create_model('test_resnet', num_classes=NUM_CLASSES).eval()
-
-
-@pytest.fixture(scope='module')
-def data():
-    generator = torch.Generator().manual_seed(0)
-    x = torch.rand(NUM_SAMPLES, 3, SIZE, SIZE, generator=generator)
-    return SPACE.from_pixels(x), torch.randint(0, NUM_CLASSES, (NUM_SAMPLES,), generator=generator)
-
-
 def _evaluate(model, data, loss: bool):
     protocol = Protocol('test', 'test', 'test', ATTACKS, headline='bim-4', loss=loss)
     plan = build_plan(protocol, sanity_samples=0)
@@ -64,18 +50,18 @@ def _evaluate(model, data, loss: bool):
 
 
 @pytest.fixture(scope='module')
-def with_loss(model, data):
-    return _evaluate(model, data, loss=True)
+def with_loss(untrained_resnet_and_images):
+    return _evaluate(*untrained_resnet_and_images, loss=True)
 
 
 @pytest.fixture(scope='module')
-def without_loss(model, data):
-    return _evaluate(model, data, loss=False)
+def without_loss(untrained_resnet_and_images):
+    return _evaluate(*untrained_resnet_and_images, loss=False)
 
 
-def test_clean_loss_is_the_per_image_cross_entropy(model, data, with_loss):
+def test_clean_loss_is_the_per_image_cross_entropy(untrained_resnet_and_images, with_loss):
     table, variant = with_loss
-    x, y = data
+    model, (x, y) = untrained_resnet_and_images
     clean = table.get('model', 'clean')
     with torch.no_grad():
         expected = F.cross_entropy(model(x), y, reduction='none').numpy()
@@ -103,11 +89,11 @@ def test_every_image_is_attacked_and_the_accuracies_are_those_without_the_loss(w
     np.testing.assert_array_equal(attacked, clean_correct)  # without the loss only the correct ones are attacked
 
 
-def test_an_attack_scoring_its_last_iterate_records_the_loss_there(model, data, with_loss):
+def test_an_attack_scoring_its_last_iterate_records_the_loss_there(untrained_resnet_and_images, with_loss):
     """The loss at the attack's final point, as the papers measure it, not at the best iterate (which stops at the
     first fooling iterate, just past the decision boundary)."""
     table, _ = with_loss
-    x, y = data
+    model, (x, y) = untrained_resnet_and_images
     columns = table.get('model', 'bim-last')
     images = np.asarray(seeded_subset(NUM_SAMPLES, NUM_SAMPLES, seed=0))[columns['position']]
     last = PGD(SPACE, eps=8.0, steps=3, step=2.0, step_rule='fixed', random_start=False, best_iterate=False)
@@ -119,7 +105,7 @@ def test_an_attack_scoring_its_last_iterate_records_the_loss_there(model, data, 
     np.testing.assert_array_equal(columns['correct_last'] & ~columns['correct'], np.zeros(NUM_SAMPLES, dtype=bool))
 
 
-def test_results_csv_and_console_carry_the_loss(model, with_loss, without_loss, caplog):
+def test_results_csv_and_console_carry_the_loss(with_loss, without_loss, caplog):
     _, variant = with_loss
     results = EvalResults.from_dict(dict(model='test_resnet', protocol=dict(name='test'), variants=[variant.to_dict()],
                                          robust_top1=variant.robust))
