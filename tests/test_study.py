@@ -184,6 +184,22 @@ def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, 
         assert sum(table.shows(c.labels) for c in cells) > len(spec.scale(scale).seeds), table.title
 
 
+@pytest.mark.parametrize('name', ['xie2020', 'fast-advprop', 'nofrost'])
+def test_tiny_model_studies_run_their_digits_grid_on_mnist5k_at_28px(name, tmp_path):
+    options = study_options(get_args_parser().parse_args([name, '--scale', 'mnist', '--output', str(tmp_path)]))
+    assert (options.scale, options.data_dir) == ('mnist', None)
+    spec = load_study(name)
+    mnist = expand_cells(spec, 'mnist', tmp_path, CELL_COMMANDS)
+    digits = expand_cells(spec, 'digits', tmp_path, CELL_COMMANDS)
+    assert [(c.labels, c.seed) for c in mnist] == [(c.labels, c.seed) for c in digits]
+    for cell, at_digits in zip(mnist, digits):
+        args, _ = parse_train_args(list(cell.train_argv))
+        assert (args.dataset, args.img_size, args.no_aug, args.workers) == ('mnist5k', 28, True, 0)
+        digits_args, _ = parse_train_args(list(at_digits.train_argv))
+        assert (args.model, args.method) == (digits_args.model, digits_args.method)  # the same tiny model family
+        validate = parse_validate_args(list(cell.validate_argv))
+        assert (validate.dataset, validate.num_samples, validate.workers) == ('mnist5k', 1000, 0)
+
 @pytest.mark.parametrize('problem, message', [
     (dict(grid=[]), 'grid must be a non-empty list'),
     (dict(scales=dict(cifar={})), 'scales must be some of'),

@@ -4,6 +4,7 @@ resumable command.
     timm-advnorm-study xie2020 --scale digits                  # every cell on the built-in digits, on this CPU
     timm-advnorm-study nofrost --scale digits --dry-run        # the cells, their commands and planned budgets
     timm-advnorm-study galloway-mnist --scale mnist            # Galloway et al.'s MNIST tables, on this CPU
+    timm-advnorm-study nofrost --scale mnist                   # the tiny models on real MNIST digits at 28 px
     timm-advnorm-study xie2020 --scale imagenet --data-dir /imagenet \\
         --launcher subprocess --launch-prefix "torchrun --nproc_per_node 8"
     timm-advnorm-study galloway --scale imagenet --data-dir /imagenet --launcher submitit \\
@@ -44,7 +45,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                         help=f'A shipped study ({", ".join(list_studies())}) or a study YAML file.')
     parser.add_argument('--scale', default='digits', choices=SCALES,
                         help='digits: the built-in data and the tiny fair model family, on CPU in minutes; '
-                             'mnist: the built-in mnist5k (real MNIST digits) and the papers\' MNIST models, on CPU; '
+                             'mnist: the built-in mnist5k (real MNIST digits, 28 px) with Galloway et al.\'s MNIST '
+                             'models (galloway-mnist) or the tiny family (3-9 epochs), on CPU in 13-25 min; '
                              'imagenet: the papers\' recipes and models (--data-dir).')
     DATA_DIR.add(parser, help='ImageNet root (train/, val/).')
     parser.add_argument('--output', default='output/studies', metavar='DIR',
