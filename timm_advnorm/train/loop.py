@@ -38,9 +38,9 @@ class DivergenceError(ValueError):
 
 
 class NonFiniteGuard:
-    """What a training step with a non-finite loss or gradient does: by default the run stops at the first; with
-    `max_skips` the step is skipped (no optimizer step, BN statistics and EMA untouched, a warning logged) up to
-    `max_skips` times over the run, and the next one stops it.
+    """What a training step with a non-finite loss or gradient (or, when skipping, BN statistics) does: by default
+    the run stops at the first; with `max_skips` the step is skipped (no optimizer step, BN statistics and EMA
+    untouched, a warning logged) up to `max_skips` times over the run, and the next one stops it.
 
     Args:
         max_skips: Non-finite steps to skip before stopping (``--skip-nonfinite``).
@@ -168,6 +168,8 @@ def train_one_epoch(
             grad_norm = _clip_and_measure(task, clip_grad, clip_mode)
             losses, grad_norm = _step_values(_mean_losses(update_losses), grad_norm, distributed)
             problem = _nonfinite_problem(losses if loss_scaler is not None else {**losses, 'grad_norm': grad_norm})
+            if problem is None and buffers is not None:
+                problem = _nonfinite_buffers(task, distributed)
             for key, value in losses.items():
                 meter = meters.setdefault(key, AverageMeter())
                 if problem is None:
@@ -248,6 +250,32 @@ def _nonfinite_problem(values: Dict[str, float]) -> Optional[str]:
     return f'non-finite {", ".join(bad)}' if bad else None
 
 
+def _nonfinite_buffers(task: AdversarialClassificationTask, distributed: bool = False) -> Optional[str]:
+    """The model's non-finite buffers after a step's forwards, in words, on any process; None if all are finite.
+
+    BN running statistics can overflow while the loss stays finite (the normalization hides the activations' size):
+    such a step must be skipped too, or its statistics reach the checkpoint.
+    """
+    named = [(name, buffer) for name, buffer in unwrap_model(task.trainable_module).named_buffers()
+             if buffer.is_floating_point()]
+    if not named:
+        return None
+    finite = torch.stack([torch.isfinite(buffer).all() for _, buffer in named])
+    bad = (~finite).sum()
+    if distributed:
+        dist.all_reduce(bad)
+    if not bad.item():
+        return None
+    return f'non-finite {_listed([name for (name, _), ok in zip(named, finite.tolist()) if not ok], "buffers")}'
+
+
+def _listed(local: List[str], what: str) -> str:
+    """Up to three of the names `local` (``a, b, c and 4 more``); with none here, another process's `what`."""
+    if not local:
+        return f'{what} of another process'
+    return ', '.join(local[:3]) + (f' and {len(local) - 3} more' if len(local) > 3 else '')
+
+
 def _snapshot_buffers(task: AdversarialClassificationTask) -> List[torch.Tensor]:
     """Copies of the model's buffers (BN running statistics and counters) before a step that may be skipped: the
     forward of a non-finite step has already folded its activations into them."""
@@ -293,9 +321,7 @@ def check_finite_state(task: AdversarialClassificationTask, optimizer: torch.opt
     if distributed:
         dist.all_reduce(bad)
     if bad.item():
-        local = [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
-        where = ', '.join(local[:3]) + (f' and {len(local) - 3} more' if len(local) > 3 else '') if local \
-            else 'tensors of another process'
+        where = _listed([name for (name, _), ok in zip(named, finite.tolist()) if not ok], 'tensors')
         raise DivergenceError(f'training diverged: non-finite {where} after epoch {epoch}; {_DIVERGENCE_HINT}')
 
 
