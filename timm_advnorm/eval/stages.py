@@ -214,10 +214,10 @@ class AttackStage(Stage):
             attack = build_attack(self.spec, ctx, seed, autocast_dtype)
             x_advs, x_lasts = self._attack(model, attack, sub, sub.targets if self.spec.targeted else None)
             for suffix, x_adv in zip(suffixes, x_advs):
-                for name, values in self._score(model, sub, x_adv, ctx, autocast_dtype, self.loss).items():
+                for name, values in self._score(model, sub, x_adv, ctx, autocast_dtype).items():
                     columns[name + suffix][todo] = values
             for suffix, x_last in zip(suffixes, x_lasts):
-                scored = self._score(model, sub, x_last, ctx, autocast_dtype, self.loss)
+                scored = self._score(model, sub, x_last, ctx, autocast_dtype)
                 columns['correct_last' + suffix][todo] = scored['correct']
                 columns['success_last' + suffix][todo] = scored['success']
                 if self.loss:  # the loss at the attack's final point, where it ran one
@@ -238,8 +238,7 @@ class AttackStage(Stage):
             return attack.at_budgets(model, sub.x, sub.y, (attack.steps,) + self.shorter_budgets, targets), []
         return [attack(model, sub.x, sub.y, targets=targets)], []
 
-    def _score(self, model, sub: Batch, x_adv: torch.Tensor, ctx: EvalContext, autocast_dtype,
-               loss: bool = False) -> Columns:
+    def _score(self, model, sub: Batch, x_adv: torch.Tensor, ctx: EvalContext, autocast_dtype) -> Columns:
         logits = predict(model, x_adv, autocast_dtype)
         pred = logits.argmax(dim=1)
         correct = pred == sub.y
@@ -247,7 +246,7 @@ class AttackStage(Stage):
         pixels = ((x_adv.float() - sub.x.float()) * ctx.space.std_like(sub.x)).flatten(1) * PIXEL_SCALE
         columns = dict(correct=correct.cpu(), pred=pred.cpu(), success=success.cpu(),
                        linf=pixels.abs().amax(dim=1).cpu(), l2=pixels.norm(dim=1).cpu())
-        if loss:
+        if self.loss:
             columns['loss'] = cross_entropy_per_sample(logits, sub.y).cpu()
         return columns
 
