@@ -16,7 +16,8 @@ from timm_advnorm.recipes import list_recipes, recipe_path, resolve_config
 from timm_advnorm.task import TASKS
 from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.train.build import create_run_task
-from timm_advnorm.train.optimization import create_run_optimizer, epoch_schedule, run_learning_rate
+from timm_advnorm.train.optimization import (
+    create_run_optimizer, create_run_scheduler, epoch_schedule, run_learning_rate)
 
 RECIPES = list_recipes()
 
@@ -47,7 +48,7 @@ _XIE_CODE = dict(
     train_interpolation='bilinear', attack_eps=16.0, attack_step=1.0, attack_steps=30, attack_targeted=True,
     attack_bn_stats='running', attack_clean_start_prob=0.2, attack_clean_start_mode='per_batch', clip_grad=None)
 _FAST_ADVPROP_CODE = dict(
-    batch_size=64, warmup_epochs=0, sched='multistep', smoothing=0.0, drop=0.0, drop_path=None,
+    batch_size=64, warmup_epochs=0, sched='multistep', sched_on_updates=True, smoothing=0.0, drop=0.0, drop_path=None,
     model_kwargs={'zero_init_last': False}, weight_decay=1e-4, color_jitter=0.0, mean=[0.5] * 3, std=[0.5] * 3,
     crop_pct=0.875, interpolation='bilinear', train_interpolation='bilinear', attack_eps=1.0, attack_step=1.0,
     attack_steps=1, attack_targeted=False, attack_clean_start_mode='per_batch_randn', clip_grad=None)
@@ -117,6 +118,41 @@ def test_fast_advprop_budget_and_the_released_epoch_count(epochs, trained):
     assert task.passes_per_image == pytest.approx(1.2)
     schedule = epoch_schedule(train_options(args).schedule, task.passes_per_image)
     assert (schedule.epochs, schedule.decay_milestones) == (trained, (25, 50, 75, 83))
+
+
+def _lr_at_each_epoch_start(recipe: str, updates_per_epoch: int = 8) -> Dict[int, float]:
+    """The learning rate of the first and of the last update of every epoch (0-based) of `recipe`'s schedule, stepped
+    as a training run steps it (``step_update`` after each update, ``step`` after each epoch)."""
+    args, _ = parse_args(['-c', recipe])
+    options = train_options(args)
+    schedule = epoch_schedule(options.schedule, passes_per_image=1.0)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler, epochs = create_run_scheduler(optimizer, options.schedule, schedule, updates_per_epoch)
+    rates, num_updates = {}, 0
+    for epoch in range(epochs):
+        used = []
+        for _ in range(updates_per_epoch):
+            used.append(optimizer.param_groups[0]['lr'])
+            num_updates += 1
+            scheduler.step_update(num_updates=num_updates)
+        rates[epoch] = (used[0], used[-1])
+        scheduler.step(epoch + 1)
+    return rates
+
+
+@pytest.mark.parametrize('recipe', [name for name in AUDITED if AUDITED[name].settings['sched'] == 'multistep'])
+def test_multistep_recipes_decay_after_their_milestone_epochs_as_the_released_code(recipe):
+    """The released codes divide the rate at the start of epoch m (0-based) for a milestone m: Fast AdvProp's
+    ``if epoch in args.schedule`` before epoch m, tensorpack's setter after m epochs. timm's epoch-stepped multistep
+    schedule decays one epoch earlier (it compares milestones with ``epoch + 1``); stepped on updates, only the last
+    update before the milestone is early."""
+    args, _ = parse_args(['-c', recipe])
+    for epoch, (first, last) in _lr_at_each_epoch_start(recipe).items():
+        if epoch < args.warmup_epochs:
+            continue
+        decays = sum(milestone <= epoch for milestone in args.decay_milestones)
+        assert first == pytest.approx(args.decay_rate ** decays), f'epoch {epoch}'
+        assert last == pytest.approx(args.decay_rate ** (decays + (epoch + 1 in args.decay_milestones)))
 
 
 @pytest.mark.parametrize('recipe', ['fast_advprop_mbn_resnet50', 'advprop_mbn_resnet50'])
