@@ -54,6 +54,8 @@ def test_explicit_lr_is_used_as_given():
     resolved = resolve_lr(0.3, 0.1, 256, '', 'sgd', 4)
     assert resolved.lr == 0.3 and resolved.scale == '' and resolved.lr_base is None
     assert 'as given' in resolved.describe()
+    assert resolved.describe(resumed='run/last.pth.tar') == (
+        'Learning rate 0.3 as run/last.pth.tar records it, global batch 4.')
 
 
 @pytest.mark.parametrize('kwargs,message', [

@@ -50,11 +50,13 @@ def test_mbn_run_writes_summary_checkpoint_and_args(tmp_path, digits_dir):
     assert not list(run.glob('tmp*')), 'a temporary checkpoint was left behind'
 
 
-def test_resume_continues_from_the_next_epoch(tmp_path, digits_dir):
+def test_resume_continues_from_the_next_epoch(tmp_path, digits_dir, caplog):
     run = _train(tmp_path, digits_dir, '--method', 'madry')
+    caplog.set_level(logging.INFO, logger='train_adv')
     _train(tmp_path, digits_dir, '--method', 'madry', '--epochs', '2', '--resume-with-changes',
            '--resume', str(run / 'last.pth.tar'))
     assert [row['epoch'] for row in _summary(run)] == ['0', '1']
+    assert f'as {run / "last.pth.tar"} records it' in caplog.text, 'the rate came from the record, not --lr'
 
 
 def _ema_distance(a: dict, b: dict) -> float:

@@ -257,8 +257,10 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     data, model_options, resume = options.data, options.model, options.resume.resume
     learning_rate = run_learning_rate(options.optimizer, data.batch_size, runtime.world_size)
     optimizer_options = replace(options.optimizer, lr=learning_rate.lr)
+    resumed_args = read_recorded_args(resume, options.resume.option_names) if resume else None
     if verbose:
-        _logger.info(learning_rate.describe())
+        from_record = resumed_args is not None and resumed_args.get('lr') == learning_rate.lr
+        _logger.info(learning_rate.describe(resumed=resume if from_record else None))
     amp_dtype = AMP_DTYPES[runtime.amp_dtype] if runtime.amp else None
     if options.tracking.log_wandb:
         import_wandb()  # missing, an error now rather than after the set-up
@@ -318,7 +320,7 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     optimizer = create_run_optimizer(model, optimizer_options)
     start = ResumePosition(0, 0)
     if resume:
-        changes = check_resume_args(vars(recorded), read_recorded_args(resume, options.resume.option_names), resume,
+        changes = check_resume_args(vars(recorded), resumed_args, resume,
                                     options.resume.resume_with_changes, verbose=verbose)
         if changes:
             args_text = changes_note(resume, changes) + args_text

@@ -34,8 +34,14 @@ class LearningRate(NamedTuple):
     lr_base: Optional[float]
     lr_base_size: int
 
-    def describe(self) -> str:
-        """One log line: where the learning rate comes from (timm's start-up message, with its numbers)."""
+    def describe(self, resumed: Optional[str] = None) -> str:
+        """One log line: where the learning rate comes from (timm's start-up message, with its numbers).
+
+        Args:
+            resumed: The checkpoint whose record the rate was read from (a resumed run not given ``--lr``).
+        """
+        if resumed:
+            return f'Learning rate {self.lr:g} as {resumed} records it, global batch {self.global_batch}.'
         if not self.scale:
             return f'Learning rate {self.lr:g} as given (--lr), global batch {self.global_batch}.'
         return (f'Learning rate ({self.lr:g}) calculated from base learning rate ({self.lr_base:g} per '
