@@ -22,7 +22,9 @@ label that names another budget (``pgd-t-2000`` reduced to 13 iterations) is kep
 * ``galloway-mnist``: Galloway et al.'s MNIST models (§4, Tables 6, 7, 11 and 12): Gaussian noise of unit variance
   on the standardized input, drawn on the 28×28 digit, one value per pixel, upscaled by nearest neighbour to the
   input's side (footnote 5) and not clipped; BIM-L∞ with ε∞ = 0.1, 100 iterations of step 1e-3; FGSM (one step of
-  ε, no random start: the optimal L∞ attack of a linear model, Table 11) at ε∞ = 0.05 and 0.1 (the [0, 1] scale).
+  ε, no random start: the optimal L∞ attack of a linear model, Table 11) at ε∞ = 0.05 and 0.1; budgets and steps in
+  units of the standardized input, as the noise (ε∞ = 0.1 is MNIST's std 0.3081 times 0.1 of the pixel range:
+  7.857/255).
 * ``corruptions``: the 15 ImageNet-C corruptions (Hendrycks & Dietterich, ICLR 2019) at severities 1-5, applied on
   the fly; reported per corruption and as the mean corruption accuracy.
 * ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``: clean accuracy on that out-of-distribution set, read from its
@@ -54,6 +56,7 @@ from ..attacks.bim import galloway_l2_eps
 from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
 from ..attacks.registry import attack_arguments, attack_threat, create_attack
 from ..attacks.space import InputSpace, PixelBudget, check_budget_scale
+from ..models.galloway_mlp import MNIST_STD
 from ..registry import Registry
 from .ood import OOD_DATASETS, get_ood_dataset
 
@@ -368,22 +371,31 @@ def _galloway() -> Protocol:
         'Galloway et al., 2019, Sec. 3', attacks, headline='bim-linf')
 
 
+#: Galloway et al. standardize MNIST to zero mean and unit variance (§3) and state the noise, ε and the BIM step on
+#: that standardized input (the noise has "the same first two moments as the clean images"): one of its units is
+#: MNIST's pixel std, 0.3081 of the [0, 1] range, or 78.57 on the 0-255 scale.
+_MNIST_UNIT_255 = MNIST_STD[0] * 255.0
+
+
 def _galloway_mnist() -> Protocol:
     attacks = (
         AttackSpec('gaussian-noise', 'gaussian-noise', 0.0, dict(std=1.0, size=28, grey=True, clip=False),
                    threat='noise'),
         # BIM as PGD from the clean input, so that it also scores its last iterate: the loss is the paper's, at the
         # attack's final point over every digit (a best iterate stops at the first fooling one, just past the boundary)
-        *(AttackSpec(label, 'pgd', eps * 255.0, dict(steps=100, step=1e-3 * 255.0, step_rule='fixed',
-                                                     random_start=False), last_iterate=True)
+        *(AttackSpec(label, 'pgd', eps * _MNIST_UNIT_255, dict(steps=100, step=1e-3 * _MNIST_UNIT_255,
+                                                               step_rule='fixed', random_start=False),
+                     last_iterate=True)
           for label, eps in (('bim-linf', 0.1), ('bim-linf-0.05', 0.05))),
-        *(AttackSpec(f'fgsm-{eps:g}', 'fgsm', eps * 255.0, dict(step=eps * 255.0, random_start=False),
+        *(AttackSpec(f'fgsm-{eps:g}', 'fgsm', eps * _MNIST_UNIT_255, dict(step=eps * _MNIST_UNIT_255,
+                                                                           random_start=False),
                      last_iterate=True) for eps in (0.05, 0.1)),
     )
     return Protocol(
         'galloway-mnist', 'Gaussian noise (unit variance, drawn at 28 px), BIM-Linf eps=0.1 and 0.05 (100 iterations '
-        'of step 1e-3 from the clean input), FGSM eps=0.05 and 0.1; accuracy (best and last iterate) and mean '
-        'cross-entropy loss (last iterate).',
+        'of step 1e-3 from the clean input), FGSM eps=0.05 and 0.1, every budget in units of the standardized input '
+        f'(MNIST std {MNIST_STD[0]}: eps=0.1 is {0.1 * _MNIST_UNIT_255:.4g}/255); accuracy (best and last iterate) '
+        'and mean cross-entropy loss (last iterate).',
         'Galloway et al., 2019, Sec. 4 and App. B, Tables 6, 7, 11 and 12', attacks, headline='bim-linf', loss=True)
 
 
