@@ -45,8 +45,9 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                         help=f'A shipped study ({", ".join(list_studies())}) or a study YAML file.')
     parser.add_argument('--scale', default='digits', choices=SCALES,
                         help='digits: the built-in data and the tiny fair model family, on CPU in minutes; '
-                             'mnist: the built-in mnist5k (real MNIST digits, 28 px) with Galloway et al.\'s MNIST '
-                             'models (galloway-mnist) or the tiny family (3-9 epochs), on CPU in 13-25 min; '
+                             'mnist: the built-in mnist5k (real MNIST digits), the tiny family at 28 px (3-9 epochs, '
+                             '13-15 min on a 2-core CPU) or, for galloway-mnist, Galloway et al.\'s MNIST models at '
+                             '28-84 px (50 epochs, 40-50 min); '
                              'imagenet: the papers\' recipes and models (--data-dir).')
     DATA_DIR.add(parser, help='ImageNet root (train/, val/).')
     parser.add_argument('--output', default='output/studies', metavar='DIR',
