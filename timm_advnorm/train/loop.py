@@ -258,19 +258,21 @@ def _nonfinite_buffers(task: AdversarialClassificationTask, distributed: bool = 
     """
     named = [(name, buffer) for name, buffer in unwrap_model(task.trainable_module).named_buffers()
              if buffer.is_floating_point()]
-    if not named:
-        return None
-    finite = torch.stack([torch.isfinite(buffer).all() for _, buffer in named])
+    where = _nonfinite_names(named, 'buffers', distributed) if named else None
+    return None if where is None else f'non-finite {where}'
+
+
+def _nonfinite_names(named: List[Tuple[str, torch.Tensor]], what: str, distributed: bool) -> Optional[str]:
+    """Up to three names of the non-finite tensors of `named` (``a, b, c and 4 more``; with none here but some on
+    another process, that process's `what`); None when every tensor on every process is finite."""
+    device = named[0][1].device
+    finite = torch.stack([torch.isfinite(tensor).all().to(device) for _, tensor in named])
     bad = (~finite).sum()
     if distributed:
         dist.all_reduce(bad)
     if not bad.item():
         return None
-    return f'non-finite {_listed([name for (name, _), ok in zip(named, finite.tolist()) if not ok], "buffers")}'
-
-
-def _listed(local: List[str], what: str) -> str:
-    """Up to three of the names `local` (``a, b, c and 4 more``); with none here, another process's `what`."""
+    local = [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
     if not local:
         return f'{what} of another process'
     return ', '.join(local[:3]) + (f' and {len(local) - 3} more' if len(local) > 3 else '')
@@ -314,14 +316,8 @@ def check_finite_state(task: AdversarialClassificationTask, optimizer: torch.opt
         DivergenceError: Some tensor, on some rank, is not finite.
     """
     state = {**task.get_checkpoint_state(), **task.get_checkpoint_state(ema=True), 'optimizer': optimizer.state_dict()}
-    named = list(_named_tensors(state))
-    device = named[0][1].device
-    finite = torch.stack([torch.isfinite(tensor).all().to(device) for _, tensor in named])
-    bad = (~finite).sum()
-    if distributed:
-        dist.all_reduce(bad)
-    if bad.item():
-        where = _listed([name for (name, _), ok in zip(named, finite.tolist()) if not ok], 'tensors')
+    where = _nonfinite_names(list(_named_tensors(state)), 'tensors', distributed)
+    if where is not None:
         raise DivergenceError(f'training diverged: non-finite {where} after epoch {epoch}; {_DIVERGENCE_HINT}')
 
 
