@@ -37,6 +37,21 @@ def no_tf32():
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = settings
 
 
+@pytest.fixture
+def cudnn_deterministic():
+    """Deterministic cuDNN kernels (no autotuned algorithm choice, no atomic-add reductions) for a test comparing two
+    CUDA computations that should agree to fp32 rounding, restoring torch's settings after it.
+
+    Without it, two runs of one convolution's backward may pick different algorithms or sum in another order, and
+    the comparison would measure cuDNN's nondeterminism instead of the code under test.
+    """
+    import torch
+    settings = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    yield
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = settings
+
+
 @pytest.fixture(autouse=True)
 def _own_log_handlers():
     """The commands set up logging on first use; handlers bound to a test's captured stream must not outlive it."""

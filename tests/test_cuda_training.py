@@ -23,12 +23,17 @@ def test_a_float16_channels_last_step_with_the_loss_scaler_is_close_to_the_fp32_
     checks.check_low_precision_step(CUDA, method, torch.float16, channels_last=True)
 
 
+@pytest.mark.usefixtures('cudnn_deterministic')
 @pytest.mark.parametrize('method', checks.CHECKPOINTED_METHODS)
 def test_a_checkpointed_step_equals_the_unchecked_one(method):
+    """The recomputed forward runs the kernels of the first one: with deterministic cuDNN the two steps agree to fp32
+    rounding (`checks.TOLERANCE`: 1e-4 relative, room for the recomputation's own summation order)."""
     checks.check_checkpointed_step(CUDA, method)
 
 
+@pytest.mark.usefixtures('cudnn_deterministic')
 def test_a_checkpointed_bfloat16_channels_last_mbn_step_equals_the_unchecked_one():
+    """As above under bfloat16 autocast: 3e-2 relative, bfloat16's 8-bit mantissa (`checks.TOLERANCE`)."""
     checks.check_checkpointed_step(CUDA, 'mbn', torch.bfloat16, channels_last=True)
 
 
