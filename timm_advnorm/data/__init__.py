@@ -6,11 +6,13 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
+from .mnist import MNIST_NUM_CLASSES, MNIST_SIZE, default_mnist_root, prepare_mnist
 from .mnist5k import MNIST5K_NUM_CLASSES, MNIST5K_SIZE, default_mnist5k_root, prepare_mnist5k
 
-__all__ = ['BUILTIN_DATASETS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'BuiltinDataset', 'builtin_dataset',
-           'dataset_img_size', 'dataset_num_classes', 'default_digits_root', 'default_mnist5k_root', 'fixed_subset',
-           'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k', 'resolve_dataset', 'split_folder']
+__all__ = ['BUILTIN_DATASETS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'MNIST_NUM_CLASSES', 'BuiltinDataset',
+           'builtin_dataset', 'dataset_img_size', 'dataset_num_classes', 'default_digits_root', 'default_mnist5k_root',
+           'default_mnist_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k',
+           'prepare_mnist', 'resolve_dataset', 'split_folder']
 
 
 class BuiltinDataset(NamedTuple):
@@ -31,11 +33,12 @@ class BuiltinDataset(NamedTuple):
 BUILTIN_DATASETS: Dict[str, BuiltinDataset] = {
     'digits': BuiltinDataset(DIGITS_NUM_CLASSES, 32, prepare_digits),
     'mnist5k': BuiltinDataset(MNIST5K_NUM_CLASSES, MNIST5K_SIZE, prepare_mnist5k),
+    'mnist': BuiltinDataset(MNIST_NUM_CLASSES, MNIST_SIZE, prepare_mnist),
 }
 
 
 def builtin_dataset(name: str) -> Optional[BuiltinDataset]:
-    """The built-in dataset `name` (``digits``, ``mnist5k``), or None for any other name."""
+    """The built-in dataset `name` (``digits``, ``mnist5k``, ``mnist``), or None for any other name."""
     return BUILTIN_DATASETS.get(name)
 
 
@@ -49,7 +52,8 @@ def dataset_num_classes(dataset: str, num_classes: Optional[int]) -> int:
     if num_classes:
         return num_classes
     if builtin is None:
-        raise ValueError('--num-classes is required for datasets other than the built-in digits and mnist5k.')
+        raise ValueError('--num-classes is required for datasets other than the built-in digits, mnist5k and '
+                         'mnist.')
     return builtin.num_classes
 
 

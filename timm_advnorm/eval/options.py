@@ -51,7 +51,7 @@ class EvalDataOptions:
     """The evaluation data and the subset of it evaluated.
 
     Attributes:
-        dataset: ``digits``, ``mnist5k``, a timm dataset name, or '' for an image folder.
+        dataset: ``digits``, ``mnist5k``, ``mnist``, a timm dataset name, or '' for an image folder.
         data_dir: The dataset root (None: not given).
         split: The split evaluated.
         class_map: The class map file of a folder dataset ('' for none).

