@@ -22,7 +22,8 @@ from timm_advnorm.study import expand_cells, load_study
 from timm_advnorm.study.cells import Cell
 from timm_advnorm.study.runner import InProcessCommands, run_cell
 from timm_advnorm.study.spec import RatioTable
-from timm_advnorm.study.table import CellResult, FindingResult, GroupResult, Stat, check_finding, ratio_rows, read_cell
+from timm_advnorm.study.findings import FindingResult, check_finding
+from timm_advnorm.study.table import CellResult, GroupResult, Stat, ratio_rows, read_cell
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -148,5 +149,5 @@ def test_loss_findings_read_three_decimals_and_no_image_noise():
                cells[1].id: _result(lower, 0, **{'loss:fgsm-0.1': 1.2340})}
     measured = check_finding(finding, cells, results)
     assert isinstance(measured, FindingResult) and measured.noise == 0.0  # two images is an accuracy's noise
-    assert measured.verdict == 'yes' and measured.higher.format() == '1.234 (n=1)'
+    assert measured.verdict == 'yes' and measured.higher == (1.2345,) and measured.format_ours() == '0.000 ± 0.000 (n=1)'
     assert Stat((1.0,)).format() == '1.0 (n=1)'

@@ -66,19 +66,29 @@ def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_
     assert [cell_state(c) for c in cells] == ['evaluated', 'evaluated']
     assert _mtimes(cells[0].run_dir) == first, 'the evaluated cell was run again'
     study_dir = out / 'two_cells-digits'
-    with open(study_dir / 'results.csv') as f:
+    with open(study_dir / 'grid.csv') as f:
         rows = list(csv.DictReader(f))
     assert [row['method'] for row in rows] == ['vanilla', 'madry']
-    for row, cell, passes in zip(rows, cells, (1.0, 2.0)):  # madry: PGD-1 and the adversarial pass
+    with open(study_dir / 'results.csv') as f:
+        per_cell = list(csv.DictReader(f))
+    assert [(row['method'], row['seed'], row['cell']) for row in per_cell] == [('vanilla', '3', cells[0].id),
+                                                                             ('madry', '3', cells[1].id)]
+    for row, cell_row, cell, passes in zip(rows, per_cell, cells, (1.0, 2.0)):  # madry: PGD-1 and the adversarial pass
         results = json.loads(cell.results_file.read_text())
-        assert float(row['robust_mean']) == pytest.approx(results['robust_top1'])
-        assert float(row['clean_mean']) == pytest.approx(results['top1'])
-        assert float(row['vanilla_epochs']) == passes  # one epoch
+        assert float(row['robust_mean']) == pytest.approx(results['robust_top1']) == float(cell_row['robust'])
+        assert float(row['clean_mean']) == pytest.approx(results['top1']) == float(cell_row['clean'])
+        assert float(row['vanilla_epochs']) == passes == float(cell_row['vanilla_epochs'])  # one epoch
     with open(study_dir / 'findings.csv') as f:
         (finding,) = list(csv.DictReader(f))
     gap = float(rows[1]['robust_mean']) - float(rows[0]['robust_mean'])
-    assert float(finding['gap']) == pytest.approx(gap)
-    assert finding['held'].startswith('yes' if gap > 0 else 'no')
+    assert finding['finding'] == 'Adversarial training raises robustness' and finding['measure'] == 'gap'
+    assert float(finding['ours']) == pytest.approx(gap) and finding['n'] == '1'
+    assert finding['held_direction'].startswith('yes' if gap > 0 else 'no') and finding['held_size'] == '—'
+    provenance = json.loads((study_dir / 'provenance.json').read_text())
+    assert [len(i['cells_run']) for i in provenance['invocations']] == [0, 1, 1]  # the table alone, then a cell each
+    assert provenance['wall_s'] == pytest.approx(sum(i['wall_s'] for i in provenance['invocations']), abs=0.2)
+    assert provenance['command'] == f'timm-advnorm-study {study} --scale digits'
+    assert {'cpu', 'threads', 'torch', 'timm'} <= set(provenance['machine']) and provenance['commit']
     assert (study_dir / 'study.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     robust = read_cell(cells[0]).robust  # what the plot names: the attack as every output describes it
     assert robust.startswith('pgd (PGD-2 L∞, ε = ') and 'α = 4/255 (sign step' in robust and 'untargeted' in robust

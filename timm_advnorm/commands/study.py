@@ -20,10 +20,12 @@ commands' runs (`study_cells.CELL_COMMANDS`).
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 from timm.utils import ParseKwargs, setup_default_logging
 
+from ..study.document import update_document
 from ..study.launch import LAUNCHERS, run_study
 from ..study.options import StudyOptions
 from ..study.spec import SCALES, list_studies
@@ -41,7 +43,7 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser = ArgumentParser(prog=prog, description='Run a seed paper\'s comparison grid: every cell an ordinary '
                                                    'timm-advnorm-train run and its timm-advnorm-validate '
                                                    'evaluation.')
-    parser.add_argument('study', metavar='STUDY',
+    parser.add_argument('study', metavar='STUDY', nargs='?',
                         help=f'A shipped study ({", ".join(list_studies())}) or a study YAML file.')
     parser.add_argument('--scale', default='digits', choices=SCALES,
                         help='digits: the built-in data and the tiny fair model family, on CPU in minutes; '
@@ -72,10 +74,25 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                         help='submitit executor (default: Slurm where available, else local).')
     parser.add_argument('--submitit-params', nargs='*', default={}, action=ParseKwargs, metavar='KEY=VALUE',
                         help='Executor parameters: slurm_partition=gpu timeout_min=600 gpus_per_node=8 ...')
+    parser.add_argument('--record', default=None, metavar='DIR',
+                        help='After the run, copy the tables (results.csv, grid.csv, findings.csv, ratios.csv, '
+                             'results.md), the plot and provenance.json to DIR/<study>/<scale>/, where the '
+                             'documentation reads them (the repository keeps them under docs/results).')
+    parser.add_argument('--update-docs', default=None, metavar='FILE',
+                        help='Regenerate the marked study-results blocks of FILE (e.g. README.md) from the recorded '
+                             'results under --record-root, instead of running a study.')
+    parser.add_argument('--record-root', default='docs/results', metavar='DIR',
+                        help='Where --update-docs reads the recorded results (default: docs/results).')
     return parser
 
 
 def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
+    if args.update_docs:
+        if args.study:
+            parser.error('--update-docs regenerates documentation from recorded results: give no STUDY')
+        return
+    if not args.study:
+        parser.error('the following arguments are required: STUDY (or --update-docs FILE)')
     if args.scale == 'imagenet' and not args.data_dir:
         parser.error('--scale imagenet needs --data-dir')
     if args.scale != 'imagenet' and args.data_dir:
@@ -88,6 +105,8 @@ def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
         parser.error('--launch-prefix starts child processes: use --launcher subprocess or submitit')
     if args.launcher != 'submitit' and (args.submitit_cluster or args.submitit_params):
         parser.error('--submitit-cluster and --submitit-params need --launcher submitit')
+    if args.record and args.dry_run:
+        parser.error('--record copies the results of a run: --dry-run runs nothing')
 
 
 def study_options(args: argparse.Namespace) -> StudyOptions:
@@ -96,7 +115,7 @@ def study_options(args: argparse.Namespace) -> StudyOptions:
         study=args.study, scale=args.scale, data_dir=args.data_dir, output=args.output, seeds=tuple(args.seeds or ()),
         device=args.device, dry_run=args.dry_run, world_size=args.world_size, max_cells=args.max_cells,
         launcher=args.launcher, launch_prefix=args.launch_prefix, submitit_cluster=args.submitit_cluster,
-        submitit_params=dict(args.submitit_params))
+        submitit_params=dict(args.submitit_params), record=args.record)
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
@@ -106,6 +125,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     _check_args(parser, args)
     if not logging.root.handlers:
         setup_default_logging()
+    if args.update_docs:
+        changed = update_document(Path(args.update_docs), Path(args.record_root))
+        logging.getLogger('study').info(f'{args.update_docs}: regenerated {", ".join(changed) or "nothing (up to date)"}')
+        return 0
     run_study(study_options(args), CELL_COMMANDS, prog=PROG)
     return 0
 

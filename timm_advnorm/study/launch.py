@@ -1,6 +1,6 @@
 """Run a seed paper's comparison grid as `StudyOptions` say (what ``timm-advnorm-study`` was told): expand its cells,
-plan them (``--dry-run``) or run them with the chosen launcher, then write the results table and the paper-style
-plot.
+plan them (``--dry-run``) or run them with the chosen launcher, then write the results table, the paper-style plot
+and the provenance of the numbers, and, with `StudyOptions.record`, copy them where the documentation reads them.
 """
 import logging
 import shlex
@@ -14,9 +14,11 @@ from .cells import Cell, expand_cells
 from .options import CellCommands, StudyOptions
 from .plan import plan_cell_budget
 from .plot import plot_study
+from .provenance import record_invocation
+from .record import record_study
 from .runner import InProcessCommands, SubmititLauncher, SubprocessCommands, cell_state, run_cells
 from .spec import StudySpec, load_study
-from .table import write_tables
+from .table import summarize_findings, write_tables
 
 __all__ = ['LAUNCHERS', 'run_study']
 
@@ -58,25 +60,32 @@ def _runner(options: StudyOptions, commands: CellCommands) -> Union[InProcessCom
     return SubprocessCommands(tuple(shlex.split(prefix)) if prefix else (sys.executable,))
 
 
+def _command(options: StudyOptions, prog: str) -> str:
+    """The command line that reruns the study (its folder, data, seeds), as a user would type it."""
+    return shlex.join([prog, options.study, '--scale', options.scale,
+                       *(['--data-dir', options.data_dir] if options.data_dir else []),
+                       *(['--seeds', *map(str, options.seeds)] if options.seeds else [])])
+
+
 def _report(spec: StudySpec, options: StudyOptions, cells: List[Cell], study_dir: Path, seconds: float,
             prog: str) -> None:
     scale = spec.scale(options.scale)
     done = sum(cell_state(c) == 'evaluated' for c in cells)
-    command = shlex.join([prog, options.study, '--scale', options.scale,
-                          *(['--data-dir', options.data_dir] if options.data_dir else []),
-                          *(['--seeds', *map(str, options.seeds)] if options.seeds else [])])
+    command = _command(options, prog)
     header = [f'Command: `{command}`', '',
               f'{done} of {len(cells)} cells evaluated; seeds {", ".join(map(str, scale.seeds))}; this invocation '
               f'ran {seconds / 60:.1f} min. Per cell: `cells/<id>/` (timm-advnorm-train run folder, `results.json` '
               f'of timm-advnorm-validate).']
     groups, findings = write_tables(spec, options.scale, cells, study_dir, header)
-    subtitle = f'{options.scale} scale, mean ± std over seeds {", ".join(map(str, scale.seeds))}'
-    plot_study(spec.plot, groups, study_dir / 'study.png', subtitle)
+    subtitle = f'{options.scale} scale, mean ± {spec.spread} over seeds {", ".join(map(str, scale.seeds))}'
+    plot_study(spec.plot, groups, study_dir / 'study.png', subtitle, spec.spread)
     for result in findings:
-        _logger.info(f'{result.finding.claim}: {result.verdict} (higher side {result.higher.format()}, lower side '
-                     f'{result.lower.format()})')
+        _logger.info(f'{result.finding.claim}: direction {result.verdict}, size {result.size_verdict} (ours '
+                     f'{result.format_ours()}, paper {result.format_paper()})')
+    _logger.info(summarize_findings(findings))
     ratios = ', ratios.csv' if spec.ratios else ''
-    _logger.info(f'Wrote {study_dir / "results.md"}, results.csv, findings.csv{ratios} and study.png')
+    _logger.info(f'Wrote {study_dir / "results.md"}, results.csv, grid.csv, findings.csv{ratios}, provenance.json '
+                 f'and study.png')
 
 
 def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
@@ -89,11 +98,16 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
         _dry_run(cells, commands, options.world_size)
         return
     study_dir.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     runner = _runner(options, commands)
     if options.launcher == 'submitit':
-        SubmititLauncher(study_dir / 'submitit', options.submitit_cluster, options.submitit_params).run(
+        ran = SubmititLauncher(study_dir / 'submitit', options.submitit_cluster, options.submitit_params).run(
             cells, runner, options.max_cells)
     else:
-        run_cells(cells, runner, options.max_cells)
+        ran = run_cells(cells, runner, options.max_cells)
     _report(spec, options, cells, study_dir, time.perf_counter() - started, prog)
+    record_invocation(study_dir, _command(options, prog), started_at, time.perf_counter() - started,
+                      [cell.id for cell in ran])
+    if options.record:
+        target = record_study(study_dir, Path(options.record) / spec.name / options.scale)
+        _logger.info(f'Recorded the tables, plot and provenance in {target}')

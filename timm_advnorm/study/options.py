@@ -31,6 +31,8 @@ class StudyOptions:
         launch_prefix: The command line that starts a command's module in a child process (None: this Python).
         submitit_cluster: submitit's executor (None: Slurm where available, else local).
         submitit_params: submitit's executor parameters.
+        record: Root of the recorded results (``docs/results``): the study's tables, plot and provenance are copied
+            to ``<record>/<study>/<scale>/`` after it runs (None: not recorded).
     """
 
     study: str
@@ -46,6 +48,7 @@ class StudyOptions:
     launch_prefix: Optional[str]
     submitit_cluster: Optional[str]
     submitit_params: Mapping[str, Any]
+    record: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """A study's figure in the style of its paper, drawn from the pooled grid points (mean, error bars: the seeds'
-standard deviation).
+standard deviation, or the standard error of the mean for a study whose ``spread`` is ``se``).
 
 * ``line``: a metric over a numeric axis, one line per value of ``series`` (Xie & Yuille Fig. 1: robustness over
   the ratio of clean images).
@@ -47,7 +47,7 @@ def _grid_axis(ax, values: Sequence[float]) -> None:
     ax.set_xlim(ticks[0] - pad, ticks[-1] + pad)
 
 
-def _line(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
+def _line(ax, spec: PlotSpec, groups: Sequence[GroupResult], spread: str) -> None:
     placed = [g for g in groups if spec.x in g.labels]
     grid = [g.labels[spec.x] for g in placed]
     if grid and all(_numeric(v) for v in grid):
@@ -57,17 +57,17 @@ def _line(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
         for metric in spec.y:
             stats = [g.stat(metric) for g in members]
             label = ' '.join(str(p) for p in (name, metric if len(spec.y) > 1 else '') if p != '')
-            ax.errorbar([g.labels[spec.x] for g in members], [s.mean for s in stats], yerr=[s.std for s in stats],
+            ax.errorbar([g.labels[spec.x] for g in members], [s.mean for s in stats], yerr=[getattr(s, spread) for s in stats],
                         marker='o', capsize=3, label=label or None)
     ax.set_xlabel(spec.x.replace('_', ' '))
     ax.set_ylabel(metric_title(spec.y[0]) if len(spec.y) == 1 else 'top-1 (%)')
 
 
-def _tradeoff(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
+def _tradeoff(ax, spec: PlotSpec, groups: Sequence[GroupResult], spread: str) -> None:
     for name, members in _series(groups, spec.series).items():
         clean, robust = [g.stat('clean') for g in members], [g.stat(spec.y[0]) for g in members]
-        ax.errorbar([s.mean for s in clean], [s.mean for s in robust], xerr=[s.std for s in clean],
-                    yerr=[s.std for s in robust], marker='o', linestyle='', capsize=3, label=str(name) or None)
+        ax.errorbar([s.mean for s in clean], [s.mean for s in robust], xerr=[getattr(s, spread) for s in clean],
+                    yerr=[getattr(s, spread) for s in robust], marker='o', linestyle='', capsize=3, label=str(name) or None)
         for group, c, r in zip(members, clean, robust):
             if spec.x in group.labels:
                 ax.annotate(f'{spec.x.replace("_", " ")}={group.labels[spec.x]}', (c.mean, r.mean),
@@ -76,7 +76,7 @@ def _tradeoff(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
     ax.set_ylabel(metric_title(spec.y[0]))
 
 
-def _bar(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
+def _bar(ax, spec: PlotSpec, groups: Sequence[GroupResult], spread: str) -> None:
     series = _series([g for g in groups if spec.x in g.labels], spec.series)
     categories = list(dict.fromkeys(g.labels[spec.x] for members in series.values() for g in members))
     bars = [(name, metric) for name in series for metric in spec.y]
@@ -88,7 +88,7 @@ def _bar(ax, spec: PlotSpec, groups: Sequence[GroupResult]) -> None:
         positions = [i + (index - (len(bars) - 1) / 2) * width for i, c in enumerate(categories) if c in by_category]
         stats = [by_category[c] for c in categories if c in by_category]
         label = ' '.join(str(p) for p in (name, metric_title(metric) if len(spec.y) > 1 else '') if p != '')
-        ax.bar(positions, [s.mean for s in stats], width, yerr=[s.std for s in stats], capsize=3, label=label or None)
+        ax.bar(positions, [s.mean for s in stats], width, yerr=[getattr(s, spread) for s in stats], capsize=3, label=label or None)
     ax.set_xticks(range(len(categories)), [str(c) for c in categories])
     ax.set_xlabel(spec.x.replace('_', ' '))
     ax.set_ylabel(metric_title(spec.y[0]) if len(spec.y) == 1 else 'top-1 (%)')
@@ -110,8 +110,9 @@ def _evaluation_text(groups: Sequence[GroupResult]) -> Optional[str]:
     return f"robust: {robust[0] if len(robust) == 1 else 'attacks differ between cells'}; {samples}"
 
 
-def figure_study(spec: PlotSpec, groups: Sequence[GroupResult], subtitle: str = ''):
-    """The figure of `spec` from `groups` (those `spec.select` picks), on an Agg canvas.
+def figure_study(spec: PlotSpec, groups: Sequence[GroupResult], subtitle: str = '', spread: str = 'std'):
+    """The figure of `spec` from `groups` (those `spec.select` picks), on an Agg canvas; error bars are each grid
+    point's `spread` (``std`` or ``se``).
 
     Raises:
         ValueError: matplotlib is not installed.
@@ -125,7 +126,7 @@ def figure_study(spec: PlotSpec, groups: Sequence[GroupResult], subtitle: str = 
     fig = Figure(figsize=(6.4, 4.4), layout='tight')
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    _KINDS[spec.kind](ax, spec, groups)
+    _KINDS[spec.kind](ax, spec, groups, spread)
     lines = [t for t in (spec.title, _evaluation_text(groups), subtitle) if t]
     ax.set_title('\n'.join(textwrap.fill(t, _TITLE_WIDTH, break_on_hyphens=False) for t in lines), fontsize=9)
     ax.grid(alpha=0.3)
@@ -134,11 +135,12 @@ def figure_study(spec: PlotSpec, groups: Sequence[GroupResult], subtitle: str = 
     return fig
 
 
-def plot_study(spec: PlotSpec, groups: Sequence[GroupResult], path: Path, subtitle: str = '') -> Path:
+def plot_study(spec: PlotSpec, groups: Sequence[GroupResult], path: Path, subtitle: str = '',
+               spread: str = 'std') -> Path:
     """Draw `spec` from `groups` into the PNG `path` (`figure_study`); returns it.
 
     Raises:
         ValueError: matplotlib is not installed.
     """
-    figure_study(spec, groups, subtitle).savefig(path, dpi=120, bbox_inches='tight')
+    figure_study(spec, groups, subtitle, spread).savefig(path, dpi=120, bbox_inches='tight')
     return path

@@ -12,7 +12,14 @@ A study file (``timm_advnorm/studies/<name>.yaml``, or any path) holds:
 * ``metric_variant``: the evaluated variant whose numbers a cell reports (``clean``: a mixture-BN model's clean
   branch); by default the evaluation's primary variant.
 * ``findings``: the paper's claims, each a comparison of the cells matching ``higher`` with those matching
-  ``lower`` on a ``metric`` (``clean``, ``robust`` or ``attack:<label>``), with the paper's number.
+  ``lower`` on a ``metric`` (``clean``, ``robust``, ``attack:<label>`` or a loss), or a single table cell (``at``),
+  with the paper's numbers as it prints them (``paper``), where in the paper (``source``), and optionally the
+  paper's value of the measure with its standard error (``expect: {gap | ratio | value: V, se: S}``), a relative
+  ``tolerance`` for its size, and ``direction: false`` for a claim of no difference
+  (`timm_advnorm.study.findings`).
+* ``spread``: what ± means in the tables: ``std`` (standard deviation over seeds, the default) or ``se`` (standard
+  error of the mean, as Galloway et al. report).
+* ``min_clean``: clean accuracy (%) below which a cell did not train: a finding reading it is not testable.
 * ``ratios``: tables of the paper's that give each grid point's numbers as a ratio to a baseline grid point's
   (Galloway et al.'s Tables 11 and 12): per table a ``title``, the ``baseline`` (axis values of one grid point), the
   grid points it shows (``rows``: axis values, a list for several) and its ``metrics``; each ratio is taken seed by seed.
@@ -27,7 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import yaml
 
 __all__ = [
-    'SCALES', 'Finding', 'GridBlock', 'PlotSpec', 'RatioTable', 'ScaleSpec', 'StudySpec', 'list_studies',
+    'MEASURES', 'SCALES', 'Expected', 'Finding', 'GridBlock', 'PlotSpec', 'RatioTable', 'ScaleSpec', 'StudySpec', 'list_studies',
     'load_study', 'check_metric']
 
 SCALES = ('digits', 'mnist', 'imagenet')
@@ -85,15 +92,33 @@ class GridBlock:
 
 
 @dataclass(frozen=True)
+class Expected:
+    """The paper's value of a finding's measure and its standard error (0 where the paper gives none)."""
+
+    value: float
+    se: float = 0.0
+
+
+#: What a finding measures: the higher side minus the lower, the higher over the lower, or one side's value.
+MEASURES = ('gap', 'ratio', 'value')
+
+
+@dataclass(frozen=True)
 class Finding:
-    """A claim of the paper: the cells matching `higher` beat those matching `lower` on `metric`.
+    """A claim of the paper: the cells matching `higher` beat those matching `lower` on `metric`, or (measure
+    ``value``) the cells matching `higher` (the YAML's ``at``) score what the paper reports.
 
     Attributes:
         claim: The claim in words.
         paper: The paper's number(s), as the paper reports them.
         metric: ``clean``, ``robust``, ``attack:<label>`` or a mean loss ``loss:clean``/``loss:<label>``.
-        higher: Axis values of the cells expected to score higher.
-        lower: Axis values of the cells expected to score lower.
+        higher: Axis values of the cells expected to score higher (of a value: the cells read).
+        lower: Axis values of the cells expected to score lower (empty for a value).
+        source: Where the paper states it (``Table 6``, ``§4``).
+        measure: ``gap``, ``ratio`` or ``value`` (`MEASURES`).
+        expected: The paper's value of the measure, if it gives one: the finding then has a size verdict.
+        tolerance: Relative tolerance of the size verdict beside the paper's interval (None: the interval alone).
+        direction: Whether the claim has a direction (False: a claim of no difference, judged by size alone).
     """
 
     claim: str
@@ -101,6 +126,11 @@ class Finding:
     metric: str
     higher: Mapping[str, Any]
     lower: Mapping[str, Any]
+    source: str = ''
+    measure: str = 'gap'
+    expected: Optional[Expected] = None
+    tolerance: Optional[float] = None
+    direction: bool = True
 
 
 @dataclass(frozen=True)
@@ -159,6 +189,8 @@ class StudySpec:
     metric_variant: Optional[str] = None
     ratios: Tuple[RatioTable, ...] = ()
     metrics: Tuple[str, ...] = ()
+    spread: str = 'std'
+    min_clean: Optional[float] = None
 
     @property
     def axes(self) -> List[str]:
@@ -226,18 +258,55 @@ def _block(index: int, raw: Any) -> GridBlock:
                      train=_mapping(raw.get('train'), f'grid[{index}].train'))
 
 
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f'{where} must be a number, got {value!r}.')
+    return float(value)
+
+
+def _expected(raw: Any, where: str) -> Tuple[str, Expected]:
+    """The measure and the paper's value of a finding's ``expect: {gap | ratio | value: V, se: S}``."""
+    raw = _mapping(raw, where)
+    measures = [m for m in MEASURES if m in raw]
+    unknown = set(raw) - {*MEASURES, 'se'}
+    if len(measures) != 1 or unknown:
+        raise ValueError(f'{where} must give one of {", ".join(MEASURES)} and optionally se, got '
+                         f'{", ".join(sorted(raw)) or "nothing"}.')
+    measure = measures[0]
+    return measure, Expected(_number(raw[measure], f'{where}.{measure}'), _number(raw.get('se', 0.0), f'{where}.se'))
+
+
 def _finding(index: int, raw: Any, axes: List[str]) -> Finding:
-    raw = _mapping(raw, f'findings[{index}]')
-    missing = {'claim', 'paper', 'metric', 'higher', 'lower'} - set(raw)
-    if missing:
-        raise ValueError(f'findings[{index}] lacks {", ".join(sorted(missing))}.')
-    higher = _mapping(raw['higher'], f'findings[{index}].higher')
-    lower = _mapping(raw['lower'], f'findings[{index}].lower')
-    unknown = (set(higher) | set(lower)) - set(axes)
+    where = f'findings[{index}]'
+    raw = _mapping(raw, where)
+    unknown = set(raw) - {'claim', 'paper', 'metric', 'higher', 'lower', 'at', 'source', 'expect', 'tolerance',
+                          'direction'}
     if unknown:
-        raise ValueError(f'findings[{index}] selects on {", ".join(sorted(unknown))}, not axes of the grid.')
+        raise ValueError(f'{where}: unknown keys {", ".join(sorted(unknown))}.')
+    sides = ('at',) if 'at' in raw else ('higher', 'lower')
+    missing = {'claim', 'paper', 'metric', *sides} - set(raw)
+    if missing:
+        raise ValueError(f'{where} lacks {", ".join(sorted(missing))}.')
+    if 'at' in raw and {'higher', 'lower'} & set(raw):
+        raise ValueError(f'{where}: give either at (one table cell) or higher and lower, not both.')
+    selectors = [_mapping(raw[side], f'{where}.{side}') for side in sides]
+    unknown = set().union(*selectors) - set(axes)
+    if unknown:
+        raise ValueError(f'{where} selects on {", ".join(sorted(unknown))}, not axes of the grid.')
+    measure, expected = _expected(raw['expect'], f'{where}.expect') if 'expect' in raw else ('gap', None)
+    if (measure == 'value') != ('at' in raw):
+        raise ValueError(f'{where}: a value (expect: {{value: ...}}) reads one table cell (at), a gap or ratio two '
+                         f'sides (higher, lower).')
+    tolerance = raw.get('tolerance')
+    if tolerance is not None and not _number(tolerance, f'{where}.tolerance') > 0:
+        raise ValueError(f'{where}.tolerance must be a positive fraction, got {tolerance!r}.')
+    direction = raw.get('direction', True)
+    if not isinstance(direction, bool):
+        raise ValueError(f'{where}.direction must be true or false, got {direction!r}.')
     return Finding(claim=str(raw['claim']), paper=str(raw['paper']), metric=check_metric(str(raw['metric'])),
-                   higher=higher, lower=lower)
+                   higher=selectors[0], lower=selectors[1] if len(selectors) > 1 else {},
+                   source=str(raw.get('source', '')), measure=measure, expected=expected,
+                   tolerance=None if tolerance is None else float(tolerance), direction=direction)
 
 
 def _ratio_table(index: int, raw: Any, axes: List[str]) -> RatioTable:
@@ -290,7 +359,7 @@ def load_study(name_or_path: Union[str, Path]) -> StudySpec:
         raise ValueError(f'{path}: not YAML ({" ".join(str(e).split())}).') from None
     raw = _mapping(raw, str(path))
     unknown = set(raw) - {'title', 'paper', 'scales', 'grid', 'findings', 'plot', 'metric_variant', 'ratios',
-                          'metrics'}
+                          'metrics', 'spread', 'min_clean'}
     if unknown:
         raise ValueError(f'{path}: unknown keys {", ".join(sorted(unknown))}.')
     scales = {name: _scale(name, value) for name, value in _mapping(raw.get('scales'), 'scales').items()}
@@ -306,7 +375,12 @@ def load_study(name_or_path: Union[str, Path]) -> StudySpec:
     metrics = raw.get('metrics') or []
     if not isinstance(metrics, list):
         raise ValueError(f'{path}: metrics must be a list, got {metrics!r}.')
+    spread = raw.get('spread', 'std')
+    if spread not in ('std', 'se'):
+        raise ValueError(f'{path}: spread must be std or se, got {spread!r}.')
+    min_clean = raw.get('min_clean')
     return StudySpec(name=path.stem, title=str(raw.get('title', path.stem)), paper=str(raw.get('paper', '')),
                      scales=scales, grid=blocks, findings=findings, plot=_plot(raw.get('plot'), axes),
                      metric_variant=raw.get('metric_variant'), ratios=ratios,
-                     metrics=tuple(check_metric(str(m)) for m in metrics))
+                     metrics=tuple(check_metric(str(m)) for m in metrics), spread=spread,
+                     min_clean=None if min_clean is None else _number(min_clean, f'{path}: min_clean'))

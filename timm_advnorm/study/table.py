@@ -1,13 +1,13 @@
 """A study's results: each cell's numbers read from its run folder, the seeds of a grid point pooled, and the paper's
-findings checked against them, written as Markdown and CSV.
+findings checked against them in direction and size (`timm_advnorm.study.findings`), written as Markdown and CSV.
 
-A finding "held" when the cells expected higher score higher on its metric. The table also says when the gap is
-within noise: no larger than the spread over seeds, or, for an accuracy, than two images of the evaluated subset (a
-gap of one or two images is not an effect). Numbers that do not hold are shown as they are. Accuracies are in percent
-with one decimal, mean losses (``loss:...``) with three.
+Numbers that do not hold are shown as they are. Accuracies are in percent with one decimal, mean losses
+(``loss:...``) and ratios with three; ± is the standard deviation over seeds, or the standard error of the mean for a
+study whose ``spread`` is ``se``.
 """
 import csv
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,16 +15,16 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..eval.plots import robust_text
 from ..eval.schema import EvalResults
-from .cells import Cell, select_cells
+from .cells import Cell
+from .findings import FindingResult, check_finding, is_loss
 from .runner import TIMING_FILE
-from .spec import Finding, RatioTable, StudySpec
+from .spec import RatioTable, StudySpec
 
-__all__ = ['CellResult', 'FindingResult', 'GroupResult', 'RatioRow', 'Stat', 'check_finding', 'group_results',
-           'is_loss', 'metric_title', 'ratio_rows', 'read_cell', 'write_tables']
+__all__ = ['SPREADS', 'CellResult', 'GroupResult', 'RatioRow', 'Stat', 'group_results', 'metric_title', 'ratio_rows',
+           'read_cell', 'summarize_findings', 'write_tables']
 
-# Gaps of this many images or fewer are noise whatever the seeds say.
-_NOISE_IMAGES = 2
-
+#: What ± means in a table, by a study's ``spread``.
+SPREADS = {'std': 'standard deviation over seeds', 'se': 'standard error of the mean over seeds'}
 
 @dataclass(frozen=True)
 class CellResult:
@@ -49,7 +49,8 @@ class CellResult:
 
 @dataclass(frozen=True)
 class Stat:
-    """Mean and sample standard deviation (0 for one value) of some values, written with `digits` decimals."""
+    """Mean, sample standard deviation (0 for one value) and standard error of some values, written with `digits`
+    decimals."""
 
     values: Tuple[float, ...]
     digits: int = 1
@@ -62,11 +63,18 @@ class Stat:
     def std(self) -> float:
         return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
 
-    def format(self) -> str:
+    @property
+    def se(self) -> float:
+        """Standard error of the mean."""
+        return self.std / math.sqrt(len(self.values)) if self.values else 0.0
+
+    def format(self, spread: str = 'std') -> str:
+        """``mean ± spread (n=N)``, the spread a standard deviation (``std``) or standard error (``se``)."""
         if not self.values:
             return '—'
-        spread = f' ± {self.std:.{self.digits}f}' if len(self.values) > 1 else ''
-        return f'{self.mean:.{self.digits}f}{spread} (n={len(self.values)})'
+        width = self.se if spread == 'se' else self.std
+        plus_minus = f' ± {width:.{self.digits}f}' if len(self.values) > 1 else ''
+        return f'{self.mean:.{self.digits}f}{plus_minus} (n={len(self.values)})'
 
 
 def _variant(results: Mapping[str, Any], name: Optional[str]) -> Mapping[str, Any]:
@@ -107,49 +115,8 @@ def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]
                       vanilla_epochs=_summary_budget(cell.run_dir), train_seconds=timing.get('train_seconds'))
 
 
-def is_loss(metric: str) -> bool:
-    """Whether `metric` is a mean loss (else an accuracy in percent)."""
-    return metric.startswith('loss:')
-
-
 def _stat(results: Sequence[CellResult], metric: str) -> Stat:
     return Stat(tuple(r.metrics[metric] for r in results if metric in r.metrics), 3 if is_loss(metric) else 1)
-
-
-@dataclass(frozen=True)
-class FindingResult:
-    """A finding measured: both sides' statistics, the gap and whether the direction held."""
-
-    finding: Finding
-    higher: Stat
-    lower: Stat
-    noise: float = field(default=0.0)
-
-    @property
-    def measured(self) -> bool:
-        return bool(self.higher.values and self.lower.values)
-
-    @property
-    def gap(self) -> Optional[float]:
-        return self.higher.mean - self.lower.mean if self.measured else None
-
-    @property
-    def verdict(self) -> str:
-        """``yes``/``no``, ``(within noise)`` when the gap is no larger than the seeds' spread or two images."""
-        if not self.measured:
-            return 'not run'
-        held = 'yes' if self.gap > 0 else 'no'
-        within = abs(self.gap) <= max(self.higher.std, self.lower.std, self.noise)
-        return f'{held} (within noise)' if within else held
-
-
-def check_finding(finding: Finding, cells: Sequence[Cell], results: Mapping[str, CellResult]) -> FindingResult:
-    """Measure `finding` on the evaluated cells among `cells` (`results` by cell id)."""
-    sides = [[results[c.id] for c in select_cells(cells, selector) if c.id in results]
-             for selector in (finding.higher, finding.lower)]
-    samples = [r.samples for side in sides for r in side]
-    noise = 100.0 * _NOISE_IMAGES / min(samples) if samples and not is_loss(finding.metric) else 0.0
-    return FindingResult(finding, _stat(sides[0], finding.metric), _stat(sides[1], finding.metric), noise)
 
 
 @dataclass(frozen=True)
@@ -217,6 +184,25 @@ def _table_metrics(spec: StudySpec) -> List[str]:
     return list(dict.fromkeys(['clean', 'robust', *extra]))
 
 
+def summarize_findings(findings: Sequence[FindingResult]) -> str:
+    """The verdicts counted, each count with its denominator: direction (of the findings with one), size (of those
+    with a paper value), and the findings not run or not testable."""
+    def count(verdicts: List[str], word: str) -> int:
+        return sum(v.startswith(word) for v in verdicts)
+    directed = [f.verdict for f in findings if f.verdict not in ('n/a', 'not run', 'not testable')]
+    sized = [f.size_verdict for f in findings if f.size_verdict not in ('—', 'not run', 'not testable')]
+    untested = [f for f in findings if f.verdict in ('not run', 'not testable')]
+    return (f'{len(findings)} findings. Direction held in {count(directed, "yes")} of {len(directed)} with a '
+            f'direction ({count(directed, "yes (within noise)") + count(directed, "no (within noise)")} of them '
+            f'within noise); size held in {count(sized, "yes")} of {len(sized)} with a paper value; '
+            f'{sum(f.verdict == "not run" for f in untested)} not run, '
+            f'{sum(f.verdict == "not testable" for f in untested)} not testable (a cell did not train).')
+
+
+def _blank(value: Optional[float]) -> Any:
+    return '' if value is None else value
+
+
 def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
     return ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header),
             *('| ' + ' | '.join(row) + ' |' for row in rows)]
@@ -224,29 +210,31 @@ def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Lis
 
 def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: Path,
                  header_lines: Sequence[str] = ()) -> Tuple[List[GroupResult], List[FindingResult]]:
-    """Write ``results.md`` (findings, every grid point, then the ratio tables), ``results.csv`` (grid points),
-    ``findings.csv`` and, when the study has ratio tables, ``ratios.csv`` into `study_dir`; returns the groups and
-    findings."""
+    """Write ``results.md`` (findings, every grid point, then the ratio tables), ``results.csv`` (every evaluated
+    cell and seed), ``grid.csv`` (the grid points, seeds pooled), ``findings.csv`` and, when the study has ratio
+    tables, ``ratios.csv`` into `study_dir`; returns the groups and findings."""
     results = {c.id: r for c in cells if (r := read_cell(c, spec.metric_variant)) is not None}
     groups = group_results(cells, results)
-    findings = [check_finding(f, cells, results) for f in spec.findings]
+    findings = [check_finding(f, cells, results, spec.min_clean) for f in spec.findings]
     metrics = _table_metrics(spec)
     axes = spec.axes
 
-    finding_rows = [[f.finding.claim, f.finding.paper, metric_title(f.finding.metric), f.higher.format(),
-                     f.lower.format(), '—' if f.gap is None else f'{f.gap:+.{f.higher.digits}f}', f.verdict]
-                    for f in findings]
+    spread = spec.spread
+    finding_rows = [[f.finding.claim, f.finding.source or '—', f.finding.paper, metric_title(f.finding.metric),
+                     f.finding.measure, f.format_paper() if f.finding.expected else '—', f.format_ours(), f.verdict,
+                     f.size_verdict] for f in findings]
     group_rows = []
     for group in groups:
         budget = group.mean_of([r.vanilla_epochs for r in group.results])
         seconds = group.mean_of([r.train_seconds for r in group.results])
         group_rows.append([*(str(group.labels.get(a, '')) for a in axes), f'{len(group.results)}/{group.cells}',
-                           *(group.stat(m).format() for m in metrics),
+                           *(group.stat(m).format(spread) for m in metrics),
                            '—' if budget is None else f'{budget:g}', '—' if seconds is None else f'{seconds:.0f}'])
     lines = [f'# {spec.title}: {scale} scale', '', spec.paper, '', *header_lines, '', '## Findings', '',
-             *_markdown_table(['finding', 'paper', 'metric', 'ours, higher side', 'ours, lower side', 'gap',
-                               'direction held'], finding_rows),
-             '', '## Cells (mean ± standard deviation over seeds)', '',
+             summarize_findings(findings), '',
+             *_markdown_table(['finding', 'source', 'paper (as printed)', 'metric', 'measure', 'paper',
+                               'ours (± standard error)', 'direction held', 'size held'], finding_rows),
+             '', f'## Cells (mean ± {SPREADS[spread]})', '',
              *_markdown_table([*axes, 'seeds', *(metric_title(m) for m in metrics), 'budget (vanilla epochs)',
                                'train time (s)'], group_rows), '']
     ratio_tables = [(table, ratio_rows(table, groups)) for table in spec.ratios]
@@ -254,35 +242,48 @@ def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: 
         lines += [f'## {table.title}', '', *_markdown_table(
             [*axes, 'shown as', *(metric_title(m) for m in table.metrics)],
             [[*(str(row.labels.get(a, '')) for a in axes), 'measured' if row.baseline else 'ratio to the first row',
-              *(stat.format() for stat in row.stats)] for row in rows]), '']
+              *(stat.format(spread) for stat in row.stats)] for row in rows]), '']
     (study_dir / 'results.md').write_text('\n'.join(lines))
     if ratio_tables:
         with (study_dir / 'ratios.csv').open('w', newline='') as f:
             writer = csv.writer(f)
-            writer.writerow(['table', *axes, 'shown_as', 'metric', 'mean', 'std', 'n'])
+            writer.writerow(['table', *axes, 'shown_as', 'metric', 'mean', 'std', 'se', 'n'])
             for table, rows in ratio_tables:
                 for row in rows:
                     for metric, stat in zip(table.metrics, row.stats):
                         writer.writerow([table.title, *(row.labels.get(a, '') for a in axes),
                                          'measured' if row.baseline else 'ratio', metric,
-                                         *((stat.mean, stat.std) if stat.values else ('', '')), len(stat.values)])
+                                         *((stat.mean, stat.std, stat.se) if stat.values else ('', '', '')),
+                                         len(stat.values)])
 
     with (study_dir / 'results.csv').open('w', newline='') as f:
         writer = csv.writer(f)
-        writer.writerow([*axes, 'seeds_done', 'seeds', *(f'{m}_{s}' for m in metrics for s in ('mean', 'std')),
-                         'vanilla_epochs', 'train_seconds'])
+        writer.writerow([*axes, 'seed', 'cell', 'samples', *metrics, 'vanilla_epochs', 'train_seconds'])
+        for cell in cells:
+            result = results.get(cell.id)
+            if result is not None:
+                writer.writerow([*(cell.labels.get(a, '') for a in axes), cell.seed, cell.id, result.samples,
+                                 *(result.metrics.get(m, '') for m in metrics), _blank(result.vanilla_epochs),
+                                 _blank(result.train_seconds)])
+    with (study_dir / 'grid.csv').open('w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow([*axes, 'seeds_done', 'seeds',
+                         *(f'{m}_{s}' for m in metrics for s in ('mean', 'std', 'se')), 'vanilla_epochs',
+                         'train_seconds'])
         for group in groups:
             stats = [group.stat(m) for m in metrics]
             writer.writerow([*(group.labels.get(a, '') for a in axes), len(group.results), group.cells,
-                             *(v for s in stats for v in ((s.mean, s.std) if s.values else ('', ''))),
+                             *(v for s in stats for v in ((s.mean, s.std, s.se) if s.values else ('', '', ''))),
                              group.mean_of([r.vanilla_epochs for r in group.results]),
                              group.mean_of([r.train_seconds for r in group.results])])
     with (study_dir / 'findings.csv').open('w', newline='') as f:
         writer = csv.writer(f)
-        writer.writerow(['claim', 'paper', 'metric', 'higher_mean', 'higher_std', 'higher_n', 'lower_mean',
-                         'lower_std', 'lower_n', 'gap', 'held'])
+        writer.writerow(['finding', 'source', 'metric', 'measure', 'paper', 'paper_se', 'ours', 'ours_se', 'n',
+                         'held_direction', 'held_size', 'tolerance', 'paper_printed'])
         for r in findings:
-            sides = [v for stat in (r.higher, r.lower)
-                     for v in ((stat.mean, stat.std, len(stat.values)) if stat.values else ('', '', 0))]
-            writer.writerow([r.finding.claim, r.finding.paper, r.finding.metric, *sides, r.gap, r.verdict])
+            expected, ours = r.finding.expected, r.ours
+            writer.writerow([r.finding.claim, r.finding.source, r.finding.metric, r.finding.measure,
+                             *((expected.value, expected.se) if expected else ('', '')),
+                             *((ours.value, ours.se, ours.n) if ours else ('', '', 0)), r.verdict, r.size_verdict,
+                             _blank(r.finding.tolerance), r.finding.paper])
     return groups, findings

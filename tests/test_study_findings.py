@@ -1,0 +1,181 @@
+"""A study's findings judged in direction and in size (`timm_advnorm.study.findings`), their summary with its
+denominators, the spec keys that declare them, and a study's results put on the record (`--record`)."""
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from timm_advnorm.study.cells import Cell
+from timm_advnorm.study.findings import check_finding
+from timm_advnorm.study.record import record_study
+from timm_advnorm.study.spec import Expected, Finding, load_study
+from timm_advnorm.study.table import CellResult, summarize_findings
+from timm_advnorm.commands.study import main
+
+BN, NO_BN = {'family': 'bn'}, {'family': 'plain'}
+
+
+def _results(values: dict):
+    """Cells and their results: `values` maps (family, seed) to (metric value, clean accuracy)."""
+    cells, results = [], {}
+    for (family, seed), (value, clean) in values.items():
+        cell = Cell(id=f'{family}-{seed}', labels={'family': family}, seed=seed, run_dir=Path('/nonexistent'),
+                    train_argv=(), validate_argv=())
+        cells.append(cell)
+        results[cell.id] = CellResult(cell=cell, metrics={'attack:bim': value, 'clean': clean}, samples=1000,
+                                      robust='', vanilla_epochs=None, train_seconds=None)
+    return cells, results
+
+
+def _finding(measure='gap', value=None, se=0.0, tolerance=None, direction=True, lower=BN):
+    return Finding(claim='c', paper='p', metric='attack:bim', higher=NO_BN, lower={} if measure == 'value' else lower,
+                   source='Table 6', measure=measure, expected=None if value is None else Expected(value, se),
+                   tolerance=tolerance, direction=direction)
+
+
+SEEDS = {('plain', 0): (60.0, 98.0), ('plain', 1): (64.0, 98.0), ('bn', 0): (20.0, 97.0), ('bn', 1): (26.0, 97.0)}
+
+
+def test_a_gap_is_paired_by_seed_with_its_standard_error_and_judged_against_the_paper_interval():
+    cells, results = _results(SEEDS)
+    measured = check_finding(_finding(value=42.0, se=1.0), cells, results)
+    ours = measured.ours  # per seed: 40 and 38
+    assert (ours.value, ours.n) == (39.0, 2) and ours.se == pytest.approx(1.0)
+    assert measured.verdict == 'yes' and measured.size_verdict == 'no'  # |39 - 42| > 1 + 1
+    assert check_finding(_finding(value=41.0, se=1.0), cells, results).size_verdict == 'yes'
+    assert check_finding(_finding(value=44.0, tolerance=0.15), cells, results).size_verdict == 'yes (within 15%)'
+    assert check_finding(_finding(), cells, results).size_verdict == '—'  # no paper value: no size verdict
+    assert measured.format_ours() == '39.0 ± 1.0 (n=2)' and measured.format_paper() == '42.0 ± 1.0'
+
+
+def test_a_ratio_a_value_and_a_claim_without_direction():
+    cells, results = _results(SEEDS)
+    ratio = check_finding(_finding('ratio', 2.5, 0.1), cells, results)
+    assert ratio.ours.value == pytest.approx((3.0 + 64 / 26) / 2) and ratio.verdict == 'yes'
+    assert ratio.format_ours().endswith('(n=2)') and ratio.digits == 3
+    value = check_finding(_finding('value', 61.0, 1.0), cells, results)
+    assert value.ours.value == 62.0 and value.ours.se == pytest.approx(2.0) and value.verdict == 'n/a'
+    assert value.size_verdict == 'yes'
+    same = check_finding(_finding('ratio', 1.0, 0.05, direction=False), cells, results)
+    assert same.verdict == 'n/a' and same.size_verdict == 'no'
+
+
+def test_unpaired_sides_combine_their_standard_errors():
+    cells, results = _results({**SEEDS, ('bn', 2): (23.0, 97.0)})
+    ours = check_finding(_finding(), cells, results).ours
+    higher_se, lower_se = 2.0, math.sqrt(9.0) / math.sqrt(3)
+    assert ours.value == pytest.approx(62.0 - 23.0) and ours.se == pytest.approx(math.hypot(higher_se, lower_se))
+
+
+def test_a_finding_on_a_cell_that_did_not_train_is_not_testable_and_the_summary_gives_denominators():
+    cells, results = _results({**SEEDS, ('bn', 1): (26.0, 41.0)})
+    untrained = check_finding(_finding(value=40.0), cells, results, min_clean=50.0)
+    assert (untrained.verdict, untrained.size_verdict) == ('not testable', 'not testable')
+    trained = check_finding(_finding(value=40.0, se=2.0), cells, results, min_clean=30.0)
+    unrun = check_finding(_finding(lower={'family': 'other'}), cells, results)
+    assert summarize_findings([untrained, trained, unrun]) == (
+        '3 findings. Direction held in 1 of 1 with a direction (0 of them within noise); size held in 1 of 1 with a '
+        'paper value; 1 not run, 1 not testable (a cell did not train).')
+
+
+def _spec(tmp_path, **finding) -> Path:
+    spec = dict(title='t', paper='p', scales=dict(digits=dict(train={}, validate={}, seeds=[0])),
+                grid=[dict(axes=dict(family=['plain', 'bn']))], plot=dict(kind='bar', x='family'),
+                findings=[dict(claim='c', paper='p', metric='attack:bim', **finding)], spread='se', min_clean=50)
+    path = tmp_path / 'spec.yaml'
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True))
+    return path
+
+
+def test_the_spec_declares_measures_paper_values_tolerances_and_directions(tmp_path):
+    spec = load_study(_spec(tmp_path, higher=NO_BN, lower=BN, source='Table 6', expect=dict(ratio=3.18, se=0.03),
+                            tolerance=0.2, direction=False))
+    (finding,) = spec.findings
+    assert (finding.measure, finding.expected, finding.tolerance, finding.direction, finding.source) == \
+        ('ratio', Expected(3.18, 0.03), 0.2, False, 'Table 6')
+    assert (spec.spread, spec.min_clean) == ('se', 50.0)
+    value = load_study(_spec(tmp_path, at=NO_BN, expect=dict(value=61))).findings[0]
+    assert (value.measure, value.higher, value.lower) == ('value', NO_BN, {})
+
+
+@pytest.mark.parametrize('finding, message', [
+    (dict(higher=NO_BN, lower=BN, expect=dict(gap=1, ratio=2)), 'must give one of gap, ratio, value'),
+    (dict(higher=NO_BN, lower=BN, expect=dict(gap='big')), 'expect.gap must be a number'),
+    (dict(higher=NO_BN, lower=BN, expect=dict(value=3)), 'a value (expect: {value: ...}) reads one table cell'),
+    (dict(at=NO_BN, higher=NO_BN, expect=dict(value=3)), 'either at (one table cell) or higher and lower'),
+    (dict(higher=NO_BN, lower=BN, tolerance=-1), 'tolerance must be a positive fraction'),
+    (dict(higher=NO_BN, lower=BN, direction='no'), 'direction must be true or false'),
+    (dict(higher=NO_BN, lower=BN, sorce='Table 6'), 'unknown keys sorce'),
+])
+def test_a_malformed_finding_is_refused_naming_the_key(tmp_path, finding, message):
+    with pytest.raises(ValueError, match=message.replace('(', r'\(').replace(')', r'\)').replace('{', r'\{')):
+        load_study(_spec(tmp_path, **finding))
+
+
+def test_a_record_copies_what_the_study_wrote_and_drops_what_it_no_longer_writes(tmp_path):
+    study_dir, target = tmp_path / 'study', tmp_path / 'docs' / 'results' / 's' / 'mnist'
+    study_dir.mkdir()
+    for name in ('results.csv', 'grid.csv', 'findings.csv', 'results.md', 'provenance.json', 'cells.log'):
+        (study_dir / name).write_text(name)
+    target.mkdir(parents=True)
+    (target / 'ratios.csv').write_text('an earlier record')
+    assert record_study(study_dir, target) == target
+    assert sorted(p.name for p in target.iterdir()) == ['findings.csv', 'grid.csv', 'provenance.json', 'results.csv',
+                                                         'results.md']
+    assert (target / 'grid.csv').read_text() == 'grid.csv'
+
+
+def test_record_with_a_dry_run_is_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        main(['xie2020', '--dry-run', '--record', str(tmp_path)])
+
+
+def _record(folder: Path) -> Path:
+    """A record of the two-family study of `_spec`, as `write_tables` and `record_study` leave it."""
+    folder.mkdir(parents=True)
+    (folder / 'findings.csv').write_text(
+        'finding,source,metric,measure,paper,paper_se,ours,ours_se,n,held_direction,held_size,tolerance,'
+        'paper_printed\n'
+        'c,Table 6,attack:bim,gap,42.0,1.0,39.0,1.0,2,yes,no,,66.7 vs 22.9\n'
+        'd,§4,attack:bim,gap,,,3.0,0.5,2,yes (within noise),—,,Fig. 2\n')
+    (folder / 'grid.csv').write_text(
+        'family,seeds_done,seeds,clean_mean,clean_std,clean_se,attack:bim_mean,attack:bim_std,attack:bim_se,'
+        'vanilla_epochs,train_seconds\n'
+        'plain,2,2,98.0,0.0,0.0,62.0,2.83,2.0,50,10\nbn,2,2,97.0,0.0,0.0,23.0,4.24,3.0,50,10\n')
+    (folder / 'provenance.json').write_text(
+        '{"command": "timm-advnorm-study s --scale digits", "started": "2026-12-06T18:00:00Z", "wall_s": 90.0, '
+        '"commit": "0123456789abcdef", "machine": {"cpu": "CPU", "threads": 2, "torch": "2", "timm": "1"}, '
+        '"invocations": [{"commit": "0123456789abcdef"}]}')
+    return folder
+
+
+def test_a_document_block_is_generated_from_the_record_and_a_stale_one_is_found(tmp_path, monkeypatch):
+    from timm_advnorm.study import document
+    _spec(tmp_path, higher=NO_BN, lower=BN)
+    monkeypatch.setattr(document, 'load_study', lambda name: load_study(tmp_path / f'{name}.yaml'))
+    _record(tmp_path / 'results' / 'spec' / 'digits')
+    page = tmp_path / 'README.md'
+    page.write_text('intro\n<!-- study-results: spec/digits -->\nold numbers\n<!-- /study-results -->\nafter\n')
+    assert document.update_document(page, tmp_path / 'results', check=True) == ['spec/digits']
+    assert 'old numbers' in page.read_text()  # a check leaves the page as it is
+    assert document.update_document(page, tmp_path / 'results') == ['spec/digits']
+    text = page.read_text()
+    assert text.startswith('intro\n<!-- study-results: spec/digits -->\nRecorded by `timm-advnorm-study s --scale '
+                           'digits` in 1 invocation(s) from 2026-12-06T18:00:00Z, 1.5 min of wall time in all, at '
+                           'commit(s) 0123456789ab, on CPU (2 torch threads)') and text.endswith('after\n')
+    assert ('2 findings: direction held in 2 of 2 with a direction (1 of them within noise); size held in 0 of 1 with '
+            'a paper value; 0 not run or not testable.') in text
+    assert '| c | Table 6 | gap 42.0 ± 1.0 | 39.0 ± 1.0 (n=2) | yes | no |' in text
+    assert '| d | §4 | Fig. 2 | 3.0 ± 0.5 (n=2) | yes (within noise) | — |' in text
+    assert '| bn | 2 | 97.0 ± 0.0 | 23.0 ± 3.0 |' in text  # the study's spread is se: ± the standard error
+    assert document.update_document(page, tmp_path / 'results', check=True) == []
+
+
+def test_a_block_without_a_record_is_refused_naming_the_command(tmp_path):
+    from timm_advnorm.study import document
+    page = tmp_path / 'README.md'
+    page.write_text('<!-- study-results: xie2020/mnist -->\n<!-- /study-results -->\n')
+    with pytest.raises(ValueError, match='no recorded results in .* \\(run timm-advnorm-study xie2020 --scale mnist '
+                                         '--record'):
+        document.update_document(page, tmp_path / 'results')

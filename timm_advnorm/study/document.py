@@ -1,0 +1,148 @@
+"""Documentation tables generated from recorded study results, never typed by hand.
+
+A page marks where a study's recorded results go::
+
+    <!-- study-results: galloway-mnist/mnist -->
+    (generated: replaced by `update_document`)
+    <!-- /study-results -->
+
+and ``timm-advnorm-study --update-docs README.md`` fills each marked block from ``docs/results/<study>/<scale>/``
+(`timm_advnorm.study.record`): where and how the numbers were produced (``provenance.json``), the findings with their
+verdicts counted and tabled (``findings.csv``), every grid point (``grid.csv``) and the paper's ratio tables
+(``ratios.csv``). A test regenerates every block and fails when a page differs from its files, so a number that
+changes is a changed file in a commit.
+"""
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from .findings import is_loss
+from .spec import load_study
+from .table import SPREADS, metric_title
+
+__all__ = ['BLOCK', 'render_record', 'update_document']
+
+#: A marked block: its study and scale, and what it holds now.
+BLOCK = re.compile(r'(<!-- study-results: (?P<study>[\w-]+)/(?P<scale>[\w-]+) -->\n)(?P<body>.*?)'
+                   r'(<!-- /study-results -->)', re.S)
+
+
+def _rows(path: Path) -> List[Dict[str, str]]:
+    with path.open(newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    return ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header),
+            *('| ' + ' | '.join(row) + ' |' for row in rows)]
+
+
+def _number(text: str, digits: int) -> str:
+    return '—' if text == '' else f'{float(text):.{digits}f}'
+
+
+def _provenance(record: Path) -> str:
+    provenance = json.loads((record / 'provenance.json').read_text())
+    machine = provenance['machine']
+    commits = list(dict.fromkeys(i['commit'][:12] for i in provenance['invocations']))
+    return (f'Recorded by `{provenance["command"]}` in {len(provenance["invocations"])} invocation(s) from '
+            f'{provenance["started"]}, {provenance["wall_s"] / 60:.1f} min of wall time in all, at commit(s) '
+            f'{", ".join(commits)}, on {machine["cpu"]} ({machine["threads"]} torch threads), torch '
+            f'{machine["torch"]}, timm {machine["timm"]}.')
+
+
+def _summary(findings: List[Dict[str, str]]) -> str:
+    direction = [f['held_direction'] for f in findings if f['held_direction'] not in ('n/a', 'not run', 'not testable')]
+    size = [f['held_size'] for f in findings if f['held_size'] not in ('—', 'not run', 'not testable')]
+    within = sum('within noise' in d for d in direction)
+    untested = sum(f['held_direction'] in ('not run', 'not testable') for f in findings)
+    return (f'{len(findings)} findings: direction held in {sum(d.startswith("yes") for d in direction)} of '
+            f'{len(direction)} with a direction ({within} of them within noise); size held in '
+            f'{sum(s.startswith("yes") for s in size)} of {len(size)} with a paper value; {untested} not run or not '
+            f'testable.')
+
+
+def render_record(record: Path, study: str) -> str:
+    """The Markdown of a recorded study result folder `record` (of study `study`)."""
+    spec = load_study(study)
+    spread = spec.spread
+    findings = _rows(record / 'findings.csv')
+    lines = [_provenance(record), '', _summary(findings), '']
+
+    def ours(row: Dict[str, str]) -> str:
+        if row['ours'] == '':
+            return '—'
+        digits = 3 if is_loss(row['metric']) or row['measure'] == 'ratio' else 1
+        return f'{float(row["ours"]):.{digits}f} ± {float(row["ours_se"]):.{digits}f} (n={row["n"]})'
+
+    def paper(row: Dict[str, str]) -> str:
+        if row['paper'] == '':
+            return row['paper_printed']
+        digits = 3 if is_loss(row['metric']) or row['measure'] == 'ratio' else 1
+        return f'{row["measure"]} {float(row["paper"]):.{digits}f} ± {float(row["paper_se"]):.{digits}f}'
+
+    lines += _markdown(['finding', 'source', 'paper', 'ours (± standard error)', 'direction held', 'size held'],
+                       [[f['finding'], f['source'] or '—', paper(f), ours(f), f['held_direction'], f['held_size']]
+                        for f in findings])
+    grid = _rows(record / 'grid.csv')
+    axes = spec.axes
+    metrics = [m for m in ('clean', *spec.plot.y, *spec.metrics, *(f.metric for f in spec.findings))
+               if f'{m}_mean' in (grid[0] if grid else {})]
+    metrics = list(dict.fromkeys(metrics))
+    column = 'se' if spread == 'se' else 'std'
+    lines += ['', f'Every grid point (mean ± {SPREADS[spread]}):', '']
+    lines += _markdown([*axes, 'seeds', *(metric_title(m) for m in metrics)],
+                       [[*(row[a] for a in axes), row['seeds_done'],
+                         *(f'{_number(row[f"{m}_mean"], 3 if is_loss(m) else 1)} ± '
+                           f'{_number(row[f"{m}_{column}"], 3 if is_loss(m) else 1)}' for m in metrics)]
+                        for row in grid])
+    ratios_file = record / 'ratios.csv'
+    if ratios_file.is_file():
+        ratio_rows = _rows(ratios_file)
+        for table in spec.ratios:
+            rows = [r for r in ratio_rows if r['table'] == table.title]
+            points = list(dict.fromkeys(tuple(r[a] for a in axes) + (r['shown_as'],) for r in rows))
+            values = {(tuple(r[a] for a in axes) + (r['shown_as'],), r['metric']): r for r in rows}
+            body = []
+            for point in points:
+                cells = []
+                for metric in table.metrics:
+                    r = values.get((point, metric))
+                    digits = 3 if point[-1] == 'ratio' or is_loss(metric) else 1
+                    cells.append('—' if r is None or r['mean'] == '' else
+                                 f'{float(r["mean"]):.{digits}f} ± {float(r[column]):.{digits}f}')
+                body.append([*point[:-1], 'measured' if point[-1] == 'measured' else 'ratio', *cells])
+            lines += ['', f'{table.title} (ratios taken seed by seed; ± {SPREADS[spread]}):', '']
+            lines += _markdown([*axes, 'shown as', *(metric_title(m) for m in table.metrics)], body)
+    return '\n'.join(lines) + '\n'
+
+
+def update_document(path: Path, record_root: Path, check: bool = False) -> List[str]:
+    """Regenerate every marked block of `path` from `record_root`; the blocks that changed (``study/scale``).
+
+    Args:
+        check: Only compare: leave `path` as it is.
+
+    Raises:
+        ValueError: A block names a study or scale with no record under `record_root`.
+    """
+    text = path.read_text()
+    changed: List[str] = []
+
+    def fill(match: re.Match) -> str:
+        name = f'{match["study"]}/{match["scale"]}'
+        record = record_root / match['study'] / match['scale']
+        if not (record / 'findings.csv').is_file():
+            raise ValueError(f'{path}: the block for {name} has no recorded results in {record} (run '
+                             f'timm-advnorm-study {match["study"]} --scale {match["scale"]} --record {record_root})')
+        body = render_record(record, match['study'])
+        if body != match['body']:
+            changed.append(name)
+        return match.group(1) + body + match.group(5)
+
+    updated = BLOCK.sub(fill, text)
+    if changed and not check:
+        path.write_text(updated)
+    return changed

@@ -1,0 +1,176 @@
+"""A paper's claims checked against a study's cells, in direction and in size.
+
+A finding compares the cells matching its ``higher`` side with those matching its ``lower`` side on one metric, or,
+for a single table cell the paper's text relies on, reads the cells matching ``at``. Its measure is the gap (higher
+minus lower), the ratio (higher over lower) or the value; ours is taken seed by seed where both sides have one cell
+per seed (the seeds pair up as the cells do), else from the sides' means, with its standard error over seeds.
+
+* **Direction**: the gap is positive (the ratio above 1). ``within noise`` when the gap is no larger than the seeds'
+  spread or, for an accuracy, two images of the evaluated subset. A claim of no difference (``direction: false``)
+  and a value have no direction.
+* **Size**: ours lies inside the paper's interval (its value ± its standard error) widened by our standard error,
+  or, where the finding states a relative ``tolerance``, within that fraction of the paper's value.
+* **Not testable**: a cell the finding reads did not train (its clean accuracy is below the study's ``min_clean``).
+"""
+import math
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple
+
+from .cells import Cell, select_cells
+from .spec import Finding
+
+if TYPE_CHECKING:
+    from .table import CellResult
+
+__all__ = ['Estimate', 'FindingResult', 'check_finding', 'is_loss', 'NOISE_IMAGES']
+
+#: Gaps of this many images or fewer are noise whatever the seeds say.
+NOISE_IMAGES = 2
+
+
+def is_loss(metric: str) -> bool:
+    """Whether `metric` is a mean loss (else an accuracy in percent)."""
+    return metric.startswith('loss:')
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A measured quantity: its mean over `n` seeds (or sides' means) and the standard error of that mean."""
+
+    value: float
+    se: float
+    n: int
+
+
+def _mean_se(values: Sequence[float]) -> Estimate:
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return Estimate(statistics.fmean(values), se, len(values))
+
+
+def _combine(measure: str, higher: Estimate, lower: Estimate) -> Estimate:
+    """`measure` of two independent estimates, its standard error by error propagation."""
+    n = min(higher.n, lower.n)
+    if measure == 'gap':
+        return Estimate(higher.value - lower.value, math.hypot(higher.se, lower.se), n)
+    ratio = higher.value / lower.value
+    return Estimate(ratio, abs(ratio) * math.hypot(higher.se / higher.value, lower.se / lower.value), n)
+
+
+@dataclass(frozen=True)
+class FindingResult:
+    """A finding measured.
+
+    Attributes:
+        finding: The claim.
+        higher: The metric's values on the higher side (the ``at`` cells of a value), one per cell.
+        lower: On the lower side (empty for a value).
+        seeds_higher: The seed of each value of `higher`.
+        seeds_lower: The seed of each value of `lower`.
+        noise: An accuracy gap no larger than this (two images, in points) is noise.
+        untrained: Whether a cell the finding reads did not train.
+    """
+
+    finding: Finding
+    higher: Tuple[float, ...]
+    lower: Tuple[float, ...]
+    seeds_higher: Tuple[int, ...] = ()
+    seeds_lower: Tuple[int, ...] = ()
+    noise: float = 0.0
+    untrained: bool = False
+
+    @property
+    def digits(self) -> int:
+        """Decimals the finding's numbers are written with: three for losses and ratios, one for accuracies."""
+        return 3 if is_loss(self.finding.metric) or self.finding.measure == 'ratio' else 1
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.higher) and (self.finding.measure == 'value' or bool(self.lower))
+
+    @property
+    def ours(self) -> Optional[Estimate]:
+        """Our value of the finding's measure, with its standard error."""
+        if not self.measured:
+            return None
+        measure = self.finding.measure
+        if measure == 'value':
+            return _mean_se(self.higher)
+        paired = (len(set(self.seeds_higher)) == len(self.seeds_higher) == len(self.higher)
+                  and sorted(self.seeds_higher) == sorted(self.seeds_lower) and len(self.lower) == len(self.higher))
+        if paired:
+            lower = dict(zip(self.seeds_lower, self.lower))
+            per_seed = [h - lower[s] if measure == 'gap' else h / lower[s]
+                        for h, s in zip(self.higher, self.seeds_higher)]
+            return _mean_se(per_seed)
+        return _combine(measure, _mean_se(self.higher), _mean_se(self.lower))
+
+    @property
+    def gap(self) -> Optional[float]:
+        """Mean of the higher side minus mean of the lower side (None for a value, or before both are measured)."""
+        if not self.measured or self.finding.measure == 'value':
+            return None
+        return statistics.fmean(self.higher) - statistics.fmean(self.lower)
+
+    @property
+    def verdict(self) -> str:
+        """Whether the direction held: ``yes``/``no`` (``(within noise)`` when the gap is no larger than the seeds'
+        spread or two images), ``n/a`` for a claim without direction, ``not run``, ``not testable``."""
+        if not self.measured:
+            return 'not run'
+        if self.untrained:
+            return 'not testable'
+        if self.finding.measure == 'value' or not self.finding.direction:
+            return 'n/a'
+        held = 'yes' if self.gap > 0 else 'no'
+        spread = max(statistics.stdev(side) if len(side) > 1 else 0.0 for side in (self.higher, self.lower))
+        return f'{held} (within noise)' if abs(self.gap) <= max(spread, self.noise) else held
+
+    @property
+    def size_verdict(self) -> str:
+        """Whether the size held: ``yes``/``no`` against the paper's value (``—`` where the finding gives none),
+        ``not run``, ``not testable``."""
+        expected = self.finding.expected
+        if expected is None:
+            return '—'
+        if not self.measured:
+            return 'not run'
+        if self.untrained:
+            return 'not testable'
+        ours = self.ours
+        off = abs(ours.value - expected.value)
+        if off <= expected.se + ours.se:
+            return 'yes'
+        tolerance = self.finding.tolerance
+        if tolerance is not None and off <= tolerance * abs(expected.value):
+            return f'yes (within {tolerance:.0%})'
+        return 'no'
+
+    def format_ours(self) -> str:
+        """Ours as ``value ± standard error (n=N)``, or ``—``."""
+        ours = self.ours
+        if ours is None:
+            return '—'
+        return f'{ours.value:.{self.digits}f} ± {ours.se:.{self.digits}f} (n={ours.n})'
+
+    def format_paper(self) -> str:
+        """The paper's value of the measure as ``value ± standard error``, or its numbers as it prints them."""
+        expected = self.finding.expected
+        if expected is None:
+            return self.finding.paper
+        return f'{expected.value:.{self.digits}f} ± {expected.se:.{self.digits}f}'
+
+
+def check_finding(finding: Finding, cells: Sequence[Cell], results: Mapping[str, 'CellResult'],
+                  min_clean: Optional[float] = None) -> FindingResult:
+    """Measure `finding` on the evaluated cells among `cells` (`results` by cell id); a cell whose clean accuracy is
+    below `min_clean` did not train."""
+    selectors = (finding.higher,) if finding.measure == 'value' else (finding.higher, finding.lower)
+    sides = [[results[c.id] for c in select_cells(cells, selector) if c.id in results] for selector in selectors]
+    metric = finding.metric
+    higher, lower = ([[r for r in side if metric in r.metrics] for side in sides] + [[]])[:2]
+    samples = [r.samples for r in higher + lower]
+    noise = 100.0 * NOISE_IMAGES / min(samples) if samples and not is_loss(metric) else 0.0
+    untrained = min_clean is not None and any(r.metrics['clean'] < min_clean for r in higher + lower)
+    return FindingResult(finding, tuple(r.metrics[metric] for r in higher), tuple(r.metrics[metric] for r in lower),
+                         tuple(r.cell.seed for r in higher), tuple(r.cell.seed for r in lower), noise, untrained)
