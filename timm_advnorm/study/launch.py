@@ -14,7 +14,7 @@ from .cells import Cell, expand_cells
 from .options import CellCommands, StudyOptions
 from .plan import plan_cell_budget
 from .plot import plot_study
-from .provenance import record_invocation
+from .provenance import code_commit, record_invocation
 from .record import record_study
 from .runner import InProcessCommands, SubmititLauncher, SubprocessCommands, cell_state, run_cells
 from .spec import StudySpec, load_study
@@ -98,7 +98,7 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
         _dry_run(cells, commands, options.world_size)
         return
     study_dir.mkdir(parents=True, exist_ok=True)
-    started, started_at = time.perf_counter(), time.time()
+    started, started_at, commit = time.perf_counter(), time.time(), code_commit()
     runner = _runner(options, commands)
     if options.launcher == 'submitit':
         ran = SubmititLauncher(study_dir / 'submitit', options.submitit_cluster, options.submitit_params).run(
@@ -106,7 +106,7 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     else:
         ran = run_cells(cells, runner, options.max_cells)
     _report(spec, options, cells, study_dir, time.perf_counter() - started, prog)
-    record_invocation(study_dir, _command(options, prog), started_at, time.perf_counter() - started,
+    record_invocation(study_dir, commit, _command(options, prog), started_at, time.perf_counter() - started,
                       [cell.id for cell in ran])
     if options.record:
         target = record_study(study_dir, Path(options.record) / spec.name / options.scale)

@@ -54,10 +54,12 @@ def machine() -> Dict[str, Any]:
             'platform': platform.platform()}
 
 
-def record_invocation(study_dir: Path, command: str, started: float, wall_s: float, cells_run: List[str]) -> Dict:
+def record_invocation(study_dir: Path, commit: str, command: str, started: float, wall_s: float,
+                      cells_run: List[str]) -> Dict:
     """Append this invocation to `study_dir`'s ``provenance.json`` (written atomically) and return the record.
 
     Args:
+        commit: The code's commit when the invocation started (`code_commit`).
         command: The command line, as a user would type it.
         started: When the invocation started (seconds since the epoch).
         wall_s: Its wall time.
@@ -65,7 +67,7 @@ def record_invocation(study_dir: Path, command: str, started: float, wall_s: flo
     """
     path = study_dir / PROVENANCE_FILE
     invocations = json.loads(path.read_text())['invocations'] if path.is_file() else []
-    invocations.append({'commit': code_commit(), 'command': command,
+    invocations.append({'commit': commit, 'command': command,
                         'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started)),
                         'wall_s': round(wall_s, 1), 'cells_run': cells_run, 'machine': machine()})
     first = invocations[0]
