@@ -16,7 +16,8 @@ from timm_advnorm.attacks import PGD, BudgetScaleWarning, InputSpace, PixelBudge
 from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval.describe import describe_attack
 from timm_advnorm.eval.plan import build_plan
-from timm_advnorm.eval.protocols import get_protocol, override_protocol, protocol_from_attacks, stepping
+from timm_advnorm.eval.protocols import (
+    get_protocol, override_protocol, protocol_from_attacks, resolve_protocol, stepping)
 from timm_advnorm.eval.schema import AttackResult, EvalResults, SanityProbe
 from timm_advnorm.eval.stages import EvalContext, build_attack
 from timm_advnorm.hub.card import CardFacts, render_model_card
@@ -76,10 +77,11 @@ def test_attacks_say_how_they_step(name, kwargs, step, rule):
 
 
 def test_bim_l2_and_the_sanity_probes_record_their_step():
-    galloway = {spec.label: spec for spec in get_protocol('galloway').attacks}
-    l2 = stepping(galloway['bim-l2'], (3, 32, 32))  # ε2 = 7.65·√3072 ≈ 424, stepped by ε2/20
-    assert l2.step == pytest.approx(7.65 * 3072 ** 0.5 / 20) and l2.rule == 'L2 step, ε/N' and l2.iterate == 'best'
-    assert stepping(galloway['bim-linf'], (3, 32, 32)) == (pytest.approx(0.3825), 'sign step, ε/N', 'best')
+    galloway = {spec.label: spec for spec in resolve_protocol(get_protocol('galloway'), InputSpace()).attacks}
+    eps = 0.03 * 0.226 * 255  # ε∞: 0.03 of the standardized input, ImageNet's std (0.229, 0.224, 0.225 average 0.226)
+    l2 = stepping(galloway['bim-l2'], (3, 32, 32))  # ε2 = ε∞·√3072 ≈ 95.8, stepped by ε2/20
+    assert l2.step == pytest.approx(eps * 3072 ** 0.5 / 20) and l2.rule == 'L2 step, ε/N' and l2.iterate == 'best'
+    assert stepping(galloway['bim-linf'], (3, 32, 32)) == (pytest.approx(eps / 20), 'sign step, ε/N', 'best')
     assert stepping(galloway['gaussian-noise'], (3, 32, 32)) == (None, None, None)
     nofrost_pgd = stepping(get_protocol('nofrost').attacks[0], (3, 32, 32))
     assert nofrost_pgd == (0.5, 'sign step, min(1.25ε, ε+4)/N', 'best')  # min(10, 12) / 20

@@ -395,7 +395,7 @@ def test_protocol_specs_build_their_attacks():
     """Every attack of the built-in protocols (but corruptions) accepts the configuration its spec gives."""
     protocols = pytest.importorskip('timm_advnorm.eval.protocols')
     for name in ('robustbench', 'nofrost', 'galloway'):
-        for spec in protocols.get_protocol(name).attacks:
+        for spec in protocols.resolve_protocol(protocols.get_protocol(name), SPACE).attacks:
             if spec.attack in ('pgd', 'fgsm'):
                 continue
             eps = protocols.resolve_eps(spec, (3, 224, 224))

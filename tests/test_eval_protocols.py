@@ -11,14 +11,19 @@ from timm_advnorm.eval.build import build_protocol
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (
     PROTOCOLS, AttackSpec, Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks,
-    reduce_protocol, register_protocol, resolve_eps, unregister_protocol)
+    reduce_protocol, register_protocol, resolve_eps, resolve_protocol, scalar_std, unregister_protocol)
 from timm_advnorm.commands import validate as validate_adv
 
 
 def _cli_protocol(*argv):
     """The protocol `validate_adv.py` builds from these attack options."""
     args = validate_adv.parse_args(['--model', 'test_mbn_resnet', '--dataset', 'digits', *argv])
-    return build_protocol(eval_options(args).attacks)
+    return build_protocol(eval_options(args).attacks, InputSpace())
+
+
+def _resolved(name: str, space: InputSpace = InputSpace()):
+    """Protocol `name` with its budgets resolved for a model normalized by `space` (ImageNet's by default)."""
+    return resolve_protocol(get_protocol(name), space)
 
 
 def _built(spec: AttackSpec):
@@ -54,24 +59,28 @@ def test_robustbench_is_the_autoattack_standard_cascade_at_eps4():
 
 
 def test_galloway_l2_budget_scales_with_the_input_dimension():
-    spec = next(s for s in get_protocol('galloway').attacks if s.attack == 'bim-l2')
-    assert resolve_eps(spec, (3, 32, 32)) == pytest.approx(0.03 * 255 * math.sqrt(3 * 32 * 32))
+    spec = next(s for s in _resolved('galloway').attacks if s.attack == 'bim-l2')
+    unit = scalar_std(InputSpace()) * 255  # ε∞ = 0.03 of the standardized input
+    assert resolve_eps(spec, (3, 32, 32)) == pytest.approx(0.03 * unit * math.sqrt(3 * 32 * 32))
     assert resolve_eps(spec, (3, 64, 64)) == pytest.approx(2 * resolve_eps(spec, (3, 32, 32)))
 
 
 def test_galloway_l2_steps_a_twentieth_of_its_scaled_budget():
-    spec = next(s for s in get_protocol('galloway').attacks if s.attack == 'bim-l2')
+    spec = next(s for s in _resolved('galloway').attacks if s.attack == 'bim-l2')
     assert 'step' not in spec.kwargs  # a step from the L-inf-sized eps would never leave a sqrt(d)-times larger ball
     attack = create_attack(spec.attack, space=InputSpace(), eps=resolve_eps(spec, (3, 32, 32)), **spec.kwargs)
     assert attack.step is None and attack.steps == 20  # BIM then steps eps / steps of the resolved budget
 
 
 def test_override_changes_only_the_knobs_an_attack_has():
-    protocol = override_protocol(get_protocol('galloway'), eps=4.0, steps=5)
-    noise, bim_linf, _ = protocol.attacks
+    protocol = override_protocol(_resolved('galloway'), eps=4.0, steps=5)
+    noise, bim_linf, bim_l2 = protocol.attacks
     assert noise.eps == 0.0 and 'steps' not in noise.kwargs
     assert bim_linf.eps == 4.0 and bim_linf.kwargs['steps'] == 5
     assert bim_linf.kwargs['step'] == pytest.approx(4.0 / 5)  # the step rule follows the new budget
+    # the given ε is on the 0-255 scale: no longer a multiple of the model's std (BIM-L2 keeps its √d)
+    assert (bim_linf.eps_rule, bim_linf.input_std, bim_l2.eps_rule, bim_l2.input_std) == ('fixed', None,
+                                                                                          'sqrt_dim', None)
 
 
 def test_explicit_step_disables_the_step_rule():
@@ -112,7 +121,10 @@ def test_several_iteration_counts_make_a_sweep_of_every_attack():
 
 
 @pytest.mark.parametrize('bad', [dict(threat='grey-box'), dict(eps_rule='cubic'), dict(eps=-1.0),
-                                 dict(eps=float('nan')), dict(eps=float('inf')), dict(kwargs=dict(step=float('nan')))])
+                                 dict(eps=float('nan')), dict(eps=float('inf')), dict(kwargs=dict(step=float('nan'))),
+                                 dict(eps_standardized=0.1, input_std=0.3),  # a resolved std of a fixed budget
+                                 dict(eps_rule='std', input_std=0.3), dict(eps_rule='std', eps_standardized=0.1),
+                                 dict(eps_rule='std', eps_standardized=0.1, input_std=0.0)])
 def test_invalid_specs_are_rejected(bad):
     with pytest.raises(ValueError):
         AttackSpec(**dict(dict(label='a', attack='pgd', eps=1.0), **bad))
@@ -154,7 +166,7 @@ def test_an_unregistered_protocol_leaves_the_command(fgsm_protocol, capsys):
 def test_every_protocol_attack_builds_from_the_registry(name):
     """The protocol data use each attack's real argument names (a typo would only surface at evaluation time)."""
     space = InputSpace()
-    for spec in get_protocol(name).attacks:
+    for spec in _resolved(name, space).attacks:
         attack = create_attack(spec.attack, space=space, eps=resolve_eps(spec, (3, 32, 32)), seed=0, **spec.kwargs)
         assert callable(attack)
 
@@ -252,7 +264,7 @@ def test_an_attack_list_takes_each_attacks_threat_and_noise_runs_as_in_galloway(
     assert (spec.label, spec.attack, spec.eps, spec.threat, spec.eps_rule, spec.success_rate) == (
         galloway.label, galloway.attack, galloway.eps, galloway.threat, galloway.eps_rule, galloway.success_rate)
     assert _built(spec).std == _built(galloway).std
-    stages = [build_plan(p, sanity_samples=0).stage('gaussian-noise') for p in (noise, get_protocol('galloway'))]
+    stages = [build_plan(p, sanity_samples=0).stage('gaussian-noise') for p in (noise, _resolved('galloway'))]
     assert [(stage.attack_all, stage.after, stage.limit) for stage in stages] == [(True, 'clean', None)] * 2
 
 

@@ -6,11 +6,13 @@ import math
 import pytest
 import torch
 
+from timm_advnorm.attacks import InputSpace
 from timm_advnorm.attacks.noise import noise_settings
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.intervals import wilson_interval
 from timm_advnorm.eval.plots import figure_accuracy_vs_eps, figure_accuracy_vs_iterations, figure_tradeoff
-from timm_advnorm.eval.protocols import AttackSpec, Protocol, get_protocol, override_protocol, reduce_protocol
+from timm_advnorm.eval.protocols import (
+    AttackSpec, Protocol, get_protocol, override_protocol, reduce_protocol, resolve_protocol)
 from timm_advnorm.eval.records import ResultTable, make_record
 from timm_advnorm.eval.results import CSV_FIELDS, csv_rows, write_csv
 from timm_advnorm.eval.sanity import run_sanity_checks
@@ -98,18 +100,29 @@ def _csv(results):
 
 
 def test_csv_eps_carries_its_scale_and_rule_and_noise_rows_their_sigma(tmp_path):
-    protocol = get_protocol('galloway')
+    protocol = resolve_protocol(get_protocol('galloway'), InputSpace())  # ImageNet's std: 0.226 on average
     summary = _summary(protocol)
     noise, linf, l2 = summary['attacks']
     assert 'norm' not in noise and 'eps' not in noise
     assert (noise['noise'], noise['sigma'], noise['sigma_scale']) == ('gaussian', 0.5, 'normalized input')
-    assert linf['eps_scale'] == '0-255' and linf['eps_rule'] == 'fixed'
-    assert l2['norm'] == 'l2' and l2['eps_rule'] == 'sqrt_dim'
-    assert l2['eps'] == pytest.approx(0.03 * 255 * math.sqrt(3 * 32 * 32))  # Galloway's rule applied
+    eps = 0.03 * 0.226 * 255  # ε∞ = 0.03 of the standardized input
+    assert linf['eps_scale'] == '0-255' and linf['eps_rule'] == 'std' and linf['eps'] == pytest.approx(eps)
+    assert (linf['eps_standardized'], linf['input_std']) == (0.03, pytest.approx(0.226))
+    assert l2['norm'] == 'l2' and l2['eps_rule'] == 'std_sqrt_dim'
+    assert l2['eps'] == pytest.approx(eps * math.sqrt(3 * 32 * 32))  # Galloway's rule applied
     rows = _csv(_results(protocol, [dict(summary, name='model')]))
     assert 'eps' not in CSV_FIELDS and {'eps_255', 'eps_rule', 'sigma', 'sigma_scale', 'noise'} <= set(CSV_FIELDS)
-    assert float(rows['bim-linf']['eps_255']) == pytest.approx(7.65)
-    assert rows['bim-l2']['eps_rule'] == 'sqrt_dim'
+    assert float(rows['bim-linf']['eps_255']) == pytest.approx(eps)
+    assert (rows['bim-linf']['eps_rule'], rows['bim-l2']['eps_rule']) == ('std', 'std_sqrt_dim')
+    assert rows['bim-linf']['description'] == (
+        "BIM-L∞, 20 iterations, ε = 1.729/255, α = 0.08645/255 (sign step, ε/N), ε = 0.03 of the standardized input "
+        "(the model's std 0.226), untargeted, best iterate")
+    assert ("ε = 95.83/255 (ε∞·√d), α = 4.791/255 (L2 step, ε/N), ε∞ = 0.03 of the standardized input (the model's "
+            "std 0.226)") in rows['bim-l2']['description']
+    # --eps is on the 0-255 scale: the rules then say so (fixed, and √d alone)
+    overridden = _summary(override_protocol(protocol, eps=7.65))['attacks']
+    assert [a.get('eps_rule') for a in overridden] == [None, 'fixed', 'sqrt_dim'] and 'input_std' not in overridden[1]
+    assert overridden[2]['eps'] == pytest.approx(7.65 * math.sqrt(3 * 32 * 32))
     assert rows['gaussian-noise']['norm'] == '' and rows['gaussian-noise']['eps_255'] == ''
     assert (rows['gaussian-noise']['sigma'], rows['gaussian-noise']['sigma_scale']) == ('0.5', 'normalized input')
     write_csv(tmp_path / 'r.csv', csv_rows(_results(protocol, [dict(summary, name='model')])))
@@ -313,11 +326,12 @@ def test_the_step_is_named_as_recorded():
 def test_a_suite_whose_steps_differ_names_each_attacks_step():
     from timm_advnorm.eval.plots import suite_text
     from timm_advnorm.eval.schema import AttackResult
-    attacks = [AttackResult.from_dict(a) for a in _summary(get_protocol('galloway'))['attacks']]
+    galloway = resolve_protocol(get_protocol('galloway'), InputSpace())  # ε∞ = 0.03 × 0.226 × 255 = 1.729
+    attacks = [AttackResult.from_dict(a) for a in _summary(galloway)['attacks']]
     text = suite_text(attacks)
     assert text.startswith('gaussian-noise, bim-linf, bim-l2 (untargeted, 20 iterations, ')
-    # 7.65/20, and BIM-L2's ε2/20 (ε2 = 7.65·√d = 424, d = 3·32·32 here), each with how it is taken
-    assert 'α = 0.3825/255 (sign step, ε/N) (bim-linf), α = 21.2/255 (L2 step, ε/N) (bim-l2)' in text
+    # ε∞/20, and BIM-L2's ε2/20 (ε2 = ε∞·√d = 95.8, d = 3·32·32 here), each with how it is taken
+    assert 'α = 0.08645/255 (sign step, ε/N) (bim-linf), α = 4.791/255 (L2 step, ε/N) (bim-l2)' in text
 
 
 def _tradeoff_variants(*extra):

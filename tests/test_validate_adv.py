@@ -115,6 +115,11 @@ def test_every_protocol_runs_end_to_end(digits_dir, checkpoint, tmp_path, protoc
         expected |= {'accuracy_vs_iterations.png', 'gamma_tradeoff.png'}
         assert all(a['success_rate'] is not None for v in results['variants'] for a in v['attacks'])
         assert [v['name'] for v in results['variants']] == ['clean', 'mix@0.5', 'logits@0.5', 'adv']
+    if protocol == 'galloway':  # ε∞ = 0.03 of the standardized input: times the evaluated model's std
+        bim = results['variants'][0]['attacks'][1]
+        std = results['data_config']['std']
+        assert (bim['eps_rule'], bim['eps_standardized']) == ('std', 0.03) and bim['input_std'] == pytest.approx(
+            sum(std) / len(std)) and bim['eps'] == pytest.approx(0.03 * bim['input_std'] * 255)
     if protocol == 'nofrost':
         assert set(results['variants'][0]['metrics']) == {'margin', 'thickness', 'smoothness'}
         assert results['variants'][0]['metrics']['thickness']['samples'] == 4

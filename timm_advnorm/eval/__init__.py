@@ -23,7 +23,7 @@ from .metrics import boundary_thickness, decision_margin, smoothness_kl
 from .plan import EvalPlan, build_plan
 from .protocols import (
     PROTOCOLS, AttackSpec, Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks,
-    reduce_protocol, register_protocol, unregister_protocol)
+    reduce_protocol, register_protocol, resolve_protocol, unregister_protocol)
 from .records import ResultTable
 from .sanity import SanityThresholds, run_sanity_checks, summarize_checks
 from .schema import EvalResults, SanityCheck, read_results
@@ -36,6 +36,7 @@ __all__ = [
     'AttackSpec', 'EvalContext', 'EvalPlan', 'EvalResults', 'EvalState', 'PROTOCOLS', 'Protocol', 'ResultTable',
     'RobustEvaluator', 'SanityCheck', 'SanityThresholds', 'Variant', 'boundary_thickness', 'build_plan',
     'collect_bn_stats', 'decision_margin', 'get_protocol', 'list_protocols', 'model_variants', 'override_protocol',
-    'protocol_from_attacks', 'read_results', 'reduce_protocol', 'register_protocol', 'run_sanity_checks',
+    'protocol_from_attacks', 'read_results', 'reduce_protocol', 'register_protocol', 'resolve_protocol',
+    'run_sanity_checks',
     'smoothness_kl', 'summarize_bn_stats', 'summarize_checks', 'summarize_variant', 'unregister_protocol',
 ]

@@ -33,7 +33,8 @@ from .distributed import DistributedInfo, primary_first
 from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
 from .options import LOGGER, AttackOptions, EvalDataOptions, EvalModelOptions, EvalOptions, EvalRuntimeOptions
 from .plan import EvalPlan, SanityBudget, build_plan, ood_stage
-from .protocols import Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol
+from .protocols import (
+    Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol, resolve_protocol)
 from .recorded import describe_record
 from .sanity_budget import fit_sanity
 from .stages import EvalContext, Stage
@@ -96,8 +97,12 @@ def _shown(data_config: Dict[str, Any]) -> str:
                      for key in keys if key in data_config)
 
 
-def build_protocol(options: AttackOptions) -> Protocol:
-    """The named protocol or the attack list, with the overrides and reduction of `options` applied."""
+def build_protocol(options: AttackOptions, space: InputSpace) -> Protocol:
+    """The named protocol or the attack list, with the overrides and reduction of `options` applied.
+
+    A protocol's budgets in units of the standardized input are resolved from `space`, the evaluated model's input
+    normalization, before the overrides (`resolve_protocol`: ``--eps`` and ``--step`` are on the 0-255 scale).
+    """
     if options.attacks:
         attack_kwargs = dict(options.kwargs)
         for key, value in (('step', options.step), ('norm', options.norm)):
@@ -109,8 +114,9 @@ def build_protocol(options: AttackOptions) -> Protocol:
         protocol = protocol_from_attacks(list(options.attacks), eps, attack_kwargs,
                                          'cascade' if options.cascade else 'independent', steps=options.steps)
     else:
-        protocol = override_protocol(get_protocol(options.protocol or 'xie2020'), options.eps, options.step,
-                                     options.steps[0] if options.steps else None, options.norm)
+        protocol = override_protocol(resolve_protocol(get_protocol(options.protocol or 'xie2020'), space),
+                                     options.eps, options.step, options.steps[0] if options.steps else None,
+                                     options.norm)
     if options.reduced or options.max_steps is not None or options.max_queries is not None:
         protocol = reduce_protocol(protocol, options.max_steps, options.max_queries,
                                    root=REDUCED_ROOT if options.reduced else None)
@@ -323,14 +329,15 @@ def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSe
     if against:
         _logger.warning(against + '.')
     preprocessing.update(record)
-    protocol = build_protocol(options.attacks)
+    space = InputSpace.from_data_config(data_config)
+    protocol = build_protocol(options.attacks, space)
     variants = model_variants(model, options.variants.gammas, options.variants.interpolations)
     probes = SanityBudget(**checks.sanity_pinned) if checks.sanity != 'off' else SanityBudget(samples=0)
     plan = build_plan(protocol, sanity_samples=probes.samples, sanity_steps=probes.steps,
                       sanity_queries=probes.queries, metrics=checks.metrics, metric_samples=checks.metric_samples,
                       amp_samples=checks.amp_samples, share_budgets=options.attacks.share_budgets,
                       reduced_sanity=options.attacks.reduced)
-    ctx = EvalContext(space=InputSpace.from_data_config(data_config), input_size=tuple(data_config['input_size']),
+    ctx = EvalContext(space=space, input_size=tuple(data_config['input_size']),
                       autocast_dtype=AMP_DTYPES[runtime.amp] if runtime.amp else None, fold_bn=runtime.fold_bn,
                       progress=show_progress() and runtime.progress)
     plan.check_attacks(ctx)

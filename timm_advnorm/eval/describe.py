@@ -7,12 +7,14 @@ its text from `describe_attack`, through the results records (`schema.AttackResu
 the attack and its iterations or queries, the norm, ε as k/255, the step α as k/255 with how it is taken and set (or
 how the attack steps when it has no fixed size: APGD's adaptive step, Square's random squares), ``from the clean
 input`` when an attack that can start at random did not (PGD so run is Kurakin et al.'s BIM), targeted or not,
-best or last iterate, and whether the protocol was reduced for a smoke test. A results file written before steps
-were recorded says ``step not recorded`` rather than guess.
+best or last iterate, and whether the protocol was reduced for a smoke test. ε set by a rule says which
+(`eps_rule_note`, `standardized_phrase`): ``BIM-L∞, 20 iterations, ε = 1.729/255, α = 0.08645/255 (sign step, ε/N),
+ε = 0.03 of the standardized input (the model's std 0.226), ...``. A results file written before steps were recorded
+says ``step not recorded`` rather than guess.
 """
 from typing import Optional
 
-__all__ = ['describe_attack', 'step_phrase', 'pixels_text', 'NORM_NAMES']
+__all__ = ['describe_attack', 'step_phrase', 'pixels_text', 'eps_rule_note', 'standardized_phrase', 'NORM_NAMES']
 
 NORM_NAMES = {'linf': 'L∞', 'l2': 'L2'}
 #: How the registered attacks are written in prose; others are written as registered.
@@ -34,6 +36,26 @@ def step_phrase(step: Optional[float], rule: Optional[str]) -> Optional[str]:
     if step is None:
         return rule
     return f'α = {pixels_text(step)}' + (f' ({rule})' if rule else '')
+
+
+def eps_rule_note(rule: Optional[str]) -> Optional[str]:
+    """How a recorded ``eps_rule`` (`protocols.EPS_RULES`) scaled ε, for `describe_attack`'s `eps_note`: ``ε∞·√d``
+    for ``sqrt_dim`` and ``std_sqrt_dim``, else None."""
+    return 'ε∞·√d' if rule in ('sqrt_dim', 'std_sqrt_dim') else None
+
+
+def standardized_phrase(rule: Optional[str], eps_standardized: Optional[float] = None,
+                        input_std: Optional[float] = None) -> Optional[str]:
+    """What a budget declared in units of the standardized input (``eps_rule`` ``std``, ``std_sqrt_dim``) was, for
+    `describe_attack`'s `standardized`: ``ε = 0.03 of the standardized input (the model's std 0.226)`` (``ε∞ = ...``
+    when √d scaled it after; ``ε in units of the standardized input`` when results do not record the declared ε and
+    the std it was resolved with); None for the other rules."""
+    if rule not in ('std', 'std_sqrt_dim'):
+        return None
+    name = 'ε∞' if rule == 'std_sqrt_dim' else 'ε'
+    if eps_standardized is None or input_std is None:
+        return f'{name} in units of the standardized input'
+    return f"{name} = {eps_standardized:g} of the standardized input (the model's std {input_std:.4g})"
 
 
 def _head(name: str, norm: Optional[str], iterations: Optional[int], queries: Optional[int]) -> str:
@@ -65,6 +87,7 @@ def describe_attack(
         reduced: bool = False,
         eps_note: Optional[str] = None,
         random_start: Optional[bool] = None,
+        standardized: Optional[str] = None,
 ) -> str:
     """The attack as it ran, in one line (see the module docstring).
 
@@ -83,11 +106,15 @@ def describe_attack(
         eps_note: How ε was set, when by a rule (``ε∞·√d``).
         random_start: False: an attack that can start at random started at the clean input (said so); None: it
             cannot, or its start is the attack's own default.
+        standardized: The budget as declared in units of the standardized input, when it was
+            (`standardized_phrase`): after the step, as it sets both.
     """
     parts = [_head(_ATTACK_NAMES.get(attack, attack or label), norm, iterations, queries)]
     if eps is not None:
         parts.append(f'ε = {pixels_text(eps)}' + (f' ({eps_note})' if eps_note else ''))
     parts.append(step_phrase(step, step_rule) or 'step not recorded')
+    if standardized:
+        parts.append(standardized)
     if random_start is False:
         parts.append('from the clean input')
     if targeted is not None:

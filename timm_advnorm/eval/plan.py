@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..attacks import PGD, InputSpace, PixelBudget, list_attacks
 from .metrics import METRICS, smoothness_attack, thickness_attack
-from .protocols import AttackSpec, Protocol
+from .protocols import SQRT_DIM_RULES, AttackSpec, Protocol, check_resolved
 from .schema import SanityProbe
 from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
@@ -158,9 +158,10 @@ class EvalPlan:
 
 
 def _probe_eps(protocol: Protocol) -> float:
-    """The first L∞ white-box budget of the protocol (the one the sweep centers on)."""
+    """The first L∞ white-box budget of the protocol (the one the sweep centers on), on the 0-255 scale."""
     for spec in protocol.attacks:
-        if spec.threat == 'white-box' and attack_norm(spec) == 'linf' and spec.eps > 0 and spec.eps_rule == 'fixed':
+        if (spec.threat == 'white-box' and attack_norm(spec) == 'linf' and spec.eps > 0
+                and spec.eps_rule not in SQRT_DIM_RULES):
             return spec.eps
     return SANITY_DEFAULT_EPS
 
@@ -176,7 +177,7 @@ def _budget_key(spec: AttackSpec) -> Optional[Tuple]:
 
     Specs with equal keys are one attack run for different lengths.
     """
-    if spec.attack != 'pgd' or spec.eps_rule != 'fixed':
+    if spec.attack != 'pgd' or spec.eps_rule in SQRT_DIM_RULES:
         return None
     try:
         attack = PGD(InputSpace(), eps=PixelBudget(spec.eps), **spec.kwargs)
@@ -275,7 +276,7 @@ def build_plan(
     them to a budget).
 
     Args:
-        protocol: The attack suite.
+        protocol: The attack suite, its budgets on the 0-255 scale (`protocols.resolve_protocol`).
         sanity_samples: Size of the prefix the sanity probes run on (0 disables them: not recommended).
         sanity_steps: PGD iterations of the sanity sweep.
         sanity_queries: Queries of the Square sanity probe (400: NoFrost's black-box budget; 100 is too few
@@ -288,7 +289,11 @@ def build_plan(
             its own run, with its own random start).
         reduced_sanity: Shrink the sanity probes for a smoke test (`reduce_sanity`), as ``--reduced`` shrinks the
             protocol.
+
+    Raises:
+        ValueError: Unknown metric, or a budget still in units of the standardized input.
     """
+    check_resolved(protocol)
     metrics = tuple(protocol.metrics if metrics is None else metrics)
     for name in metrics:
         if name not in METRICS:

@@ -17,14 +17,14 @@ label that names another budget (``pgd-t-2000`` reduced to 13 iterations) is kep
   PGD, APGD-CE, APGD-DLR, MI-FGSM, CW-L∞ (confidence 50), Square; reported per attack and as the per-sample worst
   case, plus the §4.3 robustness metrics; PGD also on its last iterate, as the paper reports it.
 * ``galloway``: Galloway et al., *Batch normalization is a cause of adversarial vulnerability* (2019), §3: additive
-  Gaussian noise of variance 1/4 on the standardized input, BIM-L∞ with ε∞=0.03 (on the [0, 1] pixel scale) and
-  BIM-L2 with ε2 = ε∞·√d, 20 iterations of step ε/20.
+  Gaussian noise of variance 1/4 on the standardized input, BIM-L∞ with ε∞=0.03 and BIM-L2 with ε2 = ε∞·√d, 20
+  iterations of step ε/20; budgets in units of the standardized input, as the noise (the paper normalizes every data
+  set to zero mean and unit variance): ε∞ = 0.03 × the model's std (1.73/255 with ImageNet's std).
 * ``galloway-mnist``: Galloway et al.'s MNIST models (§4, Tables 6, 7, 11 and 12): Gaussian noise of unit variance
   on the standardized input, drawn on the 28×28 digit, one value per pixel, upscaled by nearest neighbour to the
   input's side (footnote 5) and not clipped; BIM-L∞ with ε∞ = 0.1, 100 iterations of step 1e-3; FGSM (one step of
   ε, no random start: the optimal L∞ attack of a linear model, Table 11) at ε∞ = 0.05 and 0.1; budgets and steps in
-  units of the standardized input, as the noise (ε∞ = 0.1 is MNIST's std 0.3081 times 0.1 of the pixel range:
-  7.857/255).
+  units of the standardized input, as the noise (with MNIST's std 0.3081, ε∞ = 0.1 is 7.857/255).
 * ``corruptions``: the 15 ImageNet-C corruptions (Hendrycks & Dietterich, ICLR 2019) at severities 1-5, applied on
   the fly; reported per corruption and as the mean corruption accuracy.
 * ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``: clean accuracy on that out-of-distribution set, read from its
@@ -47,6 +47,14 @@ attacking the samples it fooled): on a robust model, where few samples are foole
 Budgets are on the 0-255 pixel scale (`timm_advnorm.attacks.space`): ε = k means k/255 on the [0, 1] scale, for L∞
 and L2 alike (an L2 budget is the Euclidean norm of the perturbation in 0-255 units, the [0, 1]-scale norm times 255;
 Galloway's ε2 = ε∞·√d is that too once `resolve_eps` applied the rule).
+
+Budgets in units of the standardized input (`AttackSpec.eps_rule` ``std`` and ``std_sqrt_dim``, Galloway et al.'s):
+a spec declares ε and its step as multiples of the model's input std, and `resolve_protocol` turns them into 0-255
+budgets from the evaluated model's own normalization, once, before anything reads them (the evaluation does it as it
+builds the protocol, before the overrides: ``--eps`` and ``--step`` stay on the 0-255 scale). The unit is one
+number, `scalar_std` × 255: the attacks take one ε for every channel, so a model whose channels have different stds
+(ImageNet's 0.229, 0.224, 0.225) gets the budget of their mean, 0.226 (ε∞ = 0.03: 1.73/255); a model whose channels
+share one std (MNIST's grey digits, 0.3081) gets exactly ε × std (ε∞ = 0.1: 7.857/255).
 """
 import math
 from dataclasses import dataclass, field, replace
@@ -55,7 +63,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 from ..attacks.bim import galloway_l2_eps
 from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
 from ..attacks.registry import attack_arguments, attack_threat, create_attack
-from ..attacks.space import InputSpace, PixelBudget, check_budget_scale
+from ..attacks.space import PIXEL_SCALE, InputSpace, PixelBudget, check_budget_scale
 from ..models.galloway_mlp import MNIST_STD
 from ..registry import Registry
 from .ood import OOD_DATASETS, get_ood_dataset
@@ -64,14 +72,21 @@ __all__ = [
     'AttackSpec', 'Protocol', 'PROTOCOLS', 'AGGREGATIONS', 'THREATS', 'get_protocol', 'list_protocols',
     'register_protocol', 'unregister_protocol',
     'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES', 'budget_label',
-    'LAST_ITERATE_ATTACKS', 'Stepping', 'stepping',
+    'LAST_ITERATE_ATTACKS', 'Stepping', 'stepping', 'resolve_protocol', 'EPS_RULES',
+    'STANDARDIZED_RULES', 'SQRT_DIM_RULES', 'check_resolved', 'scalar_std',
 ]
 
 AGGREGATIONS = ('independent', 'cascade')
 THREATS = ('white-box', 'black-box', 'noise')
 STEP_KEYS = ('steps',)
 QUERY_KEYS = ('n_queries',)
-EPS_RULES = ('fixed', 'sqrt_dim')
+EPS_RULES = ('fixed', 'sqrt_dim', 'std', 'std_sqrt_dim')
+#: Rules whose ε (and step) a spec declares in units of the standardized input (`resolve_protocol`).
+STANDARDIZED_RULES = ('std', 'std_sqrt_dim')
+#: Rules that scale ε by √d when the attack is built (`resolve_eps`).
+SQRT_DIM_RULES = ('sqrt_dim', 'std_sqrt_dim')
+#: The rule a spec keeps when an override states its ε on the 0-255 scale.
+_PIXEL_RULES = {'std': 'fixed', 'std_sqrt_dim': 'sqrt_dim'}
 
 HEADLINES = ('worst-case', 'last', 'mean', 'clean')
 #: Attacks whose last iterate a spec can score beside the best iterate (`AttackSpec.last_iterate`).
@@ -95,11 +110,14 @@ class AttackSpec:
         label: Unique name of the attack in the results (``pgd-t-2000``).
         attack: Name registered with `timm_advnorm.attacks.create_attack`.
         eps: Budget on the 0-255 scale (L2: pixel-scale norm times 255); with ``eps_rule='sqrt_dim'`` the L∞-like
-            budget that `resolve_eps` scales by √d.
+            budget that `resolve_eps` scales by √d. With a standardized rule (``std``, ``std_sqrt_dim``), in units of
+            the standardized input until `resolve_protocol` resolved it, on the 0-255 scale after.
         kwargs: Further constructor arguments of the attack (``steps``, ``step``, ``targeted``, ...).
         threat: ``white-box`` (gradient-based), ``black-box`` (queries only) or ``noise`` (no adversary); sanity
             checks compare them.
-        eps_rule: ``fixed`` or ``sqrt_dim`` (Galloway et al.: ε2 = ε∞·√d, d the input dimension).
+        eps_rule: How ε is set (`EPS_RULES`): ``fixed``; ``sqrt_dim`` (Galloway et al.: ε2 = ε∞·√d, d the input
+            dimension); ``std``: ε and ``kwargs['step']`` in units of the standardized input, resolved from the
+            evaluated model's std (`resolve_protocol`); ``std_sqrt_dim``: both, ε∞ in standardized units.
         step_rule: Optional rule recomputing ``kwargs['step']`` from ε and ``kwargs['steps']`` whenever they change
             (see `STEP_RULES`); ``None`` keeps the given step.
         success_rate: Report the targeted attack-success rate (fraction classified as the target).
@@ -107,6 +125,10 @@ class AttackSpec:
             when the budget that runs differs (``None``: the label names the budget that runs); see `run_label`.
         last_iterate: Also score the last iterate of the same run (PGD only), the papers' convention, beside the
             best iterate every evaluation attack reports.
+        eps_standardized: The ε a standardized rule declared (in units of the standardized input; ε∞ for
+            ``std_sqrt_dim``), set by `resolve_protocol` with `input_std`; None before, and for the other rules.
+        input_std: The model's input std the budget was resolved with (`scalar_std`: the std its channels share,
+            else their mean, on the [0, 1] scale); None while unresolved, and for the other rules.
     """
 
     label: str
@@ -119,6 +141,8 @@ class AttackSpec:
     success_rate: bool = False
     label_budget: Optional[int] = None
     last_iterate: bool = False
+    eps_standardized: Optional[float] = None
+    input_std: Optional[float] = None
 
     def __post_init__(self):
         if self.threat not in THREATS:
@@ -136,6 +160,19 @@ class AttackSpec:
         if self.last_iterate and self.attack not in LAST_ITERATE_ATTACKS:
             raise ValueError(f'{self.label}: only {", ".join(LAST_ITERATE_ATTACKS)} can score its last iterate, '
                              f'not {self.attack}.')
+        if (self.input_std is None) != (self.eps_standardized is None):
+            raise ValueError(f'{self.label}: a resolved budget has both eps_standardized and input_std, got '
+                             f'{self.eps_standardized} and {self.input_std}.')
+        if self.input_std is not None and self.eps_rule not in STANDARDIZED_RULES:
+            raise ValueError(f'{self.label}: input_std is for budgets in standardized units (eps_rule '
+                             f'{" or ".join(STANDARDIZED_RULES)}), not eps_rule={self.eps_rule!r}.')
+        if self.input_std is not None and not (math.isfinite(self.input_std) and self.input_std > 0):
+            raise ValueError(f'{self.label}: input_std must be a positive number, got {self.input_std}.')
+
+    @property
+    def resolved(self) -> bool:
+        """Whether its budget is on the 0-255 scale: always, but for a standardized rule before `resolve_protocol`."""
+        return self.eps_rule not in STANDARDIZED_RULES or self.input_std is not None
 
     @property
     def targeted(self) -> bool:
@@ -178,13 +215,16 @@ class AttackSpec:
         """JSON-serialisable description, as recorded in results and state files.
 
         A spec whose budget was changed also records `label_budget` and `run_label`, and one that scores its last
-        iterate `last_iterate` (only then, so that the description of an unchanged protocol, and with it the state
-        files of evaluations under way, stays the same).
+        iterate `last_iterate`, and one resolved from standardized units `eps_standardized` and `input_std` (only
+        then, so that the description of an unchanged protocol, and with it the state files of evaluations under way,
+        stays the same).
         """
         changed = {} if self.run_label == self.label else dict(label_budget=self.label_budget,
                                                                 run_label=self.run_label)
         if self.last_iterate:
             changed['last_iterate'] = True
+        if self.input_std is not None:
+            changed.update(eps_standardized=self.eps_standardized, input_std=self.input_std)
         return dict(label=self.label, attack=self.attack, eps=self.eps, eps_rule=self.eps_rule, threat=self.threat,
                     step_rule=self.step_rule, success_rate=self.success_rate, kwargs=dict(self.kwargs), **changed)
 
@@ -358,23 +398,22 @@ def _nofrost() -> Protocol:
         metrics=('margin', 'thickness', 'smoothness'))
 
 
+# Galloway et al. normalize every data set to zero mean and unit variance (§3) and state the noise, ε and the BIM
+# step on that standardized input (the MNIST noise has "the same first two moments as the clean images"): their
+# budgets are in units of the model's input std, which `resolve_protocol` reads off the evaluated model.
+
 def _galloway() -> Protocol:
-    eps_inf = 0.03 * 255.0  # ε∞ = 0.03 on the [0, 1] pixel scale
+    eps_inf = 0.03  # of the standardized input
     attacks = tuple(_with_step(spec) for spec in (
         AttackSpec('gaussian-noise', 'gaussian-noise', 0.0, dict(std=0.5), threat='noise'),
-        AttackSpec('bim-linf', 'bim-linf', eps_inf, dict(steps=20), step_rule='fraction'),
+        AttackSpec('bim-linf', 'bim-linf', eps_inf, dict(steps=20), eps_rule='std', step_rule='fraction'),
         # No step rule: it would take ε/20 of the L∞-sized ε before √d scaling; BIM-L2 steps its resolved ε/20.
-        AttackSpec('bim-l2', 'bim-l2', eps_inf, dict(steps=20), eps_rule='sqrt_dim'),
+        AttackSpec('bim-l2', 'bim-l2', eps_inf, dict(steps=20), eps_rule='std_sqrt_dim'),
     ))
     return Protocol(
-        'galloway', 'Gaussian noise (variance 1/4), BIM-Linf eps=0.03 and BIM-L2 eps=0.03*sqrt(d), 20 iterations.',
+        'galloway', 'Gaussian noise (variance 1/4), BIM-Linf eps=0.03 and BIM-L2 eps=0.03*sqrt(d), 20 iterations, '
+        "budgets in units of the standardized input (times the model's std).",
         'Galloway et al., 2019, Sec. 3', attacks, headline='bim-linf')
-
-
-#: Galloway et al. standardize MNIST to zero mean and unit variance (§3) and state the noise, ε and the BIM step on
-#: that standardized input (the noise has "the same first two moments as the clean images"): one of its units is
-#: MNIST's pixel std, 0.3081 of the [0, 1] range, or 78.57 on the 0-255 scale.
-_MNIST_UNIT_255 = MNIST_STD[0] * 255.0
 
 
 def _galloway_mnist() -> Protocol:
@@ -383,19 +422,17 @@ def _galloway_mnist() -> Protocol:
                    threat='noise'),
         # BIM as PGD from the clean input, so that it also scores its last iterate: the loss is the paper's, at the
         # attack's final point over every digit (a best iterate stops at the first fooling one, just past the boundary)
-        *(AttackSpec(label, 'pgd', eps * _MNIST_UNIT_255, dict(steps=100, step=1e-3 * _MNIST_UNIT_255,
-                                                               step_rule='fixed', random_start=False),
-                     last_iterate=True)
+        *(AttackSpec(label, 'pgd', eps, dict(steps=100, step=1e-3, step_rule='fixed', random_start=False),
+                     eps_rule='std', last_iterate=True)
           for label, eps in (('bim-linf', 0.1), ('bim-linf-0.05', 0.05))),
-        *(AttackSpec(f'fgsm-{eps:g}', 'fgsm', eps * _MNIST_UNIT_255, dict(step=eps * _MNIST_UNIT_255,
-                                                                           random_start=False),
+        *(AttackSpec(f'fgsm-{eps:g}', 'fgsm', eps, dict(step=eps, random_start=False), eps_rule='std',
                      last_iterate=True) for eps in (0.05, 0.1)),
     )
     return Protocol(
         'galloway-mnist', 'Gaussian noise (unit variance, drawn at 28 px), BIM-Linf eps=0.1 and 0.05 (100 iterations '
         'of step 1e-3 from the clean input), FGSM eps=0.05 and 0.1, every budget in units of the standardized input '
-        f'(MNIST std {MNIST_STD[0]}: eps=0.1 is {0.1 * _MNIST_UNIT_255:.4g}/255); accuracy (best and last iterate) '
-        'and mean cross-entropy loss (last iterate).',
+        f"(times the model's std; with MNIST's {MNIST_STD[0]}, eps=0.1 is {0.1 * MNIST_STD[0] * PIXEL_SCALE:.4g}/255); "
+        'accuracy (best and last iterate) and mean cross-entropy loss (last iterate).',
         'Galloway et al., 2019, Sec. 4 and App. B, Tables 6, 7, 11 and 12', attacks, headline='bim-linf', loss=True)
 
 
@@ -543,17 +580,21 @@ def override_protocol(
     them (an explicit `step` also disables the spec's step rule, otherwise the rule recomputes the step); an `eps` in
     (0, 1) warns as `protocol_from_attacks` does. Labels
     stay; a spec whose iterations change remembers its label's budget, so that `AttackSpec.run_label` names the
-    one that runs.
+    one that runs. `eps` and `step` are on the 0-255 scale: the protocol's budgets must be so too (`resolve_protocol`
+    first), and a spec whose ε was in standardized units takes the given ε as it is (``std`` becomes ``fixed``,
+    ``std_sqrt_dim`` ``sqrt_dim``).
 
     Raises:
-        ValueError: A non-finite `eps` or `step`, or an option that would change no attack of the protocol (``norm``
-            with ``xie2020``, whose PGD is configured L∞ only): ignoring it would run something else than asked.
+        ValueError: A non-finite `eps` or `step`, an option that would change no attack of the protocol (``norm``
+            with ``xie2020``, whose PGD is configured L∞ only): ignoring it would run something else than asked; or
+            a budget still in standardized units.
     """
     given = (('eps', eps, float), ('step', step, float), ('steps', steps, int), ('norm', norm, str))
     options = {option: convert(value) for option, value, convert in given if value is not None}
     for option in ('eps', 'step'):
         if option in options:
             _check_finite(option, options[option])
+    check_resolved(protocol)
     if eps is not None:
         check_budget_scale(eps)
     for option, value in options.items():
@@ -564,6 +605,8 @@ def override_protocol(
     specs = []
     for spec in protocol.attacks:
         changes = {option: value for option, value in options.items() if _takes(spec, option)}
+        if 'eps' in changes and spec.eps_rule in _PIXEL_RULES:  # the given ε is on the 0-255 scale
+            spec = replace(spec, eps_rule=_PIXEL_RULES[spec.eps_rule], eps_standardized=None, input_std=None)
         new_eps = changes.pop('eps', spec.eps)
         step_rule = None if 'step' in changes else spec.step_rule
         if 'steps' in changes:
@@ -616,9 +659,63 @@ def reduce_protocol(
     return replace(protocol, attacks=tuple(specs), reduced=True)
 
 
+def scalar_std(space: InputSpace) -> float:
+    """The std of a model's inputs as one number, on the [0, 1] scale: the one its channels share (MNIST's 0.3081,
+    exactly), else their mean (ImageNet's 0.229, 0.224, 0.225: 0.226). One unit of the standardized input is that
+    times 255 on the 0-255 scale (78.57 and 57.63): the attacks take one ε for every channel."""
+    stds = tuple(float(std) for std in space.std)
+    return stds[0] if len(set(stds)) == 1 else math.fsum(stds) / len(stds)
+
+
+def _standardized(spec: AttackSpec, std: float) -> AttackSpec:
+    """`spec`'s ε and explicit step, declared in units of the standardized input, on the 0-255 scale for a model of
+    input std `std`; a step rule then recomputes the step from the resolved ε."""
+    unit = std * PIXEL_SCALE
+    kwargs = dict(spec.kwargs)
+    if isinstance(kwargs.get('step'), (int, float)):
+        kwargs['step'] = kwargs['step'] * unit
+    return _with_step(replace(spec, eps=spec.eps * unit, kwargs=kwargs, eps_standardized=spec.eps, input_std=std))
+
+
+def resolve_protocol(protocol: Protocol, space: InputSpace) -> Protocol:
+    """`protocol` with every budget declared in units of the standardized input (``eps_rule`` ``std``,
+    ``std_sqrt_dim``) on the 0-255 scale, for a model whose inputs `space` normalizes.
+
+    The one place such budgets are resolved: ε and an explicit step are multiplied by `scalar_std` × 255 (a step
+    rule recomputes the step from the resolved ε), and the spec records the declared ε and the std
+    (`AttackSpec.eps_standardized`, `AttackSpec.input_std`); ``std_sqrt_dim`` keeps its √d for `resolve_eps`.
+    Every later reader (the attacks, the plan and its cost, the sanity probes, the results and their descriptions)
+    sees the 0-255 budgets. Specs of other rules, and ones already resolved, are kept.
+    """
+    if all(spec.resolved for spec in protocol.attacks):
+        return protocol
+    std = scalar_std(space)
+    return replace(protocol, attacks=tuple(spec if spec.resolved else _standardized(spec, std)
+                                           for spec in protocol.attacks))
+
+
+def _unresolved_error(where: str, labels: Sequence[str]) -> ValueError:
+    return ValueError(f'{where}: {", ".join(labels)} state{"s" if len(labels) == 1 else ""} a budget in units of the '
+                      "standardized input, not resolved from the model's input std (resolve_protocol).")
+
+
+def check_resolved(protocol: Protocol) -> None:
+    """Refuse a protocol with a budget still in units of the standardized input (see `resolve_protocol`): read as a
+    0-255 budget, ε = 0.03 would be next to no attack."""
+    pending = [spec.label for spec in protocol.attacks if not spec.resolved]
+    if pending:
+        raise _unresolved_error(f'Protocol {protocol.name!r}', pending)
+
+
 def resolve_eps(spec: AttackSpec, input_size: Sequence[int]) -> float:
-    """The budget an attack is built with: `spec.eps`, times √d for ``eps_rule='sqrt_dim'`` (d = C·H·W)."""
-    if spec.eps_rule == 'sqrt_dim':
+    """The budget an attack is built with: `spec.eps`, times √d for the ``sqrt_dim`` rules (d = C·H·W).
+
+    Raises:
+        ValueError: The spec's budget is still in units of the standardized input (`resolve_protocol`).
+    """
+    if not spec.resolved:
+        raise _unresolved_error('Attack', [spec.label])
+    if spec.eps_rule in SQRT_DIM_RULES:
         return galloway_l2_eps(spec.eps, input_size)
     return spec.eps
 

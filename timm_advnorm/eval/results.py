@@ -9,7 +9,9 @@ is refused (`check_writable`, `check_folder_writable` create no folder).
 The CSV says what ran (`CSV_FIELDS`): ``attack`` is the name of the budget that ran (``pgd-t-13``), next to the
 protocol's name for it (``protocol_attack``: ``pgd-t-2000``); iterations and queries have their own columns;
 ``eps_255`` is the budget as a norm (``norm``) of the perturbation in 0-255 pixel units, k meaning k/255 on the
-[0, 1] scale, for L2 too, and ``eps_rule`` says how it was set (``sqrt_dim``: Galloway's ε∞·√d, already applied);
+[0, 1] scale, for L2 too, and ``eps_rule`` says how it was set (``sqrt_dim``: Galloway's ε∞·√d, already applied;
+``std``, ``std_sqrt_dim``: declared in units of the standardized input and resolved from the model's std, both of
+which ``description`` names: ``ε = 0.03 of the standardized input (the model's std 0.226)``);
 ``step_255`` is the size of every step on the same scale and ``step_rule`` how the attack steps (``sign step,
 max(1/255, ε/N)``; empty in rows of results written before steps were recorded), ``iterate`` which iterate
 ``accuracy`` is on (``best``, ``last``), ``reduced`` whether the protocol's budgets were reduced for a smoke test, and

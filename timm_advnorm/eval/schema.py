@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from .describe import describe_attack
+from .describe import describe_attack, eps_rule_note, standardized_phrase
 
 __all__ = ['EvalResults', 'VariantResult', 'AttackResult', 'ProtocolInfo', 'SanityResult', 'SanityCheck',
            'SanityProbe', 'EpsPoint', 'OODAccuracy', 'AmpCheck', 'AmpComparison', 'BNStats', 'read_results',
@@ -230,8 +230,10 @@ class ProtocolInfo(_Record):
 class AttackResult(_Record):
     """Accuracy under one attack (or noise, or a corruption) of one variant, named and sized by what ran.
 
-    An attack has a norm and ε (`eps_scale` ``0-255``, `eps_rule` ``fixed`` or ``sqrt_dim``), its step (`step`,
-    `step_rule`) and the iterate it is scored on (`iterate`); noise has instead a `noise` model: ``gaussian`` with
+    An attack has a norm and ε (`eps_scale` ``0-255``, `eps_rule` ``fixed``, ``sqrt_dim``, or ``std`` and
+    ``std_sqrt_dim`` with the ε declared in units of the standardized input, `eps_standardized`, and the model's input
+    std it was resolved with, `input_std`), its step (`step`, `step_rule`) and the iterate it is scored on
+    (`iterate`); noise has instead a `noise` model: ``gaussian`` with
     `sigma` on `sigma_scale` and `clipped`, or ``imagenet-c`` with `corruption` and `severity`. Size fields that do not
     apply are None and not written. `describe` names the attack in one line, for every output.
 
@@ -271,6 +273,8 @@ class AttackResult(_Record):
     eps: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     eps_scale: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
     eps_rule: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
+    eps_standardized: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
+    input_std: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     step: Optional[float] = field(default=None, metadata=_UNLESS_NONE)
     step_rule: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
     iterate: Optional[str] = field(default=None, metadata=_UNLESS_NONE)
@@ -317,7 +321,9 @@ class AttackResult(_Record):
         return describe_attack(
             attack=self.attack, label=self.label, norm=self.norm, eps=self.eps, step=self.step,
             step_rule=self.step_rule, iterations=self.steps, queries=self.queries, targeted=targeted,
-            iterate=self.iterate, reduced=reduced, eps_note='ε∞·√d' if self.eps_rule == 'sqrt_dim' else None,
+            iterate=self.iterate, reduced=reduced,
+            eps_note=eps_rule_note(self.eps_rule),
+            standardized=standardized_phrase(self.eps_rule, self.eps_standardized, self.input_std),
             random_start=False if self.kwargs.get('random_start') is False else None)
 
     @classmethod
@@ -327,7 +333,9 @@ class AttackResult(_Record):
         label = _name(data, 'label', f'an attack{where}')
         return cls(label=label, protocol_label=_text(data, 'protocol_label'), attack=_text(data, 'attack'),
                    threat=_text(data, 'threat'), norm=_text(data, 'norm'), eps=_real(data, 'eps'),
-                   eps_scale=_text(data, 'eps_scale'), eps_rule=_text(data, 'eps_rule'), step=_real(data, 'step'),
+                   eps_scale=_text(data, 'eps_scale'), eps_rule=_text(data, 'eps_rule'),
+                   eps_standardized=_real(data, 'eps_standardized'), input_std=_real(data, 'input_std'),
+                   step=_real(data, 'step'),
                    step_rule=_text(data, 'step_rule'), iterate=_text(data, 'iterate'), noise=_text(data, 'noise'),
                    sigma=_real(data, 'sigma'), sigma_scale=_text(data, 'sigma_scale'), clipped=_flag(data, 'clipped'),
                    corruption=_text(data, 'corruption'), severity=_integer(data, 'severity'),

@@ -1,0 +1,122 @@
+"""Budgets in units of the standardized input (Galloway et al.'s): resolved once from the evaluated model's std, and
+named with the 0-255 ε they gave wherever a result says what ran."""
+import math
+
+import pytest
+import timm
+
+import timm_advnorm  # noqa: F401  (registers the models)
+from timm_advnorm.attacks import InputSpace
+from timm_advnorm.commands import validate as validate_adv
+from timm_advnorm.commands.validate import eval_options
+from timm_advnorm.eval.build import build_protocol
+from timm_advnorm.eval.plan import build_plan
+from timm_advnorm.eval.protocols import (
+    PROTOCOLS, STANDARDIZED_RULES, get_protocol, override_protocol, resolve_eps, resolve_protocol, scalar_std,
+    stepping)
+from timm_advnorm.eval.schema import AttackResult
+from timm_advnorm.eval.stages import EvalContext, build_attack
+from timm_advnorm.models.galloway_mlp import MNIST_MEAN, MNIST_STD
+
+INPUT_SIZE = (3, 32, 32)
+
+
+def _space(std: float) -> InputSpace:
+    return InputSpace(mean=(0.5,) * 3, std=(std,) * 3)
+
+
+def _galloway(space: InputSpace):
+    """The ``galloway`` protocol's attacks by label, resolved for a model normalized by `space`."""
+    return {spec.label: spec for spec in resolve_protocol(get_protocol('galloway'), space).attacks}
+
+
+@pytest.mark.parametrize('std', [0.2, 0.5])
+def test_galloway_budgets_are_003_times_the_models_std(std):
+    specs = _galloway(_space(std))
+    bim_linf, bim_l2 = specs['bim-linf'], specs['bim-l2']
+    eps = 0.03 * std * 255
+    assert resolve_eps(bim_linf, INPUT_SIZE) == pytest.approx(eps)
+    assert bim_linf.kwargs['step'] == pytest.approx(eps / 20)  # ε/N of the resolved ε
+    assert resolve_eps(bim_l2, INPUT_SIZE) == pytest.approx(eps * math.sqrt(3 * 32 * 32))  # ε2 = ε∞·√d
+    assert stepping(bim_l2, INPUT_SIZE).step == pytest.approx(eps * math.sqrt(3 * 32 * 32) / 20)
+    for spec in (bim_linf, bim_l2):
+        assert (spec.eps_standardized, spec.input_std) == (0.03, std)
+    assert specs['gaussian-noise'] == get_protocol('galloway').attacks[0]  # noise is on the normalized input already
+
+
+def test_channels_of_different_stds_take_their_mean_and_a_shared_std_is_exact():
+    assert scalar_std(InputSpace()) == pytest.approx(0.226)  # ImageNet's 0.229, 0.224, 0.225
+    assert _galloway(InputSpace())['bim-linf'].eps == pytest.approx(0.03 * 0.226 * 255)  # 1.73/255
+    assert scalar_std(InputSpace(MNIST_MEAN, MNIST_STD)) == 0.3081
+
+
+def test_galloway_mnist_on_an_mnist_model_runs_the_papers_budgets():
+    """ε = 0.1 and 0.05, step 1e-3, FGSM ε = 0.05 and 0.1 of the standardized digit: the numbers the protocol had
+    when MNIST's std was written into it, exactly."""
+    space = InputSpace.from_model(timm.create_model('galloway_mlp'))
+    unit = 0.3081 * 255.0
+    protocol = resolve_protocol(get_protocol('galloway-mnist'), space)
+    specs = {spec.label: spec for spec in protocol.attacks}
+    assert [(specs[label].eps, specs[label].kwargs['step']) for label in ('bim-linf', 'bim-linf-0.05')] == [
+        (0.1 * unit, 1e-3 * unit), (0.05 * unit, 1e-3 * unit)]
+    assert [(specs[label].eps, specs[label].kwargs['step']) for label in ('fgsm-0.05', 'fgsm-0.1')] == [
+        (0.05 * unit, 0.05 * unit), (0.1 * unit, 0.1 * unit)]
+    assert all(specs[label].input_std == 0.3081 for label in specs if label != 'gaussian-noise')
+    plan = build_plan(protocol, sanity_samples=8, sanity_steps=10)
+    assert plan.sanity.eps == 0.1 * unit  # the sanity sweep centers on the resolved budget, as before
+    ctx = EvalContext(space, (3, 28, 28))
+    assert build_attack(specs['bim-linf'], ctx, seed=0).eps == 0.1 * unit
+
+
+@pytest.mark.parametrize('name', sorted(PROTOCOLS))
+def test_a_protocol_without_standardized_budgets_is_unchanged(name):
+    protocol = get_protocol(name)
+    if any(spec.eps_rule in STANDARDIZED_RULES for spec in protocol.attacks):
+        assert name in ('galloway', 'galloway-mnist')
+        return
+    assert resolve_protocol(protocol, _space(0.3)) is protocol
+    assert all('input_std' not in spec for spec in protocol.to_dict()['attacks'])
+
+
+def test_an_unresolved_budget_is_refused_where_it_would_be_read():
+    """Read on the 0-255 scale, ε = 0.03 of the standardized input would be next to no attack."""
+    galloway = get_protocol('galloway')
+    message = "bim-linf, bim-l2 state a budget in units of the standardized input, not resolved from the model's"
+    with pytest.raises(ValueError, match=f"^Protocol 'galloway': {message}"):
+        build_plan(galloway, sanity_samples=0)
+    with pytest.raises(ValueError, match="^Protocol 'galloway-mnist': bim-linf, "):
+        override_protocol(get_protocol('galloway-mnist'), eps=8.0)
+    with pytest.raises(ValueError, match='^Attack: bim-linf states a budget in units of the standardized input'):
+        build_attack(galloway.attacks[1], EvalContext(InputSpace(), INPUT_SIZE), seed=0)
+
+
+def _cli_protocol(space, *argv):
+    """The protocol `validate_adv.py` builds from these attack options, for a model normalized by `space`."""
+    args = validate_adv.parse_args(['--model', 'test_mbn_resnet', '--dataset', 'digits', *argv])
+    return build_protocol(eval_options(args).attacks, space)
+
+
+def test_the_command_resolves_before_its_overrides_which_stay_on_the_0_255_scale():
+    mnist = InputSpace(MNIST_MEAN, MNIST_STD)
+    assert _cli_protocol(mnist, '--protocol', 'galloway').attacks[1].eps == pytest.approx(0.03 * 0.3081 * 255)
+    bim = _cli_protocol(mnist, '--protocol', 'galloway-mnist', '--eps', '8').attacks[1]
+    assert (bim.eps, bim.eps_rule, bim.input_std) == (8.0, 'fixed', None)
+    assert bim.kwargs['step'] == pytest.approx(1e-3 * 0.3081 * 255)  # the paper's step, resolved: not overridden
+    step = _cli_protocol(mnist, '--protocol', 'galloway-mnist', '--step', '0.5').attacks[1]
+    assert (step.eps, step.eps_rule, step.kwargs['step']) == (pytest.approx(0.1 * 0.3081 * 255), 'std', 0.5)
+
+
+def test_results_name_the_rule_the_std_and_the_0_255_budget():
+    entry = dict(label='bim-linf', attack='pgd', threat='white-box', norm='linf', eps=7.85655, eps_scale='0-255',
+                 eps_rule='std', eps_standardized=0.1, input_std=0.3081, step=0.0785655, step_rule='sign step',
+                 iterate='best', steps=100, queries=None, targeted=False, kwargs=dict(random_start=False),
+                 samples=4, attacked=4, accuracy=50.0)
+    result = AttackResult.from_dict(entry)
+    assert result.to_dict() == dict(entry, protocol_label=None)
+    assert result.describe() == ("PGD-100 L∞, ε = 7.857/255, α = 0.07857/255 (sign step), ε = 0.1 of the standardized "
+                                 "input (the model's std 0.3081), from the clean input, untargeted, best iterate")
+    l2 = AttackResult.from_dict(dict(entry, attack='bim-l2', norm='l2', eps_rule='std_sqrt_dim', eps=95.83))
+    assert "ε = 95.83/255 (ε∞·√d), α = 0.07857/255 (sign step), ε∞ = 0.1 of the standardized input (the model's std " \
+           "0.3081), " in l2.describe()
+    unrecorded = {key: value for key, value in entry.items() if key not in ('eps_standardized', 'input_std')}
+    assert '(sign step), ε in units of the standardized input, ' in AttackResult.from_dict(unrecorded).describe()
