@@ -49,7 +49,9 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                         help='digits: the built-in data and the tiny fair model family, on CPU in minutes; '
                              'mnist: the built-in mnist5k (real MNIST digits), the tiny family at 28 px (3-9 epochs, '
                              '13-15 min on a 2-core CPU) or, for galloway-mnist, Galloway et al.\'s MNIST models at '
-                             '28-84 px (50 epochs, 40-50 min); '
+                             '28-112 px (50 epochs, about an hour); '
+                             'paper: a paper\'s own data, models and training length on a CPU (galloway-mnist: full '
+                             'MNIST, five seeds; see --dry-run); '
                              'imagenet: the papers\' recipes and models (--data-dir).')
     DATA_DIR.add(parser, help='ImageNet root (train/, val/).')
     parser.add_argument('--output', default='output/studies', metavar='DIR',

@@ -3,7 +3,7 @@
 A study file (``timm_advnorm/studies/<name>.yaml``, or any path) holds:
 
 * ``title``, ``paper``: what it reproduces and from where.
-* ``scales``: per scale (``digits``, ``mnist``, ``imagenet``) the base of every cell: a packaged training ``recipe`` (``-c``),
+* ``scales``: per scale (``digits``, ``mnist``, ``paper``: a seed paper's own data and length on a CPU, ``imagenet``) the base of every cell: a packaged training ``recipe`` (``-c``),
   further ``train`` options, the ``validate`` options of the evaluation, the ``seeds`` each cell is trained with,
   and ``values``: what an axis value means at this scale when it is more than one option
   (``family: {bn: {model: tiny_bn_resnet}}``). Option names are the commands' long options with underscores.
@@ -37,7 +37,7 @@ __all__ = [
     'MEASURES', 'SCALES', 'Expected', 'Finding', 'GridBlock', 'PlotSpec', 'RatioTable', 'ScaleSpec', 'StudySpec', 'list_studies',
     'load_study', 'check_metric']
 
-SCALES = ('digits', 'mnist', 'imagenet')
+SCALES = ('digits', 'mnist', 'paper', 'imagenet')
 PLOT_KINDS = ('line', 'tradeoff', 'bar')
 _FOLDER = Path(__file__).resolve().parent.parent / 'studies'
 _SUFFIX = '.yaml'
