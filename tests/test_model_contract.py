@@ -1,18 +1,25 @@
 """timm's model contract, checked on every model that ``import timm_advnorm`` registers.
 
-The model modules are discovered, not listed, so a new family is checked the day it is added. Numerical checks run
-on each family's small variants (``test_*``, ``tiny_*``) at their own input size, as timm's model tests do; every
-registered model, the 338/518/638-layer ones included, is built and checked on the meta device.
+The model modules are discovered, not listed, so a new family is checked the day it is added. Every registered
+model, the 338/518/638-layer ones included, is built on the meta device in float64 (cfg fields, classifier reset on
+the model's device and dtype, as timm's ``test_model_default_cfgs`` checks); the numerical checks run on the small
+models (`registered_models.SMALL_MODEL_MAX_PARAMS`: every family's ``test_*``/``tiny_*`` variant and Galloway et
+al.'s MNIST models) at their own input size, one model built per check.
 """
+import copy
+import math
+
 import pytest
 import torch
 import torch.nn as nn
 import timm
 from timm.layers import set_layer_config
 from timm.models import create_feature_extractor, get_graph_node_names
-from registered_models import ALL_MODELS, FEATURE_LEVELS, MODEL_MODULES, SMALL_MODELS
+from registered_models import (
+    ALL_MODELS, FEATURE_LEVELS, MODEL_MODULES, NO_FEATURE_EXTRACTOR, SMALL_MODEL_MAX_PARAMS, SMALL_MODELS)
 
 BATCH = 2
+CFG_FIELDS = ('input_size', 'pool_size', 'crop_pct', 'interpolation', 'mean', 'std', 'first_conv', 'classifier')
 
 
 @pytest.fixture(autouse=True)
@@ -22,6 +29,15 @@ def _seed():
 
 def _input(model: nn.Module, in_chans: int = 3, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(BATCH, in_chans, *model.pretrained_cfg['input_size'][1:], dtype=dtype)
+
+
+def _levels(name: str) -> int:
+    return FEATURE_LEVELS.get(name, 5)  # a CNN's stem and four stages
+
+
+def _first_block(model: nn.Module):
+    """The first block or stage grad checkpointing recomputes; None for the linear model, which has none."""
+    return next((m for n, m in model.named_modules() if n in ('layer1.0', 'stages.0')), None)
 
 
 def test_every_model_module_registers_models_and_is_checked():
@@ -35,15 +51,24 @@ def test_every_model_module_registers_models_and_is_checked():
 
 
 @pytest.mark.parametrize('name', ALL_MODELS)
-def test_meta_create_with_cfg_fields(name):
-    model = timm.create_model(name, device='meta')
-    assert all(t.is_meta for t in model.state_dict().values())
-    cfg = model.pretrained_cfg
-    for field in ('input_size', 'pool_size', 'crop_pct', 'interpolation', 'mean', 'std', 'first_conv', 'classifier'):
-        assert cfg.get(field) is not None, field
+def test_meta_create_cfg_fields_and_classifier_reset(name):
+    """timm's default-cfg checks, and a classifier removed then re-added keeps the model's device and dtype."""
+    model = timm.create_model(name, device='meta', dtype=torch.float64)
     state_dict = model.state_dict()
+    assert all(t.is_meta and t.dtype in (torch.float64, torch.int64) for t in state_dict.values())
+    assert (sum(p.numel() for p in model.parameters()) < SMALL_MODEL_MAX_PARAMS) == (name in SMALL_MODELS)
+    cfg = model.pretrained_cfg
+    for field in CFG_FIELDS:
+        assert cfg.get(field) is not None, field
     assert f'{cfg["first_conv"]}.weight' in state_dict and f'{cfg["classifier"]}.weight' in state_dict
     assert model.in_chans == 3 and model.num_classes == 1000
+    assert model.num_features > 0 and model.head_hidden_size > 0
+    model.reset_classifier(0)
+    assert model.num_classes == 0 and isinstance(model.get_classifier(), nn.Identity)
+    model.reset_classifier(7)
+    classifier = model.get_classifier()
+    assert model.num_classes == 7 and classifier.weight.shape == (7, model.head_hidden_size)
+    assert classifier.weight.is_meta and classifier.weight.dtype == torch.float64
 
 
 @pytest.mark.parametrize('name', ALL_MODELS)
@@ -67,19 +92,28 @@ def test_creation_arguments(name):
 
 
 @pytest.mark.parametrize('name', SMALL_MODELS)
-def test_reset_classifier_keeps_pooling_device_and_dtype(name):
-    model = timm.create_model(name, global_pool='max', dtype=torch.float64).eval()
-    model.reset_classifier(7)
-    assert model.num_classes == 7
-    assert model.get_classifier().weight.dtype == torch.float64
-    x = _input(model, dtype=torch.float64)
+def test_features_head_and_classifier_reset(name):
+    """timm's `test_model_default_cfgs` on real tensors: features at the cfg's pool size, ``pre_logits`` of
+    ``head_hidden_size``, the same values with the classifier removed, the unpooled features with the pooling removed
+    too (by `reset_classifier` or at creation); a new classifier keeps the pooling it is given."""
+    model = timm.create_model(name).eval()
+    x = _input(model)
     with torch.no_grad():
         features = model.forward_features(x)
+        pre_logits = model.forward_head(features, pre_logits=True)
+        assert features.shape == (BATCH, model.num_features, *model.pretrained_cfg['pool_size'])
+        assert pre_logits.shape == (BATCH, model.head_hidden_size)
+        assert model(x).shape == (BATCH, model.pretrained_cfg['num_classes'])
+        model.reset_classifier(0)
+        assert model.num_classes == 0
+        torch.testing.assert_close(model(x), pre_logits)
+        model.reset_classifier(0, '')
+        torch.testing.assert_close(model(x), features)
+        model.reset_classifier(7, 'max')
         torch.testing.assert_close(model.forward_head(features, pre_logits=True), features.amax(dim=(2, 3)))
         assert model(x).shape == (BATCH, 7)
-    meta = timm.create_model(name, device='meta')
-    meta.reset_classifier(5)
-    assert meta.get_classifier().weight.is_meta
+        headless = timm.create_model(name, num_classes=0, global_pool='').eval()
+        assert headless(x).shape == features.shape
 
 
 @pytest.mark.parametrize('name', SMALL_MODELS)
@@ -113,47 +147,78 @@ def test_fx_forward_and_backward(name):
 
 
 @pytest.mark.parametrize('name', SMALL_MODELS)
-def test_features_only_matches_feature_info(name):
+def test_features_only_with_grad_checkpointing(name):
+    """The extractor returns `forward_intermediates`' levels as `feature_info` describes them (at least timm's
+    three); checkpointed, its backward reaches the input. A model with no feature maps refuses, as timm's do."""
+    if name in NO_FEATURE_EXTRACTOR:
+        with pytest.raises(RuntimeError, match='features_only not implemented'):
+            timm.create_model(name, features_only=True)
+        return
+    torch.manual_seed(0)  # the extractor gets the same weights as `model`: it wraps the same network
     model = timm.create_model(name).eval()
+    torch.manual_seed(0)
     extractor = timm.create_model(name, features_only=True).eval()
-    x = _input(model)
+    extractor.set_grad_checkpointing(True)
+    x = _input(model).requires_grad_()
+    outputs = extractor(x)
+    assert len(outputs) == len(extractor.feature_info) == _levels(name) >= 3
     with torch.no_grad():
-        outputs = extractor(x)
-    assert len(outputs) == len(model.feature_info)
-    assert len(outputs) == FEATURE_LEVELS[name] if name in FEATURE_LEVELS else len(outputs) >= 4
-    for out, channels, reduction in zip(outputs, extractor.feature_info.channels(), extractor.feature_info.reduction()):
-        assert out.shape[1] == channels and out.shape[-1] == x.shape[-1] // reduction
+        expected = model.forward_intermediates(x, indices=extractor.feature_info.out_indices, intermediates_only=True)
+    side = x.shape[-1]
+    for out, want, channels, reduction in zip(
+            outputs, expected, extractor.feature_info.channels(), extractor.feature_info.reduction()):
+        assert out.shape[1] == channels and out.shape[-1] <= math.ceil(side / reduction) + 1
+        torch.testing.assert_close(out, want)
+    sum(out.mean() for out in outputs).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize('name', SMALL_MODELS)
 def test_forward_intermediates_and_pruning(name):
-    if FEATURE_LEVELS.get(name, 4) < 2:
-        pytest.skip('one feature level: nothing to select or prune')
+    """timm's `test_model_forward_intermediates`, then each level pruned to: the kept level is unchanged, the
+    features end there (`forward_features`, `num_features`, ``pre_logits``) and the classifier is gone."""
     model = timm.create_model(name).eval()
     x = _input(model)
     with torch.no_grad():
         final, intermediates = model.forward_intermediates(x)
         torch.testing.assert_close(final, model.forward_features(x))
-        assert [t.shape[1] for t in intermediates] == [info['num_chs'] for info in model.feature_info]
-        last_two = model.forward_intermediates(x, indices=2, intermediates_only=True)
-        assert [t.shape for t in last_two] == [t.shape for t in intermediates[-2:]]
-        kept = model.prune_intermediate_layers(indices=[1], prune_head=True)
-        assert list(kept) == [1]
-        pruned = model.forward_intermediates(x, indices=[1], intermediates_only=True)
-        torch.testing.assert_close(pruned[0], intermediates[1])
-        assert model.num_classes == 0
+        assert len(intermediates) == len(model.feature_info) == _levels(name)
+        for out, info in zip(intermediates, model.feature_info):
+            assert out.shape[1] == info['num_chs'] and out.shape[-1] <= math.ceil(x.shape[-1] / info['reduction']) + 1
+        last_n = min(2, len(intermediates))
+        last_two = model.forward_intermediates(x, indices=last_n, intermediates_only=True)
+        assert [t.shape for t in last_two] == [t.shape for t in intermediates[-last_n:]]
+        logits = model(x)
+        for level in range(len(intermediates)):
+            pruned = copy.deepcopy(model)
+            assert pruned.prune_intermediate_layers(indices=[level], prune_head=True) == [level]
+            kept = pruned.forward_intermediates(x, indices=[level], stop_early=True, intermediates_only=True)
+            torch.testing.assert_close(kept[0], intermediates[level])
+            features = pruned.forward_features(x)
+            torch.testing.assert_close(pruned.forward_intermediates(x)[0], features)
+            if level < len(intermediates) - 1:
+                torch.testing.assert_close(features, intermediates[level])
+            assert pruned.num_classes == 0 and pruned.num_features == features.shape[1]
+            assert pruned.forward_head(features, pre_logits=True).shape[1] == pruned.head_hidden_size
+            torch.testing.assert_close(pruned(x), features)
+        last = len(intermediates) - 1
+        assert model.prune_intermediate_layers(indices=[last], prune_head=False) == [last]
+        torch.testing.assert_close(model(x), logits)
+        model.set_grad_checkpointing(True)
+        torch.testing.assert_close(model.forward_intermediates(x)[0], final)
 
 
 @pytest.mark.parametrize('name', SMALL_MODELS)
 def test_grad_checkpointing_recomputes_and_keeps_the_result(name):
-    """`set_grad_checkpointing` really checkpoints: a block runs again in the backward pass, with equal gradients."""
+    """`set_grad_checkpointing` really checkpoints: a block runs again in the backward pass, with equal gradients
+    (the linear model has no block: checkpointing changes nothing)."""
     model = timm.create_model(name, num_classes=10).eval()  # eval: running statistics, no double counting
     x = _input(model)
-    if FEATURE_LEVELS.get(name, 4) < 2:
-        pytest.skip('one affine layer: no block to recompute')
-    block = next(m for n, m in model.named_modules() if n in ('layer1.0', 'stages.0'))  # the first block or stage
+    block = _first_block(model)
+    assert (block is None) == (_levels(name) == 1)
     calls = []
-    block.register_forward_pre_hook(lambda *_: calls.append(1))  # a recomputation may stop before its end
+    if block is not None:
+        block.register_forward_pre_hook(lambda *_: calls.append(1))  # a recomputation may stop before its end
 
     def gradients():
         model.zero_grad(set_to_none=True)
@@ -164,6 +229,7 @@ def test_grad_checkpointing_recomputes_and_keeps_the_result(name):
     plain_calls, plain = gradients()
     model.set_grad_checkpointing(True)
     checked_calls, checked = gradients()
-    assert (plain_calls, checked_calls) == (1, 2)
+    assert (plain_calls, checked_calls) == ((1, 2) if block is not None else (0, 0))
+    assert len(plain) == len(checked) > 0
     for a, b in zip(plain, checked):
         torch.testing.assert_close(a, b)

@@ -12,14 +12,15 @@ MNIST is grey, timm's folder loaders read RGB (R = G = B): the stem averages the
 channel and flattens it, so the first layer sees d = H·W inputs, as in the paper, and an L∞ attack or noise on the
 RGB tensor acts on the grey image the model sees. Features between the layers are ``(B, C, 1, 1)`` maps (the
 flattened image as a 1×1 map), so the model keeps timm's NCHW feature contract (pooling, ``features_only``,
-intermediates).
-The input side is fixed by the first layer: ``img_size`` (28, 56, 84: the paper's √d) builds it.
+intermediates); the linear model, whose one level is the flattened input, refuses ``features_only``.
+The input side is fixed by the first layer: ``img_size`` (28, 56, 84: the paper's √d) builds it, and the cfg says
+so (``fixed_input_size``; timm then passes the cfg's ``(H, W)`` as ``img_size``).
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import ClassifierHead, register_notrace_module
+from timm.layers import ClassifierHead, register_notrace_module, to_2tuple
 from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices  # what timm's own models use; not re-exported
 
@@ -50,6 +51,14 @@ class GreyFlatten(nn.Module):
         return x.mean(dim=1).flatten(1)[:, :, None, None]
 
 
+def _square_side(img_size: Union[int, Sequence[int]]) -> int:
+    """The side of a square input given as an int or ``(H, W)``."""
+    height, width = to_2tuple(img_size)
+    if height != width:
+        raise ValueError(f'img_size must be square (the paper\'s d = side²), got {tuple(img_size)}.')
+    return int(height)
+
+
 class DenseBlock(nn.Module):
     """A fully connected ReLU layer on a 1×1 map: ``act(norm(fc(x)))``, the norm optional (batch norm or none).
 
@@ -74,7 +83,7 @@ class GallowayMLP(nn.Module):
     Args:
         hidden: Widths of the hidden layers (empty: the linear model).
         bn_layers: Indices of the hidden layers with batch norm.
-        img_size: Side of the square input images.
+        img_size: Side of the square input images, or their ``(H, W)`` (timm's form for fixed-size models).
         num_classes: Classifier outputs (0: no classifier, the last hidden layer's features).
         in_chans: Input channels (averaged into one grey channel).
         global_pool: timm's pooling type of the head (the features are a 1×1 map: every type is the identity).
@@ -83,12 +92,14 @@ class GallowayMLP(nn.Module):
         dtype: Floating-point type of the parameters and buffers.
     """
 
-    def __init__(self, hidden: Sequence[int] = _HIDDEN, bn_layers: Sequence[int] = (), img_size: int = 28,
+    def __init__(self, hidden: Sequence[int] = _HIDDEN, bn_layers: Sequence[int] = (),
+                 img_size: Union[int, Tuple[int, int]] = 28,
                  num_classes: int = 1000, in_chans: int = 3, global_pool: str = 'avg', drop_rate: float = 0.0,
                  device=None, dtype=None):
         super().__init__()
         if any(not 0 <= i < len(hidden) for i in bn_layers):
             raise ValueError(f'bn_layers {tuple(bn_layers)} must index the {len(hidden)} hidden layers.')
+        img_size = _square_side(img_size)
         dd = dict(device=device, dtype=dtype)
         self.num_classes = num_classes
         self.in_chans = in_chans
@@ -104,8 +115,12 @@ class GallowayMLP(nn.Module):
             self.feature_info.append(dict(num_chs=out_features, reduction=img_size, module=f'stages.{i}'))
             width = out_features
         self.stages = nn.Sequential(*blocks)
-        self.num_features = self.head_hidden_size = width
+        self.num_features = width
         self.head = ClassifierHead(width, num_classes, pool_type=global_pool, drop_rate=drop_rate, **dd)
+        self.head_hidden_size = self.head.num_features
+        # Where a new classifier's device and dtype come from (timm reads a parameter's, but the linear model has
+        # none left after ``reset_classifier(0)``): empty, not saved, moved and cast with the model.
+        self.register_buffer('factory_anchor', torch.empty(0, **dd), persistent=False)
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -119,7 +134,9 @@ class GallowayMLP(nn.Module):
         """A new classifier for `num_classes` (0: none), on the model's device and dtype; the current pooling unless
         `global_pool` is given."""
         self.num_classes = num_classes
-        self.head.reset(num_classes, pool_type=global_pool)
+        dd = dict(device=self.factory_anchor.device, dtype=self.factory_anchor.dtype)
+        self.head.reset(num_classes, pool_type=global_pool, **dd)
+        self.head_hidden_size = self.head.num_features
 
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -193,7 +210,10 @@ class GallowayMLP(nn.Module):
 
 
 def _create_galloway(variant: str, pretrained: bool = False, **kwargs: Any) -> GallowayMLP:
-    img_size = kwargs.get('img_size', 28)
+    if kwargs.get('features_only') and not kwargs['hidden']:
+        # as timm's models without feature maps refuse it: the one level would be the flattened input itself
+        raise RuntimeError(f'features_only not implemented for {variant}: a linear model has no hidden features.')
+    img_size = _square_side(kwargs.get('img_size', 28))
     levels = len(kwargs['hidden']) + 1  # the flattened input and each hidden layer (timm's default takes five)
     model = build_model_with_cfg(GallowayMLP, variant, pretrained,
                                  feature_cfg=dict(flatten_sequential=True, out_indices=tuple(range(levels))), **kwargs)
@@ -202,9 +222,11 @@ def _create_galloway(variant: str, pretrained: bool = False, **kwargs: Any) -> G
 
 
 def _cfg(**kwargs: Any) -> Dict[str, Any]:
-    """28×28 MNIST input, already at its size (nearest, no crop); MNIST's mean and std; no released weights."""
+    """28×28 MNIST input, already at its size (nearest, no crop; fixed: the first layer's width depends on it);
+    MNIST's mean and std; no released weights."""
     return {
-        'url': '', 'num_classes': 1000, 'input_size': (3, 28, 28), 'pool_size': (1, 1), 'crop_pct': 1.0,
+        'url': '', 'num_classes': 1000, 'input_size': (3, 28, 28), 'fixed_input_size': True, 'pool_size': (1, 1),
+        'crop_pct': 1.0,
         'interpolation': 'nearest', 'mean': MNIST_MEAN, 'std': MNIST_STD, 'first_conv': 'stages.0.fc',
         'classifier': 'head.fc', 'license': 'apache-2.0', 'paper_name': GALLOWAY_2019, **kwargs,
     }

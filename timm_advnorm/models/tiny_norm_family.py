@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import ClassifierHead, GroupNorm, ScaledStdConv2d
+from timm.layers import ClassifierHead, GroupNorm, ScaledStdConv2d, get_device_dtype
 from timm.models import build_model_with_cfg, checkpoint_seq, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices  # what timm's own models use; not re-exported
 
@@ -35,7 +35,7 @@ from ..layers.routing import check_inference_branch, set_inference_branch
 from ._cfg import XIE_YUILLE_2020, resnet_cfg
 from .norm_resnet import AffineInstanceNorm2d
 
-__all__ = ['NORM_LAYERS', 'NormBlock', 'NormFreeBlock', 'TinyNormResNet']
+__all__ = ['NORM_LAYERS', 'NormBlock', 'NormFreeBlock', 'ScaledReLU', 'TinyNormResNet']
 
 #: The normalizations of the family by name; ``None`` is the normalizer-free member.
 NORM_LAYERS: Dict[str, Optional[Callable[..., nn.Module]]] = {
@@ -59,6 +59,13 @@ def _scaled_relu(x: torch.Tensor) -> torch.Tensor:
     literal, since TorchScript does not read module-level constants.
     """
     return F.relu(x) * 1.7139588594436646
+
+
+class ScaledReLU(nn.Module):
+    """`_scaled_relu` as a layer: the normalizer-free member's final activation, which pruning can remove."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _scaled_relu(x)
 
 
 class NormBlock(nn.Module):
@@ -131,10 +138,9 @@ class TinyNormResNet(nn.Module):
         self.num_classes = num_classes
         self.in_chans = in_chans
         self.drop_rate = drop_rate
-        self.num_features = self.head_hidden_size = widths[-1]
+        self.num_features = widths[-1]
         self.grad_checkpointing = False
         norm_layer = NORM_LAYERS[norm]
-        self.norm_free = norm_layer is None  # its blocks are pre-activation: the features need a last ReLU
         if norm_layer is None:
             self.stem = ScaledStdConv2d(in_chans, _STEM_WIDTH, 3, padding=1, eps=1e-5, **dd)
             stem_module = 'stem'
@@ -156,9 +162,12 @@ class TinyNormResNet(nn.Module):
                 blocks.append(NormBlock(in_chs, width, 1 if i == 0 else 2, norm_layer, **dd))
                 in_chs = width
         self.stages = nn.Sequential(*blocks)
+        # NF blocks are pre-activation: their features end with the activation a next block would apply
+        self.final_act = ScaledReLU() if norm_layer is None else nn.Identity()
         self.feature_info = [dict(num_chs=_STEM_WIDTH, reduction=1, module=stem_module)] + [
             dict(num_chs=width, reduction=2 ** i, module=f'stages.{i}') for i, width in enumerate(widths)]
         self.head = ClassifierHead(widths[-1], num_classes, pool_type=global_pool, drop_rate=drop_rate, **dd)
+        self.head_hidden_size = self.head.num_features
         for module in self.modules():
             if isinstance(module, MixtureBatchNorm2d):
                 module.copy_clean_to_adv()  # both branches start alike, the zero-initialised scales included
@@ -175,7 +184,8 @@ class TinyNormResNet(nn.Module):
         """A new classifier for `num_classes` (0: none), on the model's device and dtype; the current pooling unless
         `global_pool` is given."""
         self.num_classes = num_classes
-        self.head.reset(num_classes, pool_type=global_pool)
+        self.head.reset(num_classes, pool_type=global_pool, **get_device_dtype(self))
+        self.head_hidden_size = self.head.num_features
 
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -192,7 +202,8 @@ class TinyNormResNet(nn.Module):
             intermediates_only: bool = False,
     ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
         """The features of the stem and of the stages `indices` selects (timm's convention: an int takes the last n,
-        None all), and the final features unless `intermediates_only`.
+        None all), and the final features unless `intermediates_only` (those of `forward_features` when every stage
+        ran; the last stage's output when `stop_early` stopped before).
 
         Args:
             x: Input images.
@@ -215,7 +226,7 @@ class TinyNormResNet(nn.Module):
                 intermediates.append(x)
         if intermediates_only:
             return intermediates
-        return (_scaled_relu(x) if self.norm_free else x), intermediates
+        return (self.final_act(x) if len(stages) == len(self.stages) else x), intermediates
 
     def prune_intermediate_layers(
             self,
@@ -223,12 +234,14 @@ class TinyNormResNet(nn.Module):
             prune_norm: bool = False,
             prune_head: bool = True,
     ) -> List[int]:
-        """Drop the stages after the last level `indices` selects, and the classifier when asked or when the final
-        features change; returns the kept indices."""
+        """Drop the stages after the last level `indices` selects (and the final activation with them, so that the
+        features end at that level), and the classifier when asked or when the final features change; returns the
+        kept indices."""
         take_indices, max_index = feature_take_indices(len(self.stages) + 1, indices)
         prune_end = max_index < len(self.stages)
         if prune_end:
             self.stages = self.stages[:max_index]
+            self.final_act = nn.Identity()
             self.num_features = self.head_hidden_size = self.feature_info[max_index]['num_chs']
         if prune_head or prune_end:
             self.num_classes = 0
@@ -241,7 +254,7 @@ class TinyNormResNet(nn.Module):
             x = checkpoint_seq(self.stages, x)
         else:
             x = self.stages(x)
-        return _scaled_relu(x) if self.norm_free else x
+        return self.final_act(x)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         return self.head(x, pre_logits=pre_logits)
