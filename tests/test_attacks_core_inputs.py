@@ -66,15 +66,15 @@ def test_target_restarts_run_each_target_rank_on_the_samples_still_robust():
     clean_logits = torch.tensor([[5.0, 4, 3, 2, 1], [1.0, 5, 4, 3, 2], [3.0, 2, 5, 4, 1]])
     best = BestIterate(torch.zeros(3, 1))
     runs = []
-    for restart, rows, labels_and_targets, hit in target_restarts(best, clean_logits, labels, None, 2, 2):
-        runs.append((restart, rows.tolist(), labels_and_targets.tolist(), hit))
+    for restart, rows, labels_and_targets, hit, part in target_restarts(best, clean_logits, labels, None, 2, 2):
+        runs.append((restart, rows.tolist(), labels_and_targets.tolist(), hit, part))
         if len(runs) == 1:  # the first run fools sample 1: no later run attacks it
             best.update(torch.tensor([1]), torch.ones(1, 1), torch.tensor([True]))
     assert runs == [
-        (0, [0, 1, 2], [[0, 1], [1, 2], [2, 3]], None),  # runner-up classes
-        (1, [0, 2], [[0, 1], [2, 3]], None),
-        (0, [0, 2], [[0, 2], [2, 0]], None),  # third-ranked classes
-        (1, [0, 2], [[0, 2], [2, 0]], None),
+        (0, [0, 1, 2], [[0, 1], [1, 2], [2, 3]], None, 'target 1/2, restart 1/2'),  # runner-up classes
+        (1, [0, 2], [[0, 1], [2, 3]], None, 'target 1/2, restart 2/2'),
+        (0, [0, 2], [[0, 2], [2, 0]], None, 'target 2/2, restart 1/2'),  # third-ranked classes
+        (1, [0, 2], [[0, 2], [2, 0]], None, 'target 2/2, restart 2/2'),
     ]
 
 
@@ -83,6 +83,7 @@ def test_target_restarts_toward_given_targets_must_hit_them():
     runs = list(target_restarts(BestIterate(torch.zeros(2, 1)), torch.zeros(2, 5), labels, targets, 9, 1))
     assert len(runs) == 1
     assert runs[0].labels_and_targets.tolist() == [[0, 3], [1, 4]] and torch.equal(runs[0].hit_targets, targets)
+    assert runs[0].part == 'given targets, restart 1/1'
     with pytest.raises(ValueError, match='Targets must differ from the labels'):
         next(target_restarts(BestIterate(torch.zeros(2, 1)), torch.zeros(2, 5), labels, labels, 9, 1))
 

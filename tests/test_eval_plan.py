@@ -4,12 +4,13 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import timm
 import torch
 
-from timm_advnorm.eval import runner
+from timm_advnorm.eval import cost as cost_module, runner
 from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval.cost import Passes, count_cost, stage_passes
 from timm_advnorm.eval.metrics import THICKNESS_POINTS, thickness_attack
@@ -17,6 +18,7 @@ from timm_advnorm.eval.plan import SANITY_PROBES, build_plan
 from timm_advnorm.eval.protocols import AttackSpec, get_protocol, protocol_from_attacks, reduce_protocol
 from timm_advnorm.eval.sanity_budget import MIN_SAMPLES, SANITY_SHARE, fit_sanity
 from timm_advnorm.eval.schema import EvalResults, combined_sanity_status, sanity_status
+from timm_advnorm.durations import duration_text
 from timm_advnorm.eval.stages import AttackStage, BudgetStage, CleanStage, GradientProbe, ThicknessStage
 from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE
@@ -66,6 +68,39 @@ def test_the_plan_lists_every_stage_with_its_share_and_the_sanity_cost_against_t
     assert 'pgd-10 (read off pgd-20)' in text and 'sanity/square-400-eps8' in text
     assert f"sanity probes: {cost.passes('sanity'):,.0f} passes, {100 * cost.sanity_share:.0f} % of the requested " \
            f"attacks' {cost.passes('attack'):,.0f} (--sanity full)" in text
+
+
+def test_the_plan_projects_its_time_from_measured_passes():
+    cost = _cost(build_plan(ISSUE_ATTACKS), 200).with_pass_time(0.002, 256, 'cpu')
+    assert cost.pass_projected_seconds == pytest.approx(0.002 * cost.total)
+    text = cost.format('Plan')
+    assert (f'  projected time: {duration_text(0.002 * cost.total)} for the whole evaluation, a projection from 256 '
+            f'measured forward+backward passes of the model on cpu (2 ms per pass x {cost.total:,.0f} passes)') in text
+    plan = cost.to_dict()
+    assert plan['pass_seconds'] == 0.002 and plan['timed_passes'] == 256 and plan['timed_on'] == 'cpu'
+    assert 'projected time' not in _cost(build_plan(ISSUE_ATTACKS), 200).format('Plan')  # nothing measured yet
+
+
+def _setup(samples, variants):
+    return SimpleNamespace(runs=[SimpleNamespace(indices=range(samples))], variants=[None] * variants)
+
+
+def _options(reduced=False):
+    return SimpleNamespace(attacks=SimpleNamespace(reduced=reduced))
+
+
+def test_over_an_hour_the_plan_warns_in_one_line_with_what_shortens_it():
+    cost = _cost(build_plan(ISSUE_ATTACKS), 400)
+    hours = lambda h: cost.with_pass_time(h * 3600 / cost.total, 256, 'cpu')  # noqa: E731
+    assert runner._over_an_hour(_options(), _setup(400, 2), hours(1.0)) is None
+    warning = runner._over_an_hour(_options(), _setup(400, 2), hours(2.5))
+    assert warning == ('The evaluation is projected to take 2.5 h on this device (cpu), over an hour; shorter: '
+                       '--num-samples 160 (about an hour, the same attacks on fewer samples), fewer --gammas (each of '
+                       'the 2 variants is attacked in full), --reduced (smoke-test budgets: the cube root of every '
+                       'iteration and query count), --max-steps N / --max-queries N (caps on every attack).')
+    assert '\n' not in warning
+    reduced = runner._over_an_hour(_options(reduced=True), _setup(400, 1), hours(2.5))
+    assert '--reduced' not in reduced and '--gammas' not in reduced and '--num-samples 160' in reduced
 
 
 # --- the sanity budget -------------------------------------------------------------------------------------------
@@ -174,15 +209,44 @@ def _argv(digits_dir, checkpoint, out: Path, *extra):
     return [str(a) for a in argv]
 
 
-def test_plan_prints_the_plan_and_evaluates_nothing_else(digits_dir, checkpoint, tmp_path, capsys):
+def _mark_attacks(monkeypatch):
+    """Log a line as each attack stage starts, to see what the evaluation said before the first one."""
+    run = AttackStage.run
+
+    def marked(self, *args):
+        logging.getLogger('test').info('attack %s starts', self.name)
+        return run(self, *args)
+
+    monkeypatch.setattr(AttackStage, 'run', marked)
+
+
+def _before_first_attack(caplog):
+    """The log lines before the first attack stage started."""
+    messages = [record.getMessage() for record in caplog.records]
+    first = next(i for i, message in enumerate(messages) if message.startswith('attack '))
+    return messages[:first]
+
+
+def test_plan_prints_the_plan_and_evaluates_nothing_else(digits_dir, checkpoint, tmp_path, capsys, caplog,
+                                                         monkeypatch):
     state = tmp_path / 'state.jsonl'
-    assert validate_adv.run('validate_adv.py', _argv(digits_dir, checkpoint, tmp_path, '--plan',
-                                                      '--resume-state', state)) == 0
+    _mark_attacks(monkeypatch)
+    # one batch's passes (2 x 12 rows) measured at an hour: the warning, before any attack
+    monkeypatch.setattr(cost_module, 'timed_seconds', lambda work, device, warmup=0: 3600.0)
+    with caplog.at_level(logging.INFO):
+        assert validate_adv.run('validate_adv.py', _argv(digits_dir, checkpoint, tmp_path, '--plan',
+                                                          '--resume-state', state)) == 0
+    said = _before_first_attack(caplog)
+    assert any(line.startswith('Projected time: ') and 'a projection from 24 measured forward+backward passes '
+               'of the model on cpu (150 s per pass x ' in line for line in said)
+    (warning,) = [line for line in said if line.startswith('The evaluation is projected to take ')]
+    assert 'over an hour; shorter: ' in warning and '--reduced' in warning
     printed = capsys.readouterr().out
     assert printed.startswith('Plan of the evaluation of tiny_bn_resnet (protocol custom, 1 variant x 24 samples')
     assert '  pgd-2 (read off pgd-5)' in printed and 'share' in printed and '  sanity/gradient' in printed
     assert "of the requested attacks' " in printed and '(--sanity budget)' in printed
     assert '  time: ' in printed and 'projected for the whole evaluation (the first batch of 12 samples took' in printed
+    assert '  projected time: ' in printed
     assert not (tmp_path / 'results.json').exists() and not state.exists()
 
 
@@ -212,10 +276,15 @@ def test_one_bar_counts_the_plans_passes_and_the_verdict_says_what_ran(digits_di
                                                                          caplog):
     monkeypatch.setattr(runner, 'tqdm', _Bar)
     _Bar.made.clear()
+    _mark_attacks(monkeypatch)
     with caplog.at_level(logging.INFO):
         assert validate_adv.run('validate_adv.py', _argv(digits_dir, checkpoint, tmp_path)) == 0
+    plan_text = next(line for line in _before_first_attack(caplog) if line.startswith('Plan of the evaluation'))
+    assert '\n  projected time: ' in plan_text and ' measured forward+backward passes of the model on cpu' in plan_text
+    assert not any(line.startswith('The evaluation is projected') for line in _before_first_attack(caplog))
     results = json.loads((tmp_path / 'results.json').read_text())
     plan = results['plan']
+    assert plan['pass_projected_seconds'] > 0 and plan['timed_passes'] == 24
     (bar,) = _Bar.made
     assert bar.total == bar.n == plan['total_passes'] == sum(stage['passes'] for stage in plan['stages'])
     assert plan['sanity_passes'] <= SANITY_SHARE * plan['attack_passes'] and plan['sanity_mode'] == 'budget'

@@ -14,7 +14,7 @@ import timm
 import torch
 
 import timm_advnorm  # noqa: F401  (registers the models)
-from timm_advnorm import progress
+from timm_advnorm import progress, timing
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.train import budget as budget_module
 from timm_advnorm.train import loop
@@ -206,7 +206,7 @@ def test_the_projection_times_each_kind_of_batch_alone_with_every_image_attacked
         clock[0] += len(branches) * (len(loader) + attack.steps * len(robust_loader))
 
     monkeypatch.setattr(budget_module, 'validate', timed_validate)
-    monkeypatch.setattr(budget_module, 'time', SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(timing, 'time', SimpleNamespace(perf_counter=lambda: clock[0]))
     attack = _attack(10)
     budget = _plan_validation(_budget(), attack, models=2)
     assert budget.validation_epoch_seconds == 2 * (2 * 1 * 5 + 2 * 10 * 2)

@@ -1,20 +1,21 @@
 """What the package's commands and the code below them share about usage: which errors mean bad input and how
 they read as one line, the option values checked before anything is built (the device, the normalization lengths,
-pretrained weights), the autocast dtypes by name, and whether progress bars are shown.
+pretrained weights), the autocast dtypes by name, whether progress bars are shown, and the CPUs this process may use
+(which bound the default data-loading workers).
 
 The commands (`timm_advnorm.commands`) report these errors as ``<prog>: error: <one line>``; the code they call raises
 them, so it lives here, below the commands, and imports nothing above it.
 """
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 import yaml
 from timm.utils.distributed import is_distributed_env
 
-__all__ = ['AMP_DTYPES', 'USER_ERRORS', 'check_device', 'check_normalization_lengths', 'check_pretrained_option',
-           'one_line', 'show_progress']
+__all__ = ['AMP_DTYPES', 'USER_ERRORS', 'available_cpus', 'check_device', 'check_normalization_lengths',
+           'check_pretrained_option', 'default_workers', 'one_line', 'show_progress']
 
 # Errors that mean "the input is wrong" (unknown model, missing or damaged file, bad value, malformed config). Other
 # exceptions are defects and keep their traceback; code that knows a library's RuntimeError means bad input (timm's
@@ -28,6 +29,27 @@ AMP_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
 def show_progress() -> bool:
     """Progress bars only for a person watching: stderr is a terminal and no CI is detected."""
     return sys.stderr.isatty() and not os.environ.get('CI')
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on: its CPU affinity where the system reports one (Linux; a container or ``taskset``
+    may allow fewer than the machine has), else the machine's count."""
+    if hasattr(os, 'sched_getaffinity'):
+        return max(len(os.sched_getaffinity(0)), 1)
+    return os.cpu_count() or 1
+
+
+def default_workers(given: Optional[int], default: int) -> Tuple[int, Optional[str]]:
+    """Data-loading workers of a command's ``--workers``: the value given, kept whatever it is; else `default`, lowered
+    to the CPUs this process may use (`available_cpus`: more workers than CPUs only compete with the process that
+    attacks and trains), with a one-line note saying so (None when nothing was lowered)."""
+    if given is not None:
+        return given, None
+    cpus = available_cpus()
+    if default <= cpus:
+        return default, None
+    return cpus, (f'--workers {cpus}: the default {default} data-loading workers lowered to the {cpus} CPU(s) this '
+                  f'process may use (give --workers N to choose)')
 
 
 def one_line(error: BaseException, limit: int = 600) -> str:

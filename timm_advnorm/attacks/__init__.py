@@ -3,6 +3,7 @@
 Importing this package registers every attack class with `create_attack`.
 """
 from .core import attack_context, cross_entropy_per_sample, input_gradient, is_fooled, random_targets
+from .progress import AttackProgress, ProgressFn
 from .registry import (
     check_training_attack, create_attack, create_training_attack, list_attacks, register_attack, training_attacks)
 from .space import PIXEL_SCALE, BudgetScaleWarning, InputSpace, PixelBudget

@@ -20,7 +20,7 @@ Budgets are on the 0-255 scale and the attack runs in timm's normalized space wi
 exactly the pixel-space L∞ ball. Evaluation semantics: per sample the first fooling iterate is returned (else the
 highest-loss one), fooled samples leave the batch, misclassified clean samples are returned unchanged.
 """
-from typing import ClassVar, List, Optional
+from typing import Callable, ClassVar, List, Optional
 
 import torch
 import torch.nn as nn
@@ -30,6 +30,7 @@ from .core import cross_entropy_per_sample, input_gradient
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, clean_record, target_restarts
 from .losses import dlr_loss, targeted_dlr_loss
+from .progress import ProgressFn, reporter, restart_part
 from .registry import register_attack
 from .space import InputSpace
 
@@ -71,8 +72,10 @@ def _apgd_run(
         momentum: float,
         generator: Optional[torch.Generator],
         autocast_dtype: Optional[torch.dtype],
+        tick: Callable[[int], None],
 ) -> None:
-    """One APGD run from a random start on batch rows `rows`, recording into `best`.
+    """One APGD run from a random start on batch rows `rows`, recording into `best`; ``tick(i)`` before iteration
+    i.
 
     `x`, `labels`, `goal` (what `loss_fn` takes) and `hit_targets` are already restricted to `rows`; the per-row
     state `s` is filtered as a whole as samples get fooled.
@@ -92,6 +95,7 @@ def _apgd_run(
         s['hit_targets'] = hit_targets
     last_check = 0
     for i in range(steps):
+        tick(i)
         if fooled.any():
             keep = ~fooled
             s = {k: v[keep] for k, v in s.items()}
@@ -150,6 +154,7 @@ def apgd(
         momentum: float = 0.75,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: Optional[ProgressFn] = None,
 ) -> torch.Tensor:
     """Untargeted APGD, L∞ (APGD-CE with ``loss='ce'``, APGD-DLR with ``loss='dlr'``).
 
@@ -170,6 +175,7 @@ def apgd(
         momentum: Weight of the new step against the previous move (0.75).
         generator: Source of the random starts.
         autocast_dtype: Forward under autocast at this dtype; loss, gradient and perturbation stay fp32.
+        progress: Where to report each restart's iterations (`progress.AttackProgress`), if anywhere.
 
     Returns:
         Adversarial inputs (normalized, `x`'s shape and dtype): per sample the first fooling iterate, else the
@@ -187,9 +193,10 @@ def apgd(
     clean_logits, best = clean_record(model, x, labels, autocast_dtype=autocast_dtype)
     if loss == 'dlr' and clean_logits.shape[1] < 3:
         raise ValueError(f'The DLR loss needs at least 3 classes, got {clean_logits.shape[1]}.')
-    for rows in best.restarts(n_restarts):
+    for restart, rows in enumerate(best.restarts(n_restarts)):
+        tick = reporter(progress, f'apgd-{loss}', restart_part(restart, n_restarts), steps)
         _apgd_run(model, x[rows], rows, best, labels[rows], labels[rows], APGD_LOSSES[loss], None, space, radius,
-                  steps, rho, momentum, generator, autocast_dtype)
+                  steps, rho, momentum, generator, autocast_dtype, tick)
     return best.x.to(dtype)
 
 
@@ -208,6 +215,7 @@ def apgd_targeted(
         momentum: float = 0.75,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: Optional[ProgressFn] = None,
 ) -> torch.Tensor:
     """Targeted APGD on the targeted DLR loss (APGD-T), L∞, as in AutoAttack.
 
@@ -227,6 +235,7 @@ def apgd_targeted(
         n_restarts: Random restarts per target class (AutoAttack: 1).
         targets: Optional explicit targets (B,), different from the labels.
         rho, momentum, generator, autocast_dtype: See `apgd`.
+        progress: Where to report each target's and restart's iterations (`progress.AttackProgress`), if anywhere.
 
     Returns:
         Adversarial inputs as in `apgd`.
@@ -242,10 +251,11 @@ def apgd_targeted(
     num_classes = clean_logits.shape[1]
     if num_classes < 4:
         raise ValueError(f'The targeted DLR loss needs at least 4 classes, got {num_classes}.')
-    for _, rows, labels_and_targets, hit in target_restarts(
-            best, clean_logits, labels, targets, n_target_classes, n_restarts):
-        _apgd_run(model, x[rows], rows, best, labels[rows], labels_and_targets, targeted_dlr_loss, hit, space, radius,
-                  steps, rho, momentum, generator, autocast_dtype)
+    for run in target_restarts(best, clean_logits, labels, targets, n_target_classes, n_restarts):
+        rows = run.rows
+        _apgd_run(model, x[rows], rows, best, labels[rows], run.labels_and_targets, targeted_dlr_loss, run.hit_targets,
+                  space, radius, steps, rho, momentum, generator, autocast_dtype,
+                  reporter(progress, 'apgd-t', run.part, steps))
     return best.x.to(dtype)
 
 

@@ -20,6 +20,7 @@ from .core import attack_context, is_clearly_fooled, is_fooled
 from .eval_attack import EvalAttack
 from .fab import fab_targeted
 from .fold_bn import fold_batchnorm
+from .progress import ProgressFn, within
 from .registry import register_attack
 from .space import InputSpace
 from .square import square
@@ -56,8 +57,9 @@ class AutoAttackResult(NamedTuple):
 _APGD_LOSS = {'apgd-ce': 'ce', 'apgd-dlr': 'dlr'}
 
 
-def _run_component(name, model, x, labels, space, eps, steps, n_target_classes, n_queries, generator, autocast_dtype):
-    common = dict(space=space, eps=eps, generator=generator, autocast_dtype=autocast_dtype)
+def _run_component(name, model, x, labels, space, eps, steps, n_target_classes, n_queries, generator, autocast_dtype,
+                   progress):
+    common = dict(space=space, eps=eps, generator=generator, autocast_dtype=autocast_dtype, progress=progress)
     if name in _APGD_LOSS:
         return apgd(model, x, labels, steps=steps, loss=_APGD_LOSS[name], **common)
     if name == 'apgd-t':
@@ -88,6 +90,7 @@ def autoattack(
         n_queries: int = 5000,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: Optional[ProgressFn] = None,
 ) -> AutoAttackResult:
     """AutoAttack, L∞: run `attacks` in order, each on the samples no earlier attack fooled.
 
@@ -104,6 +107,8 @@ def autoattack(
         n_queries: Square's queries per sample (5000).
         generator: Source of every random start and random search draw.
         autocast_dtype: Forward under autocast at this dtype.
+        progress: Where to report each component's progress (`progress.AttackProgress` of ``autoattack``, its part
+            naming the component, its target and restart: ``apgd-t target 3/9, restart 1/1``), if anywhere.
 
     Returns:
         `AutoAttackResult`: adversarial inputs and which stage fooled each sample.
@@ -118,12 +123,13 @@ def autoattack(
     fooled, clearly = _fooling(model, x, labels, autocast_dtype)
     fooled_by = torch.where(fooled, 0, -1)
     x_adv = x.clone()
+    report = within(progress, 'autoattack')
     for stage, name in enumerate(attacks, start=1):
         rows = (~clearly).nonzero().squeeze(1)
         if not rows.numel():
             break
         out = _run_component(name, model, x[rows], labels[rows], space, eps, steps, n_target_classes, n_queries,
-                             generator, autocast_dtype)
+                             generator, autocast_dtype, report)
         out_fooled, out_clearly = _fooling(model, out, labels[rows], autocast_dtype)
         # a clear fool beats a marginal one; the first attack's output stands for samples nothing has fooled yet
         take = out_clearly | (~fooled[rows] & (out_fooled | (stage == 1)))

@@ -19,7 +19,6 @@ from typing import Any, Callable, ClassVar, Dict, Iterable, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
-from tqdm import tqdm
 
 from .core import BN_STATS, LossFn, attack_context, input_gradient, random_targets
 from .fold_bn import BatchNormFolder
@@ -28,7 +27,7 @@ from .space import InputSpace, check_budget_scale
 __all__ = [
     'Attack', 'attack_dataclass', 'NORMS', 'STEP_DIRECTIONS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project',
     'random_linf_start', 'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
-    'num_classes_of', 'forward_logits', 'evaluate_iterate', 'AttackInputs', 'attack_inputs', 'iterations',
+    'num_classes_of', 'forward_logits', 'evaluate_iterate', 'AttackInputs', 'attack_inputs',
 ]
 
 _logger = logging.getLogger(__name__)
@@ -211,11 +210,6 @@ def attack_inputs(x: torch.Tensor, y: torch.Tensor) -> AttackInputs:
     return AttackInputs(x_in.to(torch.promote_types(x_in.dtype, torch.float32)), hard_labels(y), x_in.dtype)
 
 
-def iterations(total: int, desc: str, show: bool) -> Iterable[int]:
-    """``range(total)`` behind a transient tqdm bar when `show` (a person watching a long attack)."""
-    return tqdm(range(total), desc=desc, unit='it', leave=False, dynamic_ncols=True, disable=not show)
-
-
 #: How an attack class declares its options: as dataclass fields (annotation and default, written once), keyword-only
 #: after the positional `space`, compared by identity (an attack is a configured object, not a value) and shown by
 #: `Attack.extra_repr`. Decorate every registered attack class with it.
@@ -266,8 +260,8 @@ class Attack:
         core: The functional core `perturb` calls by default, given as keywords what `core_kwargs` collects.
         targeted: Whether the attack moves toward a target class (random among the other classes if not given).
         accepts_targets: Whether a call may name the target classes (the untargeted evaluation attacks refuse them).
-        progress: Show a transient progress bar over the iterations of the attacks that run thousands of them (PGD,
-            Square); the evaluator sets it when a person is watching.
+        progress: Where the attack reports its progress from inside (`progress.AttackProgress`: sub-attack, target,
+            restart, iteration or query), or None; the evaluator sets it to show the running attack in its bar.
         trains: Whether the attack can make training examples: the last iterate of every sample, on running or batch
             statistics (`EvalAttack` subclasses cannot: they keep best iterates and drop fooled samples).
         best_iterate: Whether it returns per sample the first iterate that fools the model (evaluation) rather than
@@ -286,7 +280,7 @@ class Attack:
     _core_keywords: ClassVar[Tuple[str, ...]] = ()
     targeted = False
     accepts_targets: ClassVar[bool] = True
-    progress = False
+    progress = None  # an Optional[progress.ProgressFn]; not an option of the attack's configuration
     trains: ClassVar[bool] = True
     best_iterate = False
 

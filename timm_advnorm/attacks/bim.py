@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from .base import NORMS, STEP_DIRECTIONS, attack_dataclass
 from .eval_attack import EvalAttack, pgd_correct_only
+from .progress import ProgressFn
 from .registry import register_attack
 from .space import InputSpace
 
@@ -43,6 +44,7 @@ def bim(
         step: Optional[float] = None,
         norm: str = 'linf',
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: Optional[ProgressFn] = None,
 ) -> torch.Tensor:
     """Untargeted BIM on the cross-entropy: sign-gradient (L∞) or normalized-gradient (L2) steps from the clean image.
 
@@ -56,6 +58,7 @@ def bim(
         step: Step on the scale of `eps`; default ``eps / steps`` (Galloway).
         norm: ``linf`` or ``l2``.
         autocast_dtype: Forward under autocast at this dtype; loss and gradient stay fp32.
+        progress: Where to report the iterations (`progress.AttackProgress`, as PGD's), if anywhere.
 
     Returns:
         Adversarial inputs (normalized, `x`'s shape and dtype).
@@ -70,7 +73,7 @@ def bim(
         raise ValueError(f'BIM needs steps >= 1 and step >= 0, got {steps}, {step}.')
     return pgd_correct_only(
         model, x, y, space=space, eps=eps, step=eps / steps if step is None else step, steps=steps, norm=norm,
-        random_start=False, autocast_dtype=autocast_dtype)
+        random_start=False, autocast_dtype=autocast_dtype, progress=progress)
 
 
 @attack_dataclass

@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from .base import attack_dataclass
 from .eval_attack import EvalAttack, pgd_correct_only
+from .progress import ProgressFn
 from .losses import cw_loss
 from .registry import register_attack
 from .space import InputSpace
@@ -36,6 +37,7 @@ def cw_linf(
         random_start: bool = True,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: Optional[ProgressFn] = None,
 ) -> torch.Tensor:
     """Untargeted CW-L∞: PGD ascending the CW margin loss with the true class masked out of the maximum.
 
@@ -51,6 +53,7 @@ def cw_linf(
         random_start: Start uniformly in the ε-box.
         generator: Source of the random start.
         autocast_dtype: Forward under autocast at this dtype; loss and gradient stay fp32.
+        progress: Where to report the iterations (`progress.AttackProgress`, as PGD's), if anywhere.
 
     Returns:
         Adversarial inputs (normalized, `x`'s shape and dtype).
@@ -64,7 +67,7 @@ def cw_linf(
     return pgd_correct_only(
         model, x, y, space=space, eps=eps, step=eps / 4 if step is None else step, steps=steps,
         random_start=random_start, loss_fn=partial(cw_loss, confidence=confidence), generator=generator,
-        autocast_dtype=autocast_dtype)
+        autocast_dtype=autocast_dtype, progress=progress)
 
 
 @register_attack('cw-linf')

@@ -19,6 +19,7 @@ from .base import Attack, attack_dataclass, attack_inputs, forward_logits
 from .best_iterate import BestIterate
 from .core import is_clearly_fooled
 from .pgd import pgd
+from .progress import restart_part
 
 __all__ = ['EvalAttack', 'NoiseAttack', 'forward_logits', 'clean_record', 'attack_correct_only', 'pgd_correct_only',
            'target_rounds', 'TargetRestart', 'target_restarts']
@@ -114,12 +115,14 @@ class TargetRestart(NamedTuple):
         labels_and_targets: Per row its label and its target (N, 2).
         hit_targets: The targets again where a sample counts as fooled only once classified as its target (given
             targets), else None (any misclassification counts).
+        part: Which run it is, for progress reports (``target 3/9, restart 1/1``; ``given targets, restart 1/1``).
     """
 
     restart: int
     rows: torch.Tensor
     labels_and_targets: torch.Tensor
     hit_targets: Optional[torch.Tensor]
+    part: str
 
 
 def target_restarts(
@@ -132,10 +135,13 @@ def target_restarts(
 ) -> Iterator[TargetRestart]:
     """The runs of a targeted evaluation attack: per round of `target_rounds`, per restart (`BestIterate.restarts`),
     the samples of `best` still robust and their targets."""
-    for round_targets, must_hit in target_rounds(clean_logits, labels, targets, n_target_classes):
+    rounds = target_rounds(clean_logits, labels, targets, n_target_classes)
+    for index, (round_targets, must_hit) in enumerate(rounds):
+        which = 'given targets' if targets is not None else f'target {index + 1}/{len(rounds)}'
         for restart, rows in enumerate(best.restarts(n_restarts)):
             target = round_targets[rows]
-            yield TargetRestart(restart, rows, torch.stack([labels[rows], target], dim=1), target if must_hit else None)
+            yield TargetRestart(restart, rows, torch.stack([labels[rows], target], dim=1), target if must_hit else None,
+                                f'{which}, {restart_part(restart, n_restarts)}')
 
 
 class EvalAttack(Attack):

@@ -13,7 +13,7 @@ the model still sees timm's normalized inputs. Targets follow AutoAttack: the cl
 (n_target_classes + 1)th by the clean logits, success being misclassification; explicit targets must be hit.
 Samples whose best adversarial point is already within ε stop being attacked (their outcome cannot change).
 """
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -21,6 +21,7 @@ import torch.nn as nn
 from .base import attack_dataclass, attack_inputs, forward_logits, project, random_linf_surface
 from .core import fooling_margin, input_gradient, is_clearly_fooled, is_fooled
 from .eval_attack import EvalAttack, clean_record, target_restarts
+from .progress import ProgressFn, reporter
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
@@ -86,8 +87,10 @@ def _fab_run(
         random_start: bool,
         generator: Optional[torch.Generator],
         autocast_dtype: Optional[torch.dtype],
+        tick: Callable[[int], None],
 ):
-    """One FAB-T run on pixels `x0` (B, C, H, W); returns (closest adversarial pixels, their L∞ distance or inf)."""
+    """One FAB-T run on pixels `x0` (B, C, H, W); returns (closest adversarial pixels, their L∞ distance or inf).
+    ``tick(i)`` before iteration i."""
     n = x0.shape[0]
     closest = x0.clone()
     distance = torch.full((n,), float('inf'), dtype=x0.dtype, device=x0.device)
@@ -96,7 +99,8 @@ def _fab_run(
         p = (x0 + 0.5 * eps * random_linf_surface(x0, generator)).clamp(0.0, 1.0)
     rows = torch.arange(n, device=x0.device)
     start, yt, hit = x0, labels_and_targets, hit_targets
-    for _ in range(steps):
+    for i in range(steps):
+        tick(i)
         f, grad = _boundary_linearization(model, p, space, yt, autocast_dtype)
         w = grad.flatten(1)
         value_start = f + (w * (start - p).flatten(1)).sum(dim=1)
@@ -142,6 +146,7 @@ def fab_targeted(
         beta: float = 0.9,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: Optional[ProgressFn] = None,
 ) -> torch.Tensor:
     """Targeted FAB (FAB-T), L∞, with AutoAttack's reference defaults.
 
@@ -165,6 +170,7 @@ def fab_targeted(
         beta: Backward step toward the original once adversarial (0.9).
         generator: Source of the random starts of restarts after the first.
         autocast_dtype: Forward under autocast at this dtype; gradients stay fp32.
+        progress: Where to report each target's and restart's iterations (`progress.AttackProgress`), if anywhere.
 
     Returns:
         Adversarial inputs (normalized, `x`'s shape and dtype) within ε for the fooled samples; the clean inputs for
@@ -181,10 +187,11 @@ def fab_targeted(
     radius = space.linf_budget(eps, x)
     clean_logits, best = clean_record(model, x, labels, targets, autocast_dtype)
     pixels = space.to_pixels(x)
-    for restart, rows, labels_and_targets, hit in target_restarts(
-            best, clean_logits, labels, targets, n_target_classes, n_restarts):
-        closest, distance = _fab_run(model, pixels[rows], labels_and_targets, hit, space, eps / PIXEL_SCALE, steps,
-                                     alpha_max, eta, beta, restart > 0, generator, autocast_dtype)
+    for run in target_restarts(best, clean_logits, labels, targets, n_target_classes, n_restarts):
+        rows, hit = run.rows, run.hit_targets
+        closest, distance = _fab_run(model, pixels[rows], run.labels_and_targets, hit, space, eps / PIXEL_SCALE, steps,
+                                     alpha_max, eta, beta, run.restart > 0, generator, autocast_dtype,
+                                     reporter(progress, 'fab-t', run.part, steps))
         found = distance <= eps / PIXEL_SCALE
         if found.any():
             # Back to normalized units, projected onto the ε-box (rounding), and confirmed by a forward pass.

@@ -18,6 +18,7 @@ from .base import attack_dataclass, attack_inputs, evaluate_iterate, project
 from .core import cross_entropy_per_sample
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack
+from .progress import ProgressFn, reporter
 from .registry import register_attack
 from .space import InputSpace
 
@@ -35,6 +36,7 @@ def mifgsm(
         step: Optional[float] = None,
         decay: float = 1.0,
         autocast_dtype: Optional[torch.dtype] = None,
+        progress: Optional[ProgressFn] = None,
 ) -> torch.Tensor:
     """Untargeted MI-FGSM, L∞, on the cross-entropy.
 
@@ -48,6 +50,7 @@ def mifgsm(
         step: Step α on the 0-255 scale; default ``eps / steps``.
         decay: Momentum decay μ (1.0).
         autocast_dtype: Forward under autocast at this dtype; gradients stay fp32.
+        progress: Where to report the iterations (`progress.AttackProgress`), if anywhere.
 
     Returns:
         Adversarial inputs (normalized, `x`'s shape and dtype).
@@ -66,7 +69,9 @@ def mifgsm(
     best = BestIterate(x)
     rows = torch.arange(x.shape[0], device=x.device)
     x_adv, momentum = x, torch.zeros_like(x)
+    tick = reporter(progress, 'mifgsm', '', steps)
     for i in range(steps + 1):
+        tick(i)
         grad, logits, loss = evaluate_iterate(
             model, x_adv, labels[rows], cross_entropy_per_sample, autocast_dtype, gradient=i < steps)
         fooled = best.update_from_logits(rows, x_adv, logits, labels[rows], loss, autocast_dtype=autocast_dtype)

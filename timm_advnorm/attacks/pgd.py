@@ -32,10 +32,11 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
-    NORMS, STEP_DIRECTIONS, Attack, attack_dataclass, attack_inputs, bernoulli, evaluate_iterate, iterations,
+    NORMS, STEP_DIRECTIONS, Attack, attack_dataclass, attack_inputs, bernoulli, evaluate_iterate,
     l2_direction, normal, project_l2, project_linf, random_l2_start, random_linf_start)
 from .best_iterate import BestIterate
 from .core import LossFn, cross_entropy_per_sample, input_gradient
+from .progress import ProgressFn, reporter
 from .registry import register_attack
 from .space import PIXEL_SCALE, InputSpace
 
@@ -169,7 +170,7 @@ class PGDOptions:
     loss_fn: Optional[LossFn] = None
     generator: Optional[torch.Generator] = None
     autocast_dtype: Optional[torch.dtype] = None
-    progress: bool = False
+    progress: Optional[ProgressFn] = None
 
     def check(self, budgets: Sequence[int]) -> None:
         """Refuse a run of these options at iteration counts `budgets` that would attack nothing or something else
@@ -225,7 +226,7 @@ def pgd(
         loss_fn: Per-sample loss ``(logits, target) -> (B,)``; default cross-entropy (accepts soft targets).
         generator: Source of the random start and clean-start draws.
         autocast_dtype: Forward under autocast at this dtype; loss, gradient and perturbation stay fp32.
-        progress: Show a transient progress bar over the iterations.
+        progress: Where to report the iterations done (`progress.AttackProgress`), if anywhere.
 
     Returns:
         Detached adversarial inputs, normalized, with `x`'s shape and dtype.
@@ -347,8 +348,10 @@ def _run_pgd(
             x, options.clean_start_prob, options.generator, options.clean_start_mode))
 
     at_budget = {}
+    tick = reporter(options.progress, 'pgd', '', steps)
     if keep == 'last':
-        for i in iterations(steps + 1, 'pgd', options.progress):
+        for i in range(steps + 1):
+            tick(i)
             if i in wanted:
                 at_budget[i] = BestAndLast(best=None, last=x_adv.to(dtype))
             if i == steps:
@@ -360,7 +363,8 @@ def _run_pgd(
     prune = keep == 'best' and not _uses_batch_stats(model)
     best = BestIterate(x_adv)
     active = torch.arange(x.shape[0], device=x.device)
-    for i in iterations(steps + 1, 'pgd', options.progress):
+    for i in range(steps + 1):
+        tick(i)
         grad, logits, loss = evaluate_iterate(model, x_adv, goal[active], loss_fn, autocast_dtype, gradient=i < steps)
         active_targets = targets[active] if targeted else None
         fooled = best.update_from_logits(

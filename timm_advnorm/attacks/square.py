@@ -15,16 +15,17 @@ being queried once fooled. Queries per sample: one on the clean input (misclassi
 unchanged), one at the start, then one per iteration; `n_queries` bounds the total.
 """
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
 
-from .base import attack_dataclass, attack_inputs, forward_logits, iterations, project, uniform
+from .base import attack_dataclass, attack_inputs, forward_logits, project, uniform
 from .core import rounding_tolerance
 from .best_iterate import BestIterate
 from .eval_attack import EvalAttack, clean_record
 from .losses import margin
+from .progress import ProgressFn, reporter, restart_part
 from .registry import register_attack
 from .space import InputSpace
 
@@ -62,9 +63,10 @@ def _square_run(
         rescale_schedule: bool,
         generator: Optional[torch.Generator],
         autocast_dtype: Optional[torch.dtype],
-        progress: bool,
+        tick: Callable[[int], None],
 ) -> None:
-    """One random-search run on batch rows `rows` (`x` and `labels` restricted to them), recording into `best`."""
+    """One random-search run on batch rows `rows` (`x` and `labels` restricted to them), recording into `best`;
+    ``tick(queries)`` before each query over the batch."""
     b, c, h, w = x.shape
     x_best = space.clamp(x + radius * _random_signs((b, c, 1, w), x, generator))
     logits = forward_logits(model, x_best, autocast_dtype)
@@ -73,7 +75,8 @@ def _square_run(
     best.update(rows, x_best, fooled, -margin_best)
     grid_h = torch.arange(h, device=x.device)
     grid_w = torch.arange(w, device=x.device)
-    for i in iterations(n_queries - 2, 'square', progress):
+    for i in range(n_queries - 2):
+        tick(i + 2)  # the clean and the start queries came first
         if fooled.any():
             keep = ~fooled
             x, labels, rows, x_best = x[keep], labels[keep], rows[keep], x_best[keep]
@@ -112,7 +115,7 @@ def square(
         rescale_schedule: bool = False,
         generator: Optional[torch.Generator] = None,
         autocast_dtype: Optional[torch.dtype] = None,
-        progress: bool = False,
+        progress: Optional[ProgressFn] = None,
 ) -> torch.Tensor:
     """Untargeted Square attack, L∞, by random search on the margin loss; forward passes only.
 
@@ -128,7 +131,7 @@ def square(
         rescale_schedule: Map the 10000-query schedule of p onto `n_queries` (AutoAttack standard: no).
         generator: Source of the stripes, window positions and signs.
         autocast_dtype: Forward under autocast at this dtype.
-        progress: Show a transient progress bar over the queries.
+        progress: Where to report each restart's queries (`progress.AttackProgress`), if anywhere.
 
     Returns:
         Adversarial inputs (normalized, `x`'s shape and dtype): per sample the first fooling point, else the one
@@ -145,9 +148,10 @@ def square(
     radius = space.linf_budget(eps, x)
     _, best = clean_record(model, x, labels, autocast_dtype=autocast_dtype)
     with torch.no_grad():
-        for rows in best.restarts(n_restarts):
+        for restart, rows in enumerate(best.restarts(n_restarts)):
+            tick = reporter(progress, 'square', restart_part(restart, n_restarts), n_queries, 'queries')
             _square_run(model, x[rows], labels[rows], rows, best, space, radius, n_queries, p_init, rescale_schedule,
-                        generator, autocast_dtype, progress)
+                        generator, autocast_dtype, tick)
     return best.x.to(dtype)
 
 

@@ -53,6 +53,7 @@ from ..train.options import (
     ScheduleOptions, TrackingOptions, TrainOptions, ValidationOptions, options_from)
 from ..train.recorded import apply_recorded_args, read_recorded_args
 from ..train.runner import run_training
+from ..usage import default_workers
 from .options import (
     AMP, AMP_DTYPE, ATTACK_EPS, ATTACK_NORM, ATTACK_STEP, ATTACK_STEPS, ATTACK_TARGETED, BATCH_SIZE, CHANNELS_LAST,
     CLASS_MAP, CONFIG, DATA_DIR, DATASET, DEVICE, MODEL, MODEL_KWARGS, NO_PROGRESS, NUM_CLASSES, NUM_SAMPLES, PIN_MEM,
@@ -64,6 +65,11 @@ __all__ = ['get_args_parser', 'parse_args', 'option_dests', 'train_options', 'ma
 #: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
 #: (Brock et al., NFNets); without it AGC would silently clip nothing.
 AGC_CLIP_FACTOR = 0.01
+#: ``--workers`` when neither given nor recorded by a resumed run, lowered to the CPUs this process may use
+#: (`usage.default_workers`).
+DEFAULT_WORKERS = 2
+
+_logger = logging.getLogger('train_adv')
 
 
 def _model_group(parser: argparse.ArgumentParser) -> None:
@@ -158,7 +164,8 @@ def _data_group(parser: argparse.ArgumentParser) -> None:
     group.add_argument('--grad-accum-steps', type=positive_int, default=1, metavar='N',
                        help='Batches whose gradients make one optimizer update; the attack runs on each '
                             '(default: 1).')
-    WORKERS.add(group, default=2, help='Data-loading workers.')
+    WORKERS.add(group, default=None,
+                help=f'Data-loading workers (default: {DEFAULT_WORKERS}, at most the CPUs this process may use).')
     PIN_MEM.add(group, help='Pin the loaders\' CPU memory (faster copies to GPU).')
     group.add_argument('--worker-seeding', type=str, default='all', choices=('all', 'part'),
                        help='Seeding of the data-loading workers (timm\'s; default: all).')
@@ -462,6 +469,9 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
             apply_recorded_args(args, recorded, given_options(parser, argv, config))
     if args.clip_mode == 'agc' and args.clip_grad is None:
         args.clip_grad = AGC_CLIP_FACTOR
+    args.workers, note = default_workers(args.workers, DEFAULT_WORKERS)
+    if note:
+        _logger.info(note)
     return args, yaml.safe_dump(vars(args), default_flow_style=False)
 
 

@@ -9,7 +9,9 @@ folders of their own (``--imagenet-r-dir``, ``--imagenet-a-dir``, ``--imagenet-s
 each a run of its own, all reported in one results file. Mixture-BN models are evaluated per branch and over a γ
 sweep of feature and logit interpolation. Sanity checks run with every evaluation, their probes by default within a
 quarter of the attacks' cost (``--sanity``). Before it runs, the evaluation prints its plan (passes and share of each
-stage, time projected from the first batch); ``--plan`` prints it and stops. Results go to JSON + CSV, plots to PNG;
+stage, time projected from one batch's measured passes of the model, with a warning naming what shortens it when over
+an hour, then from the first batch); ``--plan`` prints it and stops. Attacks report their progress (sub-attack,
+target, restart, iteration or query) in the progress bar. Results go to JSON + CSV, plots to PNG;
 a state file makes a long evaluation resumable; ``torchrun`` shards it across processes.
 
 The run reads as four steps: parse (this module: the options, with defaults from a ``-c`` YAML file, and as one
@@ -43,14 +45,14 @@ from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int
 from ..data import BUILTIN_DATASETS
 from ..eval.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.options import (
-    SANITY_MODES, AttackOptions, CheckOptions, EvalDataOptions, EvalModelOptions, EvalOptions, EvalOutputOptions,
-    EvalRuntimeOptions, PreprocessingOptions, VariantOptions)
+    LOGGER, SANITY_MODES, AttackOptions, CheckOptions, EvalDataOptions, EvalModelOptions, EvalOptions,
+    EvalOutputOptions, EvalRuntimeOptions, PreprocessingOptions, VariantOptions)
 from ..eval.protocols import PROTOCOLS, get_protocol, list_protocols
 from ..eval.recorded import DataRecord, recorded_data
 from ..eval.subsets import SUBSETS
 from ..eval.validate import validate
 from ..eval.variants import INTERPOLATIONS
-from ..usage import check_device, check_normalization_lengths
+from ..usage import check_device, check_normalization_lengths, default_workers
 from .options import (
     AMP, AMP_DTYPE, ATTACK_EPS, ATTACK_NORM, ATTACK_STEP, ATTACK_STEPS, ATTACK_TARGETED, BATCH_SIZE, CHANNELS_LAST,
     CLASS_MAP, CONFIG, DATA_DIR, DATASET, DEVICE, MODEL, MODEL_KWARGS, NO_PROGRESS, NUM_CLASSES, NUM_SAMPLES, PIN_MEM,
@@ -60,6 +62,9 @@ from .parser import ArgumentParser, add_hidden_alias, given_options, parse_with_
 __all__ = ['get_args_parser', 'parse_args', 'eval_options', 'main', 'run', 'console_main', 'PROG']
 
 PROG = 'timm-advnorm-validate'
+_logger = logging.getLogger(LOGGER)
+#: ``--workers`` when not given, lowered to the CPUs this process may use (`usage.default_workers`).
+DEFAULT_WORKERS = 4
 #: The probes' options and the `eval.sanity_budget.SanityBudget` field each sets.
 SANITY_OPTIONS = {'sanity_samples': 'samples', 'sanity_steps': 'steps', 'sanity_queries': 'queries'}
 
@@ -118,7 +123,8 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
 
     group = parser.add_argument_group('Runtime')
     BATCH_SIZE.add(group, default=128, help='Batch size per process.')
-    WORKERS.add(group, default=4, help='Data loading workers.')
+    WORKERS.add(group, default=None,
+                help=f'Data loading workers (default: {DEFAULT_WORKERS}, at most the CPUs this process may use).')
     PIN_MEM.add(group, help='Pin CPU memory in the loader.')
     DEVICE.add(group, default=None, help='Device (default: cuda if available, else cpu).')
     CHANNELS_LAST.add(group, help='Channels-last memory format.')
@@ -133,12 +139,14 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--separate-budgets', action='store_true',
                        help='Run PGD attacks that differ only in iterations each from its own random start, instead '
                             'of reading the shorter ones off one run of the longest.')
-    NO_PROGRESS.add(group, help='No progress bars (the evaluation\'s, in passes, and long attacks\').')
+    NO_PROGRESS.add(group, help='No progress bar (the evaluation\'s, in passes, which shows where the running attack '
+                                'is: sub-attack, target, restart, iteration or query).')
     PLAN.add(group,
-             help='Do not evaluate: build the evaluation, run its first batch on this device and print the '
-                  'plan (each stage\'s forward/backward passes and share of the cost, the sanity probes\' '
-                  'cost against the attacks\', the projected time). Every evaluation prints the same plan '
-                  'before it runs and records it in the results (plan).')
+             help='Do not evaluate: build the evaluation, time the model\'s passes on one batch, run its first '
+                  'batch on this device and print the plan (each stage\'s forward/backward passes and share of the '
+                  'cost, the sanity probes\' cost against the attacks\', the time projected from the measured passes '
+                  'and from the first batch). Every evaluation prints the plan before it runs, its time projected '
+                  'from the measured passes (with a warning when over an hour), and records it in the results (plan).')
 
     group = parser.add_argument_group('Attacks')
     group.add_argument('--protocol', default=None, choices=list_protocols(),
@@ -244,6 +252,9 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
     if args.verify_amp and not args.amp:
         parser.error('--verify-amp checks an --amp evaluation; add --amp')
     args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    args.workers, note = default_workers(args.workers, DEFAULT_WORKERS)
+    if note:
+        _logger.info(note)
     _resolve_sanity(parser, args)
     _check_ood_args(parser, args)
     _check_setup_args(parser, args)
@@ -374,9 +385,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
 
     Bad input raises (see `run`).
     """
-    args = parse_args(argv, prog=prog)
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
         setup_default_logging()
+    args = parse_args(argv, prog=prog)
     results = validate(eval_options(args))
     if results is not None and args.strict_sanity and results.sanity_status == 'failed':
         return 1

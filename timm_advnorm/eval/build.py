@@ -26,7 +26,7 @@ from ..data.preprocessing import check_input_channels, explicit_preprocessing
 from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..hub.digest import branch_digests, state_dict_digest
-from ..usage import AMP_DTYPES, check_pretrained_option, one_line, show_progress
+from ..usage import AMP_DTYPES, check_pretrained_option, one_line
 from .bn_stats import collect_bn_stats
 from .data import seeded_subset
 from .distributed import DistributedInfo, primary_first
@@ -338,8 +338,7 @@ def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSe
                       amp_samples=checks.amp_samples, share_budgets=options.attacks.share_budgets,
                       reduced_sanity=options.attacks.reduced)
     ctx = EvalContext(space=space, input_size=tuple(data_config['input_size']),
-                      autocast_dtype=AMP_DTYPES[runtime.amp] if runtime.amp else None, fold_bn=runtime.fold_bn,
-                      progress=show_progress() and runtime.progress)
+                      autocast_dtype=AMP_DTYPES[runtime.amp] if runtime.amp else None, fold_bn=runtime.fold_bn)
     plan.check_attacks(ctx)
     bn_stats = collect_bn_stats(model)
     _check_bn_layer(options.outputs.bn_layer, bn_stats)

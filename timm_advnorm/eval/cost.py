@@ -8,25 +8,30 @@ that score it. The counts are upper bounds: an evaluation attack stops attacking
 untargeted one skips the samples the clean pass already got wrong; PGD budgets read off a longer run cost nothing.
 
 An `EvalCost` lists every stage of every data run with its samples, passes and share of the total, and what the
-sanity probes cost next to the attacks the user asked for. `EvalCost.measured` adds the time: each stage's seconds on
-the first batch, projected to its samples (the first batch's mix of fooled and robust samples assumed throughout).
+sanity probes cost next to the attacks the user asked for. Its time is projected twice: before any attack, from the
+seconds per pass of one batch's forward and backward passes of the model on this device (`time_passes`,
+`EvalCost.with_pass_time`: the plan's passes times that), and after the first batch from each stage's seconds on it,
+projected to its samples (`EvalCost.measured`: the first batch's mix of fooled and robust samples assumed throughout).
 """
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
+import torch.nn as nn
 
-from ..attacks import InputSpace
+from ..attacks import InputSpace, attack_context, cross_entropy_per_sample, input_gradient
 from ..attacks.autoattack import AutoAttack
 from ..attacks.fab import FABT
+from ..attacks.fold_bn import BatchNormFolder
 from ..durations import duration_text
+from ..timing import timed_seconds
 from .metrics import THICKNESS_POINTS
 from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
     ThicknessStage, build_attack)
 
 __all__ = ['Passes', 'StageCost', 'EvalCost', 'attack_passes', 'stage_passes', 'stage_kind', 'count_cost',
-           'STAGE_KINDS']
+           'time_passes', 'STAGE_KINDS']
 
 #: What a stage is for, in the order a plan lists them: the clean pass, the requested attacks, the sanity probes,
 #: robustness metrics, the fp32 reference of ``--verify-amp`` and the clean passes over further out-of-distribution
@@ -163,6 +168,10 @@ class EvalCost:
         sanity_mode: How the sanity probes were sized (``budget``, ``full``, ``off``).
         first_batch: Samples of the first batch the time was measured on; None until measured.
         first_batch_seconds: Its seconds over every stage and variant; None until measured.
+        pass_seconds: Seconds of one pass of the model over one image, measured before any attack (`time_passes`);
+            None until measured.
+        timed_passes: The passes that measurement timed.
+        timed_on: The device type they ran on (``cpu``, ``cuda``).
     """
 
     stages: Tuple[StageCost, ...]
@@ -170,6 +179,9 @@ class EvalCost:
     sanity_mode: str = 'full'
     first_batch: Optional[int] = None
     first_batch_seconds: Optional[float] = None
+    pass_seconds: Optional[float] = None
+    timed_passes: int = 0
+    timed_on: str = ''
 
     def passes(self, kind: Optional[str] = None) -> float:
         """Passes of every stage of `kind` (every stage with None)."""
@@ -192,6 +204,18 @@ class EvalCost:
         if self.first_batch_seconds is None:
             return None
         return sum(stage.seconds or 0.0 for stage in self.stages) / self.world_size
+
+    @property
+    def pass_projected_seconds(self) -> Optional[float]:
+        """Projected wall time of the evaluation (per process) from the measured time per pass: every pass of the
+        plan at that time; None until measured."""
+        if self.pass_seconds is None:
+            return None
+        return self.total * self.pass_seconds / self.world_size
+
+    def with_pass_time(self, pass_seconds: float, timed_passes: int, device: str) -> 'EvalCost':
+        """This cost with the seconds per pass `time_passes` measured: `timed_passes` passes on a `device`."""
+        return replace(self, pass_seconds=pass_seconds, timed_passes=timed_passes, timed_on=device)
 
     def measured(self, seconds: Mapping[str, float], rows: Mapping[str, int], first_batch: int) -> 'EvalCost':
         """This cost with its time, from the first batch: `seconds` and `rows` (samples times variants) each stage
@@ -227,11 +251,15 @@ class EvalCost:
             sanity_share_of_attacks=round(self.sanity_share, 6), sanity_mode=self.sanity_mode,
             world_size=self.world_size, first_batch=self.first_batch,
             first_batch_seconds=None if self.first_batch_seconds is None else round(self.first_batch_seconds, 3),
-            projected_seconds=None if self.projected_seconds is None else round(self.projected_seconds, 3))
+            projected_seconds=None if self.projected_seconds is None else round(self.projected_seconds, 3),
+            pass_seconds=self.pass_seconds, timed_passes=self.timed_passes or None, timed_on=self.timed_on or None,
+            pass_projected_seconds=(None if self.pass_projected_seconds is None
+                                    else round(self.pass_projected_seconds, 3)))
 
     def format(self, title: str) -> str:
         """The plan as a table for the console: one line per stage (samples, passes per sample, passes, share and,
-        once measured, projected time), the totals, the sanity probes against the attacks, and the time."""
+        once the first batch is measured, projected time), the totals, the sanity probes against the attacks, and the
+        times projected from the measured passes and from the first batch."""
         total = self.total
         timed = self.first_batch_seconds is not None
         rows = [('stage', 'samples', 'fwd+bwd/sample', 'passes', 'share') + (('time',) if timed else ())]
@@ -253,15 +281,53 @@ class EvalCost:
                          f'attacks\' {attacks:,.0f} (--sanity {self.sanity_mode})')
         else:
             lines.append(f'  sanity probes: {sanity:,.0f} passes (--sanity {self.sanity_mode}; no attack requested)')
+        if self.pass_seconds is not None:
+            lines.append(f'  projected time: {self.pass_time_text()}')
         if timed:
             lines.append(f'  time: {self.time_text()}')
         return '\n'.join(lines)
+
+    def pass_time_text(self) -> str:
+        """The time projected from the measured passes and what it was measured on (once measured)."""
+        processes = f' per process, {self.world_size} processes side by side' if self.world_size > 1 else ''
+        return (f'{duration_text(self.pass_projected_seconds)} for the whole evaluation{processes}, a projection from '
+                f'{self.timed_passes:,} measured forward+backward passes of the model on {self.timed_on} '
+                f'({_seconds_text(self.pass_seconds)} per pass x {self.total:,.0f} passes)')
 
     def time_text(self) -> str:
         """The projected time and what it was measured on (once measured)."""
         processes = f' per process, {self.world_size} processes side by side' if self.world_size > 1 else ''
         return (f'{duration_text(self.projected_seconds)} projected for the whole evaluation{processes} (the first '
                 f'batch of {self.first_batch} samples took {duration_text(self.first_batch_seconds)})')
+
+
+def _seconds_text(seconds: float) -> str:
+    """A time per pass in s, ms or µs, 3 significant digits (``1.23 ms``)."""
+    for unit, size in (('s', 1.0), ('ms', 1e-3)):
+        if seconds >= size:
+            return f'{seconds / size:.3g} {unit}'
+    return f'{seconds * 1e6:.3g} µs'
+
+
+def time_passes(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                autocast_dtype: Optional[torch.dtype] = None, fold_bn: bool = True) -> Tuple[float, int]:
+    """Seconds per pass of `model` on `x`'s device, and the passes timed: one forward and one backward to the input
+    over the batch `x` (what an attack iteration runs, under `attack_context` and with BN folded as the attacks fold
+    it), timed after an untimed warm-up; it makes 2 passes per row in the plan's unit.
+
+    Args:
+        model: The model as the attacks see it (a variant's module).
+        x: A batch of normalized inputs on the model's device.
+        y: Its labels.
+        autocast_dtype: The evaluation's autocast dtype (None: full precision).
+        fold_bn: Fold BN into the convolutions, as the evaluation's attacks do.
+    """
+    with attack_context(model):
+        net = BatchNormFolder()(model, x) if fold_bn else model
+        seconds = timed_seconds(lambda: input_gradient(net, x, y, cross_entropy_per_sample, autocast_dtype),
+                                x.device, warmup=1)
+    passes = 2 * x.shape[0]
+    return seconds / passes, passes
 
 
 def _covered(stage: Stage, positions: Sequence[int]) -> int:

@@ -7,20 +7,26 @@ seeded per unit from the evaluation seed and the unit's key, so a resumed or sha
 as an uninterrupted single-process one.
 
 A progress bar, when given, advances by each unit's passes of the model (`cost.stage_passes`), so that one bar over
-the whole evaluation (`runner`) moves with the work and its ETA holds. The evaluator times each stage's computed units
-(`seconds`, `rows`): the first batch's times project the evaluation's (`cost.EvalCost.measured`).
+the whole evaluation (`runner`) moves with the work and its ETA holds; its postfix names the running variant and stage
+and, while the bar is shown, where the running attack is (`attacks.AttackProgress`: ``autoattack: apgd-t target 3/9,
+restart 1/1, 40/100 it``), so that a long attack never looks hung. The evaluator times each stage's computed units
+(`seconds`, `rows`): the first batch's times project the evaluation's (`cost.EvalCost.measured`); before that, the
+model's passes on a batch (`time_passes`) project it from the plan's pass count.
 """
+import contextlib
 import hashlib
 import logging
 import time
 from collections import defaultdict
-from typing import Dict, Iterable, List, Optional, Sequence
+from dataclasses import replace
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from .cost import stage_passes
+from ..attacks import AttackProgress
+from .cost import stage_passes, time_passes
 from .data import target_offsets
 from .ood import ClassSubset
 from .records import Record, make_record
@@ -32,11 +38,21 @@ __all__ = ['RobustEvaluator', 'derive_seed']
 
 _logger = logging.getLogger(__name__)
 
+#: The bar shows the running attack's progress at most this often (seconds): an attack reports every iteration.
+ATTACK_REPORT_INTERVAL = 0.5
+
 
 def derive_seed(*parts) -> int:
     """A non-negative 63-bit seed from `parts`, stable across processes and Python versions (unlike ``hash``)."""
     digest = hashlib.sha256('/'.join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], 'little') >> 1
+
+
+@contextlib.contextmanager
+def _variant_net(model: nn.Module, variant: Variant, classes: Optional[torch.Tensor]) -> Iterator[nn.Module]:
+    """`model` as `variant` evaluates it, restricted to `classes` when given (`ClassSubset`)."""
+    with variant.activate(model) as net:
+        yield net if classes is None else ClassSubset(net, classes)
 
 
 class RobustEvaluator:
@@ -90,13 +106,17 @@ class RobustEvaluator:
         self.num_classes = num_classes
         self.classes = None if classes is None else torch.as_tensor(classes, dtype=torch.long, device=device)
         self.computed = 0
+        self._unit = ''
+        self._reported = float('-inf')
         self.seconds: Dict[str, float] = defaultdict(float)
         self.rows: Dict[str, int] = defaultdict(int)
 
-    def _batch(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor) -> Batch:
+    def _inputs(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.device, non_blocking=True)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def _batch(self, x: torch.Tensor, y: torch.Tensor, positions: torch.Tensor) -> Batch:
+        x = self._inputs(x)
         y = y.to(self.device, non_blocking=True)
         positions = positions.cpu().long()
         targets = (y + self.offsets[positions.to(self.device)]) % self.num_classes
@@ -111,7 +131,7 @@ class RobustEvaluator:
         if record is None:
             seed = derive_seed(self.seed, variant.name, stage.seed_name or stage.name, start)
             started = time.perf_counter()
-            columns = stage.run(net, batch.select(rows), previous, self.ctx, seed)
+            columns = stage.run(net, batch.select(rows), previous, self._stage_context(), seed)
             if self.device.type == 'cuda':  # the time of the work, not of its launch
                 torch.cuda.synchronize(self.device)
             self.seconds[stage.name] += time.perf_counter() - started
@@ -125,6 +145,27 @@ class RobustEvaluator:
         previous[stage.name] = {name: torch.as_tensor(values) for name, values in record['columns'].items()}
         return record
 
+    def _stage_context(self) -> EvalContext:
+        """The stages' context: while the bar is shown, the attacks report their progress to it."""
+        if self.bar is None or getattr(self.bar, 'disable', False):
+            return self.ctx
+        return replace(self.ctx, progress=self._show_attack_progress)
+
+    def _show_attack_progress(self, event: AttackProgress) -> None:
+        """The running attack's report in the bar's postfix, beside the unit's variant and stage, redrawn at most every
+        `ATTACK_REPORT_INTERVAL` seconds."""
+        now = time.monotonic()
+        if now - self._reported < ATTACK_REPORT_INTERVAL:
+            return
+        self._reported = now
+        self.bar.set_postfix_str(f'{self._unit} | {event.text()}')
+
+    def time_passes(self, x: torch.Tensor, y: torch.Tensor) -> Tuple[float, int]:
+        """Seconds per pass of the model over one image of the loader batch `x`, `y` and the passes timed
+        (`cost.time_passes`), as the first variant is attacked; nothing is recorded."""
+        with _variant_net(self.model, self.variants[0], self.classes) as net:
+            return time_passes(net, self._inputs(x), y.to(self.device), self.ctx.autocast_dtype, self.ctx.fold_bn)
+
     def run(self, loader: Iterable) -> List[Record]:
         """Evaluate every batch of `loader`; returns this process's records (stored ones included)."""
         records: List[Record] = []
@@ -135,12 +176,12 @@ class RobustEvaluator:
                 batch = self._batch(x, y, positions)
                 start = int(batch.positions[0])
                 for variant in self.variants:
-                    with variant.activate(self.model) as net:
-                        net = net if self.classes is None else ClassSubset(net, self.classes)
+                    with _variant_net(self.model, variant, self.classes) as net:
                         previous: Dict[str, Columns] = {}
                         for stage in self.stages:
+                            self._unit = f'{variant.name}/{stage.name}'
                             if self.bar is not None:
-                                self.bar.set_postfix_str(f'{variant.name}/{stage.name}', refresh=False)
+                                self.bar.set_postfix_str(self._unit, refresh=False)
                             record = self._run_unit(net, variant, stage, batch, start, previous)
                             if record is not None:
                                 records.append(record)

@@ -5,19 +5,24 @@ records it returns are gathered on rank 0 by the caller. Finished work read back
 done, not as computed (`RunOutcome.units_computed`).
 
 Before it runs, the evaluation states its plan (`evaluation_cost`: each stage's passes and share, the sanity probes'
-cost against the attacks'); the first batch is timed and the plan's time projected from it, which is all that
-``--plan`` runs. One progress bar covers the whole evaluation, every data run, in passes of the model.
+cost against the attacks') with its time projected from one batch's forward and backward passes of the model on this
+device (`cost.time_passes`), warned about when over an hour (`LONG_EVALUATION_SECONDS`, naming the options that
+shorten it); then the first batch is timed and the plan's time projected again from its stages, which is all that
+``--plan`` runs. One progress bar covers the whole evaluation, every data run, in passes of the model; the running
+attack reports its progress in it (`RobustEvaluator`).
 """
 import logging
 import time
 from dataclasses import dataclass
 from itertools import islice
-from typing import List
+from typing import List, Optional
 
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from ..durations import duration_text
 from ..layers import get_inference_branch
+from ..usage import show_progress
 from .build import DataRun, EvalSetup
 from .cost import EvalCost, count_cost
 from .data import IndexedSubset, shard_range
@@ -26,10 +31,15 @@ from .evaluator import RobustEvaluator
 from .options import LOGGER, EvalOptions, EvalRuntimeOptions
 from .ood import get_ood_dataset
 from .records import Record
+from .state import EvalState
 
-__all__ = ['RunOutcome', 'evaluate_runs', 'evaluation_cost', 'plan_title']
+__all__ = ['RunOutcome', 'evaluate_runs', 'evaluation_cost', 'plan_title', 'LONG_EVALUATION_SECONDS']
 
 _logger = logging.getLogger(LOGGER)
+
+#: An evaluation projected to take longer than this (seconds) on its device is warned about before it starts, with the
+#: options that would shorten it.
+LONG_EVALUATION_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -79,42 +89,85 @@ def _loader(runtime: EvalRuntimeOptions, run: DataRun, positions: range) -> Data
                       shuffle=False, num_workers=runtime.workers, pin_memory=runtime.pin_memory)
 
 
+def _over_an_hour(options: EvalOptions, setup: EvalSetup, cost: EvalCost) -> Optional[str]:
+    """A one-line warning when the time projected from the measured passes exceeds `LONG_EVALUATION_SECONDS`,
+    naming what would shorten it (None otherwise)."""
+    projected = cost.pass_projected_seconds
+    if projected is None or projected <= LONG_EVALUATION_SECONDS:
+        return None
+    samples, variants = len(setup.runs[0].indices), len(setup.variants)
+    cuts = []
+    fit = int(samples * LONG_EVALUATION_SECONDS / projected)
+    if 0 < fit < samples:
+        cuts.append(f'--num-samples {fit} (about an hour, the same attacks on fewer samples)')
+    if variants > 1:
+        cuts.append(f'fewer --gammas (each of the {variants} variants is attacked in full)')
+    if not options.attacks.reduced:
+        cuts.append('--reduced (smoke-test budgets: the cube root of every iteration and query count)')
+    cuts.append('--max-steps N / --max-queries N (caps on every attack)')
+    return (f'The evaluation is projected to take {duration_text(projected)} on this device ({cost.timed_on}), over '
+            f'an hour; shorter: {", ".join(cuts)}.')
+
+
+def _evaluator(options: EvalOptions, setup: EvalSetup, run: DataRun, dist_info: DistributedInfo,
+               state: Optional[EvalState], bar: Optional[tqdm]) -> RobustEvaluator:
+    """The evaluator of `run`'s stages on this process."""
+    return RobustEvaluator(setup.model, setup.variants, run.stages, setup.ctx,
+                           run.num_classes or setup.model.num_classes, len(run.indices), options.runtime.seed,
+                           dist_info.device, state=state, channels_last=options.runtime.channels_last, bar=bar,
+                           classes=run.classes)
+
+
 def evaluate_runs(options: EvalOptions, setup: EvalSetup, dist_info: DistributedInfo,
                   first_batch_only: bool = False) -> RunOutcome:
-    """Evaluate this process's shard of every data run of `setup`, run after run; log the plan first (rank 0) and
-    its projected time after the first batch.
+    """Evaluate this process's shard of every data run of `setup`, run after run; log the plan first (rank 0), with
+    the time its passes take projected from one batch's forward and backward passes (and a warning when that is over
+    an hour), and the time the first batch projects after it.
 
     Args:
         first_batch_only: Evaluate the first batch alone, without the state file (``--plan``): the outcome's `cost`
-            is then the plan with its time.
+            is then the plan with its times, and only the time projected from the passes is logged before.
     """
-    model, branch, runtime = setup.model, get_inference_branch(setup.model), options.runtime
+    branch, runtime = get_inference_branch(setup.model), options.runtime
     cost = evaluation_cost(options, setup, dist_info)
     if not first_batch_only:
         _logger.info('Evaluating %s (%s%s): protocol %s, variants %s.', setup.model_name,
                      options.model.checkpoint or 'no checkpoint', f', loaded on its {branch} branch' if branch else '',
                      setup.protocol.name, ', '.join(v.name for v in setup.variants))
-        if dist_info.is_primary:
-            _logger.info('%s', cost.format(plan_title(options, setup, dist_info)))
     started = time.perf_counter()
     records, computed = [], 0
     state = None if first_batch_only else setup.state
+    first_run = setup.runs[0]
+    evaluator = _evaluator(options, setup, first_run, dist_info, state, bar=None)
+    batches = iter(_loader(runtime, first_run, _shard(runtime.batch_size, first_run, dist_info)))
+    first = list(islice(batches, 1))
+    if first:  # before any attack: what the plan's passes take on this device
+        x, y, _ = first[0]
+        cost = cost.with_pass_time(*evaluator.time_passes(x, y), dist_info.device.type)
+    if dist_info.is_primary:
+        if first_batch_only:
+            if cost.pass_seconds is not None:
+                _logger.info('Projected time: %s.', cost.pass_time_text())
+        else:
+            _logger.info('%s', cost.format(plan_title(options, setup, dist_info)))
+        warning = _over_an_hour(options, setup, cost)
+        if warning:
+            _logger.warning('%s', warning)
     total = evaluation_cost(options, setup, dist_info, shard=True).total
     with tqdm(total=total, desc='robust eval', unit='pass', unit_scale=True, dynamic_ncols=True,
-              disable=not setup.ctx.progress or first_batch_only) as bar:
+              disable=not (show_progress() and runtime.progress) or first_batch_only) as bar:
         for run in setup.runs:
             positions = _shard(runtime.batch_size, run, dist_info)
+            if run is not first_run:
+                evaluator = _evaluator(options, setup, run, dist_info, state, bar)
+                batches = iter(_loader(runtime, run, positions))
+            evaluator.bar = bar
             if not first_batch_only:
                 _logger.info('%s: %d samples (%d on this rank)%s.', get_ood_dataset(run.name).title if run.name else
                              'Evaluation data', len(run.indices), len(positions),
                              f', scored on its {run.num_classes} classes' if run.classes else '')
-            evaluator = RobustEvaluator(model, setup.variants, run.stages, setup.ctx,
-                                        run.num_classes or model.num_classes, len(run.indices), runtime.seed,
-                                        dist_info.device, state=state, channels_last=runtime.channels_last, bar=bar,
-                                        classes=run.classes)
-            batches = iter(_loader(runtime, run, positions))
-            if run is setup.runs[0]:
-                records += evaluator.run(islice(batches, 1))
+            if run is first_run:
+                records += evaluator.run(first)
                 if evaluator.rows:  # nothing to time when the first batch was read back from the state file
                     cost = cost.measured(evaluator.seconds, evaluator.rows, min(runtime.batch_size, len(positions)))
                     if not first_batch_only and dist_info.is_primary:

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from ..attacks import (
-    InputSpace, PixelBudget, attack_context, create_attack, cross_entropy_per_sample, input_gradient)
+    InputSpace, PixelBudget, ProgressFn, attack_context, create_attack, cross_entropy_per_sample, input_gradient)
 from ..attacks.space import PIXEL_SCALE
 from .metrics import boundary_thickness, decision_margin, smoothness_kl
 from .protocols import AttackSpec, resolve_eps
@@ -50,14 +50,15 @@ class EvalContext:
         input_size: (C, H, W) of the model's inputs (for budgets scaled by the input dimension).
         autocast_dtype: Autocast dtype of forwards and attacks (``None``: full precision).
         fold_bn: Let attacks fold BN into convolutions (exact; faster).
-        progress: Let long attacks show a progress bar over their iterations (`Attack.progress`).
+        progress: Where the attacks report their progress from inside (`Attack.progress`): the evaluator's progress
+            bar while one is shown; None: nowhere.
     """
 
     space: InputSpace
     input_size: Tuple[int, int, int]
     autocast_dtype: Optional[torch.dtype] = None
     fold_bn: bool = True
-    progress: bool = False
+    progress: Optional[ProgressFn] = None
 
 
 @torch.no_grad()

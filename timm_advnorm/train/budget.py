@@ -21,7 +21,6 @@ import copy
 import math
 import resource
 import sys
-import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -35,6 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..attacks.base import Attack
 from ..durations import duration_text
 from ..task import AdversarialClassificationTask
+from ..timing import synchronize, timed_seconds
 from .console import attack_label
 from .loop import LossScaler, train_one_epoch, validate
 
@@ -374,11 +374,6 @@ def count_budget(
         flops_per_pass=flops_per_pass(task.attack_module(), input_shape))
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
 def plan_budget(
         task: AdversarialClassificationTask,
         optimizer: torch.optim.Optimizer,
@@ -421,12 +416,9 @@ def plan_budget(
                         clip_mode=clip_mode, channels_last=channels_last, log_interval=0, loss_scaler=loss_scaler)
 
     step()
-    _synchronize(device)
+    synchronize(device)
     reset_peak_memory(device)
-    start = time.perf_counter()
-    step()
-    _synchronize(device)
-    seconds = time.perf_counter() - start
+    seconds = timed_seconds(step, device)
     peak = peak_memory_bytes(device)
     with flop_counter() as counter:
         step()
@@ -477,12 +469,8 @@ def plan_validation(
 
     def seconds(clean: List[Tuple[torch.Tensor, torch.Tensor]],
                 robust: List[Tuple[torch.Tensor, torch.Tensor]]) -> float:
-        _synchronize(device)
-        start = time.perf_counter()
-        validate(model, clean, device, attack, robust_loader=robust, branches=branches, amp_dtype=amp_dtype,
-                 channels_last=channels_last)
-        _synchronize(device)
-        return time.perf_counter() - start
+        return timed_seconds(lambda: validate(model, clean, device, attack, robust_loader=robust, branches=branches,
+                                              amp_dtype=amp_dtype, channels_last=channels_last), device)
 
     if getattr(attack, 'best_iterate', False):
         attack = copy.copy(attack)
