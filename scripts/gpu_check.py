@@ -117,6 +117,8 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
         return
     if args.outdir is None:
         parser.error('OUTDIR is required (or --prepare-wheels DIR)')
+    if args.outdir.exists() and not args.outdir.is_dir():
+        parser.error(f'OUTDIR {args.outdir} is a file; give a new folder')
     taken = [name for name in OUTPUT_FILES if (args.outdir / name).exists()]
     if taken:
         parser.error(f'{args.outdir / taken[0]} already exists; give a new OUTDIR')

@@ -267,6 +267,7 @@ def test_bad_input_is_one_line_and_exit_status_2_before_anything_is_written(kit,
                                            capsys)
     assert not out.exists()
     (tmp_path / 'gpu_report.md').write_text('an earlier run\n')
+    assert 'is a file; give a new folder' in _error(kit, ['--device', 'cpu', str(tmp_path / 'gpu_report.md')], capsys)
     assert 'already exists' in _error(kit, ['--device', 'cpu', str(tmp_path)], capsys)
     assert (tmp_path / 'gpu_report.md').read_text() == 'an earlier run\n'
 
