@@ -231,6 +231,22 @@ def test_a_signal_ends_the_running_stage_and_writes_the_report_before_the_kit_ex
     assert 'logs/02-hangs.log' in tarfile.open(out / 'logs.tar.gz').getnames()
 
 
+def test_the_log_archive_keeps_text_records_and_leaves_out_checkpoints_images_and_installed_wheels(parts, tmp_path):
+    files = {'logs/01-train.log': b'log', 'runs/train/summary.csv': b'epoch', 'runs/train/args.yaml': b'model',
+             'runs/train/last.pth.tar': b'weights', 'imagenet/train/a/0.JPEG': b'jpeg',
+             'site/timm-1.0.31.dist-info/entry_points.txt': b'wheel', 'logs/big.log': b'x' * (2 << 20)}
+    for name, data in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    archive = tmp_path / 'logs.tar.gz'
+    archive.write_bytes(parts['report'].archive_logs(tmp_path))
+    with tarfile.open(archive) as opened:
+        assert sorted(opened.getnames()) == ['logs/01-train.log', 'logs/big.log', 'runs/train/args.yaml',
+                                             'runs/train/summary.csv']
+        big = opened.extractfile('logs/big.log').read()
+    assert big.startswith(b'[cut to its last 1 MiB]\n') and len(big) < (1 << 20) + 100
+
+
 def test_device_cuda_without_cuda_fails_within_seconds_saying_so(tmp_path):
     start = time.monotonic()
     done = subprocess.run(['bash', 'scripts/gpu_check.sh', '--device', 'cuda', str(tmp_path / 'out')], cwd=REPO,

@@ -101,9 +101,14 @@ def render_report(mode: str, budget: float, environment: Dict[str, object], outc
     return '\n'.join(lines) + '\n'
 
 
+#: Folders of the scratch folder left out of the archive: the installed wheels (their metadata are not logs).
+UNARCHIVED_FOLDERS = ('site',)
+
+
 def _archived_files(scratch: Path) -> Iterable[Path]:
     for path in sorted(scratch.rglob('*')):
-        if path.is_file() and path.suffix in ARCHIVED_SUFFIXES and not path.name.startswith('.'):
+        if (path.is_file() and path.suffix in ARCHIVED_SUFFIXES and not path.name.startswith('.')
+                and path.relative_to(scratch).parts[0] not in UNARCHIVED_FOLDERS):
             yield path
 
 
