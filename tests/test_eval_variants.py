@@ -37,7 +37,11 @@ def test_gamma_sweep_maps_to_branches_and_interpolations(mbn_model):
     assert names == ['clean', 'mix@0.5', 'logits@0.5', 'adv']
     assert [v.name for v in model_variants(mbn_model, (0.25,), interpolations=('logits',))] == ['logits@0.25']
     plain = timm.create_model('test_resnet', num_classes=10)
-    assert [v.name for v in model_variants(plain, gammas=(0.0, 0.5, 1.0))] == ['model']
+    assert [v.name for v in model_variants(plain)] == ['model']
+    with pytest.raises(ValueError, match='--gammas: the model has no mixture BN'):  # given, it would be ignored
+        model_variants(plain, gammas=(0.0, 0.5, 1.0))
+    with pytest.raises(ValueError, match='--interpolations apply at gammas strictly between 0 and 1'):
+        model_variants(mbn_model, gammas=(0.0, 1.0), interpolations=('mix',))
     with pytest.raises(ValueError):
         model_variants(mbn_model, gammas=(1.5,))
     with pytest.raises(ValueError):

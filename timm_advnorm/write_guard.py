@@ -8,19 +8,24 @@ failed write is reported.
 * ``--overwrite`` replaces only a folder the package itself exported earlier: one that holds the manifest
   `EXPORT_MANIFEST` (written by `write_manifest`) and no file the manifest does not list (`check_replaceable`). A
   folder of the user's is never deleted, whatever flag is given.
+* A path to be written is checked before anything is created (`check_creatable`, `check_folder_writable`): a name
+  longer than its file system allows (``NAME_MAX``), a folder on a pseudo file system (``/proc``) or a read-only one,
+  a missing permission. A command refused for it leaves no folder behind.
 * An OS error while writing (a full disk, a read-only file system, a missing permission) is one line naming the file
-  and the reason, and what was kept (`WriteError`, `reported_write`), not a library's traceback about a truncated
-  archive.
+  and the reason in words, and what was kept (`WriteError`, `reported_write`, `os_error_cause`), not a library's
+  traceback about a truncated archive nor a raw ``[Errno N]``.
 """
 import errno
 import json
 import os
+import secrets
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
-__all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_replaceable', 'check_write_target', 'reported_write',
-           'write_manifest']
+__all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_creatable', 'check_folder_name', 'check_folder_writable',
+           'check_names', 'check_replaceable', 'check_write_target', 'existing_ancestor', 'os_error_cause',
+           'reported_write', 'write_manifest']
 
 PathLike = Union[str, Path]
 
@@ -103,6 +108,137 @@ def check_replaceable(folder: PathLike) -> None:
                               'them; move them or choose another folder')
 
 
+def existing_ancestor(path: PathLike) -> Path:
+    """`path` (made absolute) itself if it exists, else its nearest existing ancestor: where creating it would
+    start, on the file system it would be made on."""
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    while not os.path.exists(path) and path != path.parent:  # False, not an error, for a name too long
+        path = path.parent
+    return path
+
+
+def _on_pseudo_file_system(folder: Path) -> bool:
+    """Whether `folder` is on a file system without storage (``/proc``, ``/sys``: no blocks), whose "no such file"
+    or "permission denied" for a new file means that it holds no files of ours, not what the words say."""
+    try:
+        return os.statvfs(folder).f_blocks == 0
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        return False
+
+
+def os_error_cause(error: OSError, folder: Optional[PathLike] = None) -> str:
+    """The cause of the OS error `error` in words, for a one-line message: the system's text (``No space left on
+    device``) without its ``[Errno N]``, or what it means where the text misleads: a name longer than the file system
+    allows, a folder `folder` (where the file was being created) on a pseudo file system."""
+    if error.errno == errno.ENAMETOOLONG:
+        return 'a name in the path is longer than the file system allows'
+    if folder is not None and _on_pseudo_file_system(Path(folder)):
+        return f'{folder} is on a pseudo file system (no disk behind it, as /proc and /sys), which takes no new files'
+    return error.strerror or ' '.join(str(error).split())
+
+
+def _limit(folder: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):  # no such limit here (Windows), or none known
+        return default
+
+
+def check_names(path: PathLike, reserve: int = 0) -> None:
+    """Refuse a path that its file system cannot hold, before anything is created: a name (of a file or folder
+    still to be made) longer than the file system's ``NAME_MAX`` (``os.pathconf(folder, 'PC_NAME_MAX')`` of the
+    nearest existing folder), or a whole path longer than its ``PATH_MAX``. Otherwise the first ``mkdir`` or
+    ``open`` fails with ENAMETOOLONG, after the folders above it were made.
+
+    Args:
+        path: The file or folder to be made.
+        reserve: Bytes the last name must leave free (a file first written under a longer temporary name).
+
+    Raises:
+        ValueError: One line naming the path, the name and the limit.
+    """
+    full = Path(os.path.abspath(Path(path).expanduser()))
+    ancestor = existing_ancestor(full)
+    name_max = _limit(ancestor, 'PC_NAME_MAX', 255)
+    names = full.relative_to(ancestor).parts
+    for i, name in enumerate(names):
+        size, limit = len(os.fsencode(name)), name_max - (reserve if i == len(names) - 1 else 0)
+        if size > limit:
+            shown = name if len(name) <= 40 else f'{name[:20]}...{name[-12:]}'
+            room = f' ({name_max} less {reserve} for the temporary name it is first written under)' \
+                if limit < name_max else ''
+            raise ValueError(f'cannot write {path}: the name {shown!r} is {size} bytes long, but the file system '
+                             f'there allows at most {limit}{room}; choose a shorter name')
+    path_max = _limit(ancestor, 'PC_PATH_MAX', 4096)
+    if len(os.fsencode(str(full))) >= path_max:
+        raise ValueError(f'cannot write {path}: the path is {len(os.fsencode(str(full)))} bytes long, but the file '
+                         f'system there allows less than {path_max}; choose a shorter path')
+
+
+def check_folder_writable(folder: PathLike) -> None:
+    """Check that files can be written into `folder`, creating nothing that outlives the check.
+
+    The names still to be made are checked against the file system's limits (`check_names`), then a file is
+    created and removed in `folder`, or, when it is missing, in its nearest existing ancestor, where creating it
+    would start: that is what writing will do, so a "folder" that is a file, a read-only or pseudo file system, or a
+    missing permission shows up now, before hours of work, and not when the results are written. Missing folders are
+    created when the first file is written into them, so a run refused for another reason leaves no empty folder
+    behind.
+
+    Raises:
+        ValueError: Nothing can be written into `folder`: one line naming it and the cause in words.
+    """
+    folder = Path(folder)
+    ancestor = existing_ancestor(folder)
+    missing = ancestor != Path(os.path.abspath(folder.expanduser()))
+    if not ancestor.is_dir():
+        raise ValueError(f'cannot write into {folder}: {ancestor if missing else "it"} is not a folder.')
+    check_names(folder)
+    probe = ancestor / f'.write-probe.{secrets.token_hex(6)}'
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        os.unlink(probe)
+    except OSError as e:
+        where = f' (it would be created in {ancestor})' if missing else ''
+        raise ValueError(f'cannot write into {folder}{where}: {os_error_cause(e, ancestor)}.') from None
+
+
+def check_folder_name(name: str, option: str, root: str, root_option: str) -> None:
+    """Refuse a folder name (``--experiment``) that is not one path component: absolute, holding a separator, ``.``
+    or ``..``. Joined to `root` (the folder it is named under), such a name would put the folder elsewhere, without
+    a word.
+
+    Args:
+        name: The name.
+        option: The option that gives it, for the message.
+        root: The folder it is made in.
+        root_option: The option that gives `root`, where the user's parent folders belong.
+
+    Raises:
+        ValueError: One line naming the option, the name and the folder it must stay in.
+    """
+    separators = sorted({sep for sep in (os.sep, os.altsep, '/') if sep})
+    if os.path.isabs(name) or any(sep in name for sep in separators) or name in ('.', '..') or '\0' in name:
+        raise ValueError(f'{option} {name}: must be one folder name, made inside {root_option} {root} (no '
+                         f'{" or ".join(separators)}, not . or ..); give the folders above it with {root_option}')
+
+
+def check_creatable(path: PathLike, kind: str = 'folder') -> None:
+    """Check, creating nothing, that `path` can be made (or written into, for an existing folder): its names fit
+    the file system (`check_names`) and the folder it would be made in takes files (`check_folder_writable`).
+
+    Args:
+        path: The file or folder a command will write.
+        kind: ``'folder'`` (`path` is a folder to make or write into) or ``'file'``.
+
+    Raises:
+        ValueError: One line naming `path` and the cause in words.
+    """
+    path = Path(path)
+    check_names(path)
+    check_folder_writable(path if kind == 'folder' and path.is_dir() else path.parent)
+
+
 class WriteError(OSError):
     """An OS error while writing `path`, as one line: ``cannot write PATH: REASON (WHAT WAS KEPT)``.
 
@@ -118,7 +254,7 @@ class WriteError(OSError):
     def __init__(self, path: PathLike, error: OSError, kept: str = ''):
         super().__init__(error.errno, error.strerror or str(error))
         self.path = path
-        self.message = f'cannot write {path}: {error.strerror or error}' + (f' ({kept})' if kept else '')
+        self.message = f'cannot write {path}: {os_error_cause(error)}' + (f' ({kept})' if kept else '')
 
     def __str__(self) -> str:
         return self.message

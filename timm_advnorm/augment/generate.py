@@ -26,7 +26,7 @@ from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from tqdm import tqdm
 
-from ..write_guard import check_write_target, reported_write
+from ..write_guard import check_folder_writable, check_names, check_write_target, reported_write
 from .deepaugment import DeepAugment
 
 __all__ = ['NATIVE_INPUT_SIZE', 'GenerationSummary', 'generate_deepaugment_folder']
@@ -102,8 +102,10 @@ def _check_folders(src: Path, dst: Path, weights: Union[str, Path, None]) -> Non
     if not src.is_dir():
         raise FileNotFoundError(f'Source folder not found: {src}')
     check_write_target(dst, 'DST', {'the source images': src, 'the network weights': weights})
+    check_names(dst)
     if dst.exists() and not dst.is_dir():
         raise ValueError(f'The destination {dst} is a file, not a folder')
+    check_folder_writable(dst)
 
 
 def generate_deepaugment_folder(

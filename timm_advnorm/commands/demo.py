@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..eval.schema import read_results
+from ..write_guard import check_folder_writable
 from .parser import ArgumentParser, run_cli
 from .train import run as run_train
 from .validate import run as run_validate
@@ -102,6 +103,7 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     if not logging.root.handlers:
         logging.basicConfig(level=logging.INFO, format='%(message)s')
     output = Path(args.output or f'output/demo-{time.strftime("%Y%m%d-%H%M%S")}')
+    check_folder_writable(output)  # its name first: a name too long cannot even be looked up
     if output.exists():
         raise ValueError(f'{output} already exists; give a new folder with --output')
     for command, step_argv in demo_steps(output, args.data_dir, args.smoke):

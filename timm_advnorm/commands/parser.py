@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, Union
 
-import yaml
-
 from ..signals import Interrupted, signals_as_interrupts
+from ..strict_yaml import YAMLFileError, load_yaml
 from ..usage import USER_ERRORS, one_line
 
 __all__ = ['ArgumentParser', 'add_hidden_alias', 'given_options', 'parse_with_config', 'run_cli']
@@ -83,17 +82,6 @@ def add_hidden_alias(parser: ArgumentParser, container: Any, alias: str, dest: s
     """
     container.add_argument(alias, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
     parser.config_aliases[alias.lstrip('-').replace('-', '_')] = dest
-
-
-def _yaml_problem(error: yaml.YAMLError, text: str) -> str:
-    """What is wrong with a YAML text and where: ``<problem> (line L, column C)``."""
-    if isinstance(error, yaml.reader.ReaderError):  # a control character: the reader gives an offset, no mark
-        line = text.count('\n', 0, error.position) + 1
-        column = error.position - text.rfind('\n', 0, error.position)
-        return f'{error.reason} (line {line}, column {column})'
-    mark = getattr(error, 'problem_mark', None) or getattr(error, 'context_mark', None)
-    where = f' (line {mark.line + 1}, column {mark.column + 1})' if mark is not None else ''
-    return f'{getattr(error, "problem", None) or one_line(error)}{where}'
 
 
 class _ConfigValueError(ValueError):
@@ -170,13 +158,14 @@ def _convert_config_value(action: argparse.Action, value: Any) -> Any:
 
 def _read_config(parser: ArgumentParser, path: Union[str, Path], text: str) -> Dict[str, Any]:
     """The YAML mapping in `text` (the file at `path`), keys translated from hidden aliases, each value converted
-    and checked as the option's action would on the command line; usage errors for a file that is not YAML, not a
-    mapping, holds keys no option has (a misspelled key would silently keep a default), or a value the option would
-    not take (naming the key, the value and what it takes)."""
+    and checked as the option's action would on the command line; usage errors for a file that is not strict YAML (a
+    key given twice, a recursive anchor: `strict_yaml`), not a mapping, holds keys no option has (a misspelled key
+    would silently keep a default), or a value the option would not take (naming the key, the value and what it
+    takes)."""
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        parser.fail(f'config file {path} is not valid YAML: {_yaml_problem(e, text)}')
+        raw = load_yaml(text, f'config file {path}')
+    except YAMLFileError as e:
+        parser.fail(str(e))
     if raw is None:
         return {}
     if not isinstance(raw, dict):

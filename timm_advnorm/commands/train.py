@@ -27,7 +27,9 @@ records: `train.recorded`), and `train_options` converts the namespace once into
 reads (`train.options.TrainOptions`, with the method's own options checked by the method); nothing below this module
 sees the namespace. The parser is importable so tests can drive it. Every registered method's options are on the parser
 whichever ``--method`` runs, so a config or command line that names another method's option is accepted, as it always
-was.
+was (a recipe is a base other methods run from: the demo trains its baseline with ``-c digits_demo_mbn --method
+vanilla``); one given on the command line that the method does not use (another method's, or a training-attack option
+of a method that runs no attack) is named in a warning, as it is ignored.
 """
 import argparse
 import logging
@@ -44,7 +46,8 @@ from ..attacks import check_training_attack, training_attacks
 from ..attacks.pgd import CLEAN_START_MODES
 from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import (
-    TASKS, MethodOptions, TrainingAttackOptions, get_task_class, list_tasks, options_from_values)
+    TASKS, MethodOptions, TrainingAttackOptions, declared_options, get_task_class, list_tasks, options_from_values,
+    unused_options)
 from ..train.build import build_training, plan_training, prepare_training
 from ..train.distribute_bn import DIST_BN_MODES
 from ..train.lr_scaling import LR_BASE_SCALES
@@ -61,6 +64,10 @@ from .options import (
 from .parser import ArgumentParser, add_hidden_alias, given_options, parse_with_config, run_cli
 
 __all__ = ['get_args_parser', 'parse_args', 'option_dests', 'train_options', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR']
+
+_logger = logging.getLogger('train_adv')
+#: Training-attack options whose value is the robust validation's default (``--val-attack-eps``, ...) when not given.
+_VALIDATION_DEFAULTS = ('attack_eps', 'attack_step', 'attack_targeted')
 
 #: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
 #: (Brock et al., NFNets); without it AGC would silently clip nothing.
@@ -472,7 +479,23 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
     args.workers, note = default_workers(args.workers, DEFAULT_WORKERS)
     if note:
         _logger.info(note)
+    _warn_unused_options(args, given_options(parser, argv, {}))
     return args, yaml.safe_dump(vars(args), default_flow_style=False)
+
+
+def _warn_unused_options(args: argparse.Namespace, given: FrozenSet[str]) -> None:
+    """Name the options given on the command line (`given`) that ``--method`` does not use (`task.unused_options`):
+    another method's own, or the training attack's where the method runs none. They are accepted (see the module's
+    docstring) and ignored; a warning keeps that from passing without a word."""
+    # the training attack's budget is the per-epoch robust validation's default, which every method runs
+    validation = {name for name in _VALIDATION_DEFAULTS if getattr(args, f'val_{name}') is None}
+    unused = sorted(given & unused_options(vars(args)) - validation)
+    if unused:
+        owners = {name: [method for method, task in TASKS.items() if name in declared_options(task)]
+                  for name in unused}
+        flags = ', '.join('--' + name.replace('_', '-') + (f' (method {"/".join(owners[name])})' if owners[name] else
+                                                            ' (training attack)') for name in unused)
+        _logger.warning(f'{flags}: not used by --method {args.method}, so ignored')
 
 
 def _method_options(args: argparse.Namespace) -> Tuple[MethodOptions, TrainingAttackOptions]:

@@ -51,7 +51,7 @@ from ..eval.protocols import PROTOCOLS, get_protocol, list_protocols
 from ..eval.recorded import DataRecord, recorded_data
 from ..eval.subsets import SUBSETS
 from ..eval.validate import validate
-from ..eval.variants import INTERPOLATIONS
+from ..eval.variants import DEFAULT_GAMMAS, INTERPOLATIONS
 from ..usage import check_device, check_normalization_lengths, default_workers
 from .options import (
     AMP, AMP_DTYPE, ATTACK_EPS, ATTACK_NORM, ATTACK_STEP, ATTACK_STEPS, ATTACK_TARGETED, BATCH_SIZE, CHANNELS_LAST,
@@ -182,11 +182,13 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--max-queries', type=int, default=None, help='Cap on every black-box attack\'s queries.')
 
     group = parser.add_argument_group('Mixture BN')
-    group.add_argument('--gammas', type=float, nargs='+', default=[0.0, 1.0], metavar='G',
-                       help='Adversarial-branch weights: 0 clean branch, 1 adversarial branch, in between '
-                            'interpolations (NoFrost Fig. 2 sweeps [0, 1]).')
-    group.add_argument('--interpolations', nargs='+', default=list(INTERPOLATIONS), choices=INTERPOLATIONS,
-                       help='Interpolations evaluated at interior gammas.')
+    group.add_argument('--gammas', type=float, nargs='+', default=None, metavar='G',
+                       help=f'Adversarial-branch weights: 0 clean branch, 1 adversarial branch, in between '
+                            f'interpolations (NoFrost Fig. 2 sweeps [0, 1]); refused for a model without mixture BN '
+                            f'(default: {" ".join(f"{g:g}" for g in DEFAULT_GAMMAS)}).')
+    group.add_argument('--interpolations', nargs='+', default=None, choices=INTERPOLATIONS,
+                       help=f'Interpolations evaluated at interior gammas; refused without one (default: '
+                            f'{" ".join(INTERPOLATIONS)}).')
     group.add_argument('--bn-layer', default=None, metavar='NAME', help='Layer of the BN statistics plot.')
 
     group = parser.add_argument_group('Metrics and sanity checks')
@@ -373,7 +375,8 @@ def eval_options(args: argparse.Namespace) -> EvalOptions:
                             metrics=None if args.metrics is None else tuple(args.metrics),
                             metric_samples=args.metric_samples, amp_samples=args.verify_amp,
                             amp_tolerance=args.amp_tolerance),
-        variants=VariantOptions(gammas=tuple(args.gammas), interpolations=tuple(args.interpolations)),
+        variants=VariantOptions(gammas=None if args.gammas is None else tuple(args.gammas),
+                                interpolations=None if args.interpolations is None else tuple(args.interpolations)),
         outputs=EvalOutputOptions(results_file=args.results_file, plot_dir=args.plot_dir, bn_layer=args.bn_layer,
                               resume_state=args.resume_state, overwrite=args.overwrite, config_file=args.config),
         plan_only=args.plan)

@@ -9,10 +9,10 @@ from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
 from .mnist import MNIST_NUM_CLASSES, MNIST_SIZE, default_mnist_root, prepare_mnist
 from .mnist5k import MNIST5K_NUM_CLASSES, MNIST5K_SIZE, default_mnist5k_root, prepare_mnist5k
 
-__all__ = ['BUILTIN_DATASETS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'MNIST_NUM_CLASSES', 'BuiltinDataset',
-           'builtin_dataset', 'dataset_img_size', 'dataset_num_classes', 'default_digits_root', 'default_mnist5k_root',
-           'default_mnist_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k',
-           'prepare_mnist', 'resolve_dataset', 'split_folder']
+__all__ = ['BUILTIN_DATASETS', 'SPLIT_SYNONYMS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'MNIST_NUM_CLASSES',
+           'BuiltinDataset', 'builtin_dataset', 'dataset_img_size', 'dataset_num_classes', 'default_digits_root',
+           'default_mnist5k_root', 'default_mnist_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k',
+           'prepare_mnist', 'resolve_dataset', 'same_split', 'split_folder']
 
 
 class BuiltinDataset(NamedTuple):
@@ -66,6 +66,15 @@ def dataset_img_size(dataset: str, img_size: Optional[int]) -> Optional[int]:
 
 #: Folder names timm's split search (``timm.data.dataset_factory._search_split``) accepts for one another.
 SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'))
+
+
+def same_split(a: str, b: str) -> bool:
+    """Whether the split names `a` and `b` read the same images: equal, or names timm's split search takes for one
+    another (``train`` and ``training``). A slice (``train[:90%]``) is compared as written: two slices of one split
+    are a held-out pair."""
+    if '[' in a or '[' in b:
+        return a == b
+    return a == b or any(a in synonyms and b in synonyms for synonyms in SPLIT_SYNONYMS)
 
 
 def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[int] = None

@@ -10,7 +10,7 @@ from typing import Any, List, Mapping, Optional
 import torch.nn as nn
 
 __all__ = ['PREPROCESSING_KEYS', 'record_preprocessing', 'explicit_preprocessing', 'model_input_channels',
-           'check_input_channels']
+           'check_input_channels', 'minimum_image_size', 'check_input_size']
 
 #: The `timm.data.resolve_data_config` entries that define preprocessing.
 PREPROCESSING_KEYS = ('input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')
@@ -67,3 +67,42 @@ def check_input_channels(model: nn.Module, data_config: Mapping[str, Any]) -> No
     if expected is not None and channels != expected:
         raise ValueError(f'the input size {" ".join(map(str, data_config["input_size"]))} (--input-size, else the '
                          f'model\'s) has {channels} channel(s), but the model takes {expected}')
+
+
+def minimum_image_size(model: nn.Module) -> Optional[int]:
+    """The smallest image side `model` takes: the reduction of its stem, the first entry of timm's ``feature_info``
+    (a ResNet's stem stride, a ViT's patch size). Below it the stem has less than one pixel of the image to map to
+    each output position: the run trains and evaluates on padding.
+
+    The model's total stride (the last reduction) is not the minimum: timm's convolutions pad, so a stride-32
+    ResNet computes on 16 px images (the tiny test models do, by design). None for a model that declares no features
+    and for one whose every feature has the reduction of its whole input (an MLP that flattens the image, as Galloway
+    et al.'s: it takes its own size only, which its first layer checks).
+    """
+    info = getattr(model, 'feature_info', None)
+    entries = getattr(info, 'info', info)  # a features_only model's `FeatureInfo`, else timm's list of dicts
+    if not isinstance(entries, (list, tuple)) or not entries or not isinstance(entries[0], Mapping):
+        return None
+    reductions = [entry.get('reduction') for entry in entries]
+    if not all(isinstance(r, int) and r > 0 for r in reductions):
+        return None
+    side = ((getattr(model, 'pretrained_cfg', None) or {}).get('input_size') or (None,))[-1]
+    if len(set(reductions)) == 1 and reductions[0] == side:  # a flattening stem: its reduction is the image
+        return None
+    return reductions[0]
+
+
+def check_input_size(model: nn.Module, data_config: Mapping[str, Any]) -> None:
+    """The resolved image size (``--img-size``, ``--input-size``, else the model's) is at least the model's minimum
+    (`minimum_image_size`): a 1 px image trains and evaluates without an error, on nothing.
+
+    Raises:
+        ValueError: A side below the minimum, naming it.
+    """
+    minimum = minimum_image_size(model)
+    height, width = (int(side) for side in data_config['input_size'][-2:])
+    if minimum is not None and min(height, width) < minimum:
+        name = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture') or 'the model'
+        raise ValueError(f'the image size {height}x{width} (--img-size or --input-size, else the model\'s) is below '
+                         f'the minimum of {name}, {minimum} px (its stem\'s reduction, timm\'s feature_info); give '
+                         f'--img-size {minimum} or more')

@@ -20,9 +20,9 @@ from timm.data import ImageDataset, create_dataset, create_transform, resolve_da
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import InputSpace
-from ..data import builtin_dataset, is_folder_dataset, resolve_dataset, split_folder
+from ..data import SPLIT_SYNONYMS, builtin_dataset, is_folder_dataset, resolve_dataset, same_split, split_folder
 from ..data.folders import check_num_classes, scan_image_folder
-from ..data.preprocessing import check_input_channels, explicit_preprocessing
+from ..data.preprocessing import check_input_channels, check_input_size, explicit_preprocessing
 from ..data.readable import checked_indices
 from ..hub import create_model_from_name_or_checkpoint, split_source
 from ..hub.digest import branch_digests, state_dict_digest
@@ -300,6 +300,24 @@ class EvalSetup:
     branch_weights_digests: Dict[str, str]
 
 
+def _warn_training_split(data: EvalDataOptions) -> None:
+    """Warn once when the split evaluated holds training images: a training split by name (``train``,
+    ``training``), the split the checkpoint's run trained on (its record), or the root of an image folder that holds
+    a training split (``--val-split ''``). The numbers are then measured on images the model may have trained on."""
+    trained = data.record.train_split
+    names = [name for name in (*SPLIT_SYNONYMS[0], trained) if name]
+    if any(same_split(data.split, name) for name in names):
+        what = (f'the split the checkpoint trained on (its --train-split {trained!r})' if trained
+                and same_split(data.split, trained) else 'a training split')
+    elif not data.split and (builtin_dataset(data.dataset) is not None or data.data_dir and is_folder_dataset(
+            data.dataset) and any((Path(data.data_dir) / name).is_dir() for name in names if '[' not in name)):
+        what = f'the root of {data.data_dir or data.dataset}, which holds the training split'
+    else:
+        return
+    _logger.warning(f'--val-split {data.split!r} is {what}: the numbers are measured on images the model trained '
+                    f'on, so they are optimistic; evaluate a held-out split')
+
+
 def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSetup:
     """Everything the evaluation `options` describe needs, each part checked as it is built.
 
@@ -316,6 +334,7 @@ def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSe
     preprocessing_args = options.preprocessing.as_args()
     data_config = resolve_data_config(preprocessing_args, model=model, use_test_size=True)
     check_input_channels(model, data_config)
+    check_input_size(model, data_config)
     overrides = explicit_preprocessing(preprocessing_args)
     preprocessing = _preprocessing_provenance(options.model, overrides)
     _logger.info('Preprocessing %s, from %s%s.', _shown(data_config), preprocessing['source'],
@@ -331,6 +350,8 @@ def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSe
     preprocessing.update(record)
     space = InputSpace.from_data_config(data_config)
     protocol = build_protocol(options.attacks, space)
+    if protocol.dataset is None:  # not an out-of-distribution set: the evaluation data's split
+        _warn_training_split(options.data)
     variants = model_variants(model, options.variants.gammas, options.variants.interpolations)
     probes = SanityBudget(**checks.sanity_pinned) if checks.sanity != 'off' else SanityBudget(samples=0)
     plan = build_plan(protocol, sanity_samples=probes.samples, sanity_steps=probes.steps,

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .recorded import DataRecord
-from .variants import INTERPOLATIONS
 
 __all__ = ['LOGGER', 'SANITY_MODES', 'EvalModelOptions', 'EvalDataOptions', 'PreprocessingOptions',
            'EvalRuntimeOptions', 'AttackOptions', 'CheckOptions', 'VariantOptions', 'EvalOutputOptions', 'EvalOptions']
@@ -176,10 +175,12 @@ class CheckOptions:
 
 @dataclass(frozen=True)
 class VariantOptions:
-    """The variants of a mixture-BN model: adversarial-branch weights, and interpolations at the interior ones."""
+    """The variants of a mixture-BN model: adversarial-branch weights, and interpolations at the interior ones; None
+    where not given (the defaults, `variants.DEFAULT_GAMMAS` and every interpolation): given to a model without
+    mixture BN, which has one variant, they are refused (`variants.model_variants`)."""
 
-    gammas: Tuple[float, ...] = (0.0, 1.0)
-    interpolations: Tuple[str, ...] = INTERPOLATIONS
+    gammas: Optional[Tuple[float, ...]] = None
+    interpolations: Optional[Tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)

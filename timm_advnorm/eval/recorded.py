@@ -31,12 +31,15 @@ class DataRecord:
         taken: The data options set from the record, by destination.
         overridden: The data options given unlike the record, as ``{dest: (recorded, given)}``.
         inference_branch: The branch the checkpoint's mixture-BN model is recorded to run on (None: none recorded).
+        train_split: The split the checkpoint trained on, while this evaluation reads its dataset from its root
+            (None: another dataset, or none recorded).
     """
 
     recorded: bool = False
     taken: Dict[str, Any] = field(default_factory=dict)
     overridden: Dict[str, Tuple[Any, Any]] = field(default_factory=dict)
     inference_branch: Optional[str] = None
+    train_split: Optional[str] = None
 
 
 def recorded_data(checkpoint: str, data: Mapping[str, Any], given: Collection[str]) -> DataRecord:
@@ -70,8 +73,10 @@ def recorded_data(checkpoint: str, data: Mapping[str, Any], given: Collection[st
         elif value != current[dest]:
             overridden[dest] = (value, current[dest])
     model_args = (recorded.get(MODEL_CONFIG_ARG) or {}).get('model_args') or {}
+    same_data = all(current[dest] == recorded.get(dest) for dest in ('dataset', 'data_dir'))
     return DataRecord(recorded=True, taken=taken, overridden=overridden,
-                      inference_branch=model_args.get(INFERENCE_BRANCH_ARG))
+                      inference_branch=model_args.get(INFERENCE_BRANCH_ARG),
+                      train_split=recorded.get('train_split') if same_data else None)
 
 
 def _option(dest: str) -> str:

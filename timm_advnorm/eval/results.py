@@ -33,10 +33,10 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from ..write_guard import reported_write
+from ..write_guard import check_folder_writable, check_names, reported_write
 from .schema import EvalResults
 
-__all__ = ['OutputFiles', 'kept_name', 'check_writable', 'check_folder_writable', 'atomic_write', 'write_json',
+__all__ = ['OutputFiles', 'kept_name', 'check_writable', 'atomic_write', 'write_json',
            'write_csv', 'csv_rows', 'json_text', 'csv_text', 'CSV_FIELDS']
 
 CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'protocol_attack', 'threat', 'norm', 'eps_255', 'eps_rule',
@@ -53,6 +53,11 @@ PathLike = Union[str, Path]
 Writer = Callable[[Path], None]
 
 
+def _temp_name(path: Path) -> str:
+    """The name `path` is written under before it is renamed into place: hidden, random, same suffix."""
+    return f'.{path.name}.{secrets.token_hex(6)}{path.suffix}'
+
+
 def _new_temp_file(path: Path) -> Path:
     """Create an empty, uniquely named hidden file next to `path` and return its path.
 
@@ -60,44 +65,12 @@ def _new_temp_file(path: Path) -> Path:
     file the user writes has (`tempfile.mkstemp` always gives 0600, which would make results unreadable to others).
     """
     while True:
-        tmp = path.with_name(f'.{path.name}.{secrets.token_hex(6)}{path.suffix}')
+        tmp = path.with_name(_temp_name(path))
         try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             return tmp
         except FileExistsError:  # a 48-bit name collision: draw another
             continue
-
-
-def _existing_ancestor(folder: Path) -> Path:
-    """`folder` itself if it exists, else its nearest existing ancestor (where creating it would start)."""
-    folder = Path(os.path.abspath(folder))
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return folder
-
-
-def check_folder_writable(folder: PathLike) -> None:
-    """Check that files can be written into `folder`, creating nothing that outlives the check.
-
-    A file is created and removed in `folder`, or, when it is missing, in its nearest existing ancestor, where
-    creating it would start: that is what writing will do, so a "folder" that is a file, a read-only or pseudo file
-    system, or a missing permission shows up now, before hours of evaluation, and not when the results are written.
-    Missing folders are created when the first file is written into them, so a run refused for another reason
-    leaves no empty folder behind.
-
-    Raises:
-        ValueError: Nothing can be written into `folder`.
-    """
-    folder = Path(folder)
-    ancestor = _existing_ancestor(folder)
-    missing = ancestor != Path(os.path.abspath(folder))
-    if not ancestor.is_dir():
-        raise ValueError(f'cannot write into {folder}: {ancestor if missing else "it"} is not a folder.')
-    try:
-        _new_temp_file(ancestor / 'write-probe').unlink()
-    except OSError as e:
-        where = f' (it would be created in {ancestor})' if missing else ''
-        raise ValueError(f'cannot write into {folder}{where}: {e.strerror or e}.') from None
 
 
 def check_writable(path: PathLike, overwrite: bool) -> None:
@@ -111,6 +84,7 @@ def check_writable(path: PathLike, overwrite: bool) -> None:
         ValueError: `path` is a folder, or its folder cannot be written.
     """
     path = Path(path)
+    check_names(path, reserve=len(os.fsencode(_temp_name(path))) - len(os.fsencode(path.name)))
     if path.is_dir():
         raise ValueError(f'cannot write {path}: it is a folder.')
     if path.exists() and not overwrite:

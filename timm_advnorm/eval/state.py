@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 import torch
 
 from ..hub.digest import tensors_digest
-from ..write_guard import reported_write
+from ..write_guard import check_creatable, check_names, reported_write
 from .records import Record
-from .results import atomic_write, check_folder_writable
+from .results import atomic_write
 
 if TYPE_CHECKING:
     from .build import DataRun
@@ -50,13 +50,14 @@ def check_state_path(path: Union[str, Path]) -> None:
         ValueError: `path` is a folder, or it or its folder cannot be used.
     """
     path = Path(path)
+    check_names(path)  # before the checks below stat it
     if path.is_dir():
         raise ValueError(f'{path} is a folder, not a state file.')
     if path.exists():
         if not os.access(path, os.R_OK | os.W_OK):
             raise ValueError(f'{path}: the state file cannot be read and appended to (permission denied).')
     else:
-        check_folder_writable(path.parent)
+        check_creatable(path, kind='file')
 
 
 def state_path(resume_state: str, dist_info: 'DistributedInfo') -> str:

@@ -18,10 +18,12 @@ import torch.nn as nn
 
 from ..layers import LogitInterpolation, has_mixture_bn, route
 
-__all__ = ['Variant', 'KINDS', 'INTERPOLATIONS', 'model_variants']
+__all__ = ['Variant', 'KINDS', 'INTERPOLATIONS', 'DEFAULT_GAMMAS', 'model_variants']
 
 KINDS = ('model', 'clean', 'adv', 'mix', 'logits')
 INTERPOLATIONS = ('mix', 'logits')
+#: The adversarial-branch weights evaluated unless given: both branches.
+DEFAULT_GAMMAS = (0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,8 @@ class Variant:
 
 def model_variants(
         model: nn.Module,
-        gammas: Sequence[float] = (0.0, 1.0),
-        interpolations: Sequence[str] = INTERPOLATIONS,
+        gammas: Optional[Sequence[float]] = None,
+        interpolations: Optional[Sequence[str]] = None,
 ) -> List[Variant]:
     """The variants to evaluate for `model`.
 
@@ -82,14 +84,26 @@ def model_variants(
 
     Args:
         model: The model.
-        gammas: Adversarial-branch weights in [0, 1].
-        interpolations: Which of ``mix`` and ``logits`` to evaluate at interior γ.
+        gammas: Adversarial-branch weights in [0, 1] (``--gammas``); None: `DEFAULT_GAMMAS`.
+        interpolations: Which of ``mix`` and ``logits`` to evaluate at interior γ (``--interpolations``); None:
+            both.
 
     Raises:
-        ValueError: γ outside [0, 1] or an unknown interpolation.
+        ValueError: γ outside [0, 1] or an unknown interpolation; γ or interpolations given for a model without
+            mixture BN, or interpolations without an interior γ (they would be ignored without a word).
     """
     if not has_mixture_bn(model):
+        given = [option for option, value in (('--gammas', gammas), ('--interpolations', interpolations))
+                 if value is not None]
+        if given:
+            raise ValueError(f'{" and ".join(given)}: the model has no mixture BN (no clean and adversarial branches '
+                             f'to weigh), so it is evaluated as itself; drop {" and ".join(given)}')
         return [Variant('model')]
+    gammas = DEFAULT_GAMMAS if gammas is None else gammas
+    if interpolations is not None and not any(0.0 < float(g) < 1.0 for g in gammas):
+        raise ValueError(f'--interpolations apply at gammas strictly between 0 and 1; --gammas '
+                         f'{" ".join(f"{float(g):g}" for g in gammas)} has none, so they would not be evaluated')
+    interpolations = INTERPOLATIONS if interpolations is None else interpolations
     for name in interpolations:
         if name not in INTERPOLATIONS:
             raise ValueError(f'Unknown interpolation {name!r}, expected one of {INTERPOLATIONS}.')

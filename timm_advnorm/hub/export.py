@@ -27,7 +27,8 @@ from timm.models import get_pretrained_cfg, model_entrypoint, save_for_hf
 
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
-from ..write_guard import check_replaceable, reported_write, write_manifest
+from ..write_guard import (
+    check_folder_writable, check_names, check_replaceable, existing_ancestor, reported_write, write_manifest)
 from .checkpoint import Checkpoint
 from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
 
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
+#: What an export folder is staged under, beside it, before it is put in place: .NAME.staging-XXXXXXXX.
+_STAGING = '.staging-'
 
 # Training arguments (timm's train.py names) that define the preprocessing recorded in the export.
 DATA_ARG_KEYS = ('input_size', 'img_size', 'in_chans', 'mean', 'std', 'crop_pct', 'crop_mode', 'interpolation')
@@ -167,13 +170,6 @@ def _make_readable(folder: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def _existing_ancestor(folder: Path) -> Path:
-    """`folder` if it exists, else its nearest existing ancestor (on the file system the folder would be made on)."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return folder
-
-
 def _put_in_place(staging: Path, target: Path, overwrite: bool) -> None:
     """Move the finished `staging` folder to `target` in one step.
 
@@ -189,7 +185,7 @@ def _put_in_place(staging: Path, target: Path, overwrite: bool) -> None:
     if overwrite and target.exists():
         if any(target.iterdir()):
             check_replaceable(target)
-        retired = staging.with_name(staging.name.replace('.staging-', '.retired-'))
+        retired = staging.with_name(staging.name.replace(_STAGING, '.retired-'))
         os.replace(target, retired)
         os.replace(staging, target)
         shutil.rmtree(retired)
@@ -210,7 +206,10 @@ def check_folder_target(target: Union[str, Path], overwrite: bool = False) -> Pa
     Raises:
         FileExistsError: `target` is a file, or a non-empty folder and `overwrite` is not set, or a non-empty folder
             that is not an earlier export (`write_guard.check_replaceable`).
+        ValueError: `target` cannot be made: a name too long for its file system, a folder above it that is a file,
+            a pseudo or read-only file system, a missing permission (`write_guard.check_folder_writable`).
     """
+    check_names(target, reserve=len(_STAGING) + 9)  # staged first as .NAME.staging-XXXXXXXX beside it
     target = Path(target).expanduser().resolve()
     if target.exists() and not target.is_dir():
         raise FileExistsError(f'{target} exists and is not a folder.')
@@ -218,6 +217,7 @@ def check_folder_target(target: Union[str, Path], overwrite: bool = False) -> Pa
         if not overwrite:
             raise FileExistsError(f'{target} is not empty: pass --overwrite to replace it.')
         check_replaceable(target)
+    check_folder_writable(target.parent if target.exists() else target)
     return target
 
 
@@ -240,7 +240,7 @@ def staged_folder(target: Union[str, Path], overwrite: bool = False, made_by: st
     target = check_folder_target(target, overwrite)
     kept = 'the previous export is intact' if target.is_dir() and any(target.iterdir()) else 'nothing was written'
     with reported_write(target, kept):
-        staging = Path(tempfile.mkdtemp(prefix=f'.{target.name}.staging-', dir=_existing_ancestor(target.parent)))
+        staging = Path(tempfile.mkdtemp(prefix=f'.{target.name}{_STAGING}', dir=existing_ancestor(target.parent)))
     try:
         with reported_write(target, kept):
             yield staging

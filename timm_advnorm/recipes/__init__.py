@@ -6,7 +6,7 @@ file by path; ``--list-recipes`` lists them. Each file's leading comment says wh
 from pathlib import Path
 from typing import List
 
-import yaml
+from ..strict_yaml import load_yaml
 
 __all__ = ['list_recipes', 'recipe_path', 'describe_recipe', 'resolve_config']
 
@@ -44,7 +44,8 @@ def resolve_config(name_or_path: str) -> Path:
 
 def describe_recipe(name: str) -> str:
     """One line saying what the packaged recipe `name` trains: model, method, data set and epochs."""
-    config = yaml.safe_load(recipe_path(name).read_text()) or {}
+    path = recipe_path(name)
+    config = load_yaml(path.read_text(), f'recipe {path}') or {}
     data = config.get('dataset') or 'image folder (--data-dir)'
     return (f"--model {config.get('model')} --method {config.get('method')}, {data}, {config.get('epochs')} epochs, "
             f"batch {config.get('batch_size')} per process")

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
+from ..write_guard import check_folder_writable, check_names
 from .cells import Cell, expand_cells
 from .options import CellCommands, StudyOptions
 from .plan import plan_cell_budget
@@ -97,6 +98,9 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     if options.dry_run:
         _dry_run(cells, commands, options.world_size)
         return
+    check_folder_writable(study_dir)  # its name and every cell's, and the file system: before the first cell runs
+    for cell in cells:
+        check_names(cell.run_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     started, started_at, commit = time.perf_counter(), time.time(), code_commit()
     runner = _runner(options, commands)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-import yaml
 
+from ..strict_yaml import load_yaml
 from ..train.run_folder import BUDGET_FILE
 from .cells import Cell
 from .options import CellCommands
@@ -94,7 +94,7 @@ def _training_complete(run_dir: Path) -> bool:
         return False
     with summary.open(newline='') as f:
         rows = list(csv.DictReader(f))
-    return len(rows) >= int(yaml.safe_load(budget_file.read_text())['epochs'])
+    return len(rows) >= int(load_yaml(budget_file.read_text(), str(budget_file))['epochs'])
 
 
 def cell_state(cell: Cell) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-import yaml
+from ..strict_yaml import load_yaml
 
 __all__ = [
     'MEASURES', 'SCALES', 'Expected', 'Finding', 'GridBlock', 'PlotSpec', 'RatioTable', 'ScaleSpec', 'StudySpec', 'list_studies',
@@ -353,10 +353,7 @@ def load_study(name_or_path: Union[str, Path]) -> StudySpec:
         ValueError: Unknown study, or a file that does not describe one (the message says what is wrong).
     """
     path = _study_path(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f'{path}: not YAML ({" ".join(str(e).split())}).') from None
+    raw = load_yaml(path.read_text(), f'study {path}')
     raw = _mapping(raw, str(path))
     unknown = set(raw) - {'title', 'paper', 'scales', 'grid', 'findings', 'plot', 'metric_variant', 'ratios',
                           'metrics', 'spread', 'min_clean'}

@@ -22,18 +22,20 @@ from torch.utils.data import DataLoader
 
 from .. import models  # noqa: F401  (registers the plugin's models)
 from ..attacks import Attack, InputSpace, create_attack
-from ..data import (dataset_img_size, dataset_num_classes, fixed_subset, is_folder_dataset, resolve_dataset,
-                    split_folder)
-from ..data.preprocessing import check_input_channels, record_preprocessing
+from ..data import (
+    builtin_dataset, dataset_img_size, dataset_num_classes, fixed_subset, is_folder_dataset, resolve_dataset,
+    split_folder)
+from ..data.preprocessing import check_input_channels, check_input_size, record_preprocessing
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..hub.checkpoint import check_finite_weights
 from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
 from ..task import AdversarialClassificationTask, TrainingContext, get_task_class
+from ..strict_yaml import load_yaml
 from ..usage import AMP_DTYPES, check_pretrained_option
-from ..write_guard import check_write_target
+from ..write_guard import check_creatable, check_write_target
 from .accumulation import GradientAccumulation
 from .budget import RunBudget, count_budget, plan_budget, plan_validation
-from .checks import check_options, check_steps, resolve_device
+from .checks import check_options, check_steps, check_validation_split, resolve_device
 from .data_options import create_mixup, data_config_args, train_loader_kwargs
 from .datasets import create_split_datasets, folder_class_map, memoized_splits
 from .epoch_record import ResumePosition
@@ -225,7 +227,7 @@ def _first_batch(loader, device: torch.device) -> Tuple[torch.Tensor, torch.Tens
 
 def _with_values(args_text: str, **values) -> str:
     """The arguments' YAML text with `values` set: what the run resolved (learning rate, metric) is what it saves."""
-    return yaml.safe_dump({**yaml.safe_load(args_text), **values}, default_flow_style=False)
+    return yaml.safe_dump({**load_yaml(args_text, 'the run\'s arguments'), **values}, default_flow_style=False)
 
 
 def _model_config(model, options: ModelOptions) -> dict:
@@ -265,16 +267,17 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     if options.tracking.log_wandb:
         import_wandb()  # missing, an error now rather than after the set-up
 
-    dataset_name, root = resolve_dataset(data.dataset, data.data_dir, img_size=data.img_size)
-    train_root, val_root, search = _data_roots(dataset_name, root, data)
-    check_write_target(planned_run_folder(options.output.output, options.run_name, resume), '--output', {
-        'the data folder': data.data_dir, 'the training data': root, 'the training split': train_root,
-        'the validation split': val_root, 'the class map': data.class_map,
-        'the initial checkpoint': model_options.initial_checkpoint})
+    run_folder = planned_run_folder(options.output.output, options.run_name, resume)
+    if not resume:  # a name too long, a pseudo or read-only file system: said now, not after the set-up
+        check_creatable(run_folder)
+    # a built-in data set is rendered at the image size, which the model checks first; the user's data, first of all
+    rendered = builtin_dataset(data.dataset) is not None
+    if not rendered:
+        dataset_name, root = resolve_dataset(data.dataset, data.data_dir)
+        train_root, val_root, search = _data_roots(dataset_name, root, data)
     num_classes = dataset_num_classes(data.dataset, data.num_classes)
+    img_size = data.img_size
     data = replace(data, img_size=dataset_img_size(data.dataset, data.img_size))
-    class_map = folder_class_map(data, train_root, val_root, search, num_classes)
-
     if model_options.pretrained and not model_options.initial_checkpoint:
         check_pretrained_option(model_options.model, num_classes, model_options.reset_classifier,
                                 '--initial-checkpoint')
@@ -285,6 +288,17 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     init_classifier_head(model, model_options.head_init_scale, model_options.head_init_bias)
     data_config = resolve_data_config(data_config_args(data), model=model, verbose=verbose)
     check_input_channels(model, data_config)
+    check_input_size(model, data_config)
+
+    if rendered:
+        dataset_name, root = resolve_dataset(data.dataset, data.data_dir, img_size=img_size)
+        train_root, val_root, search = _data_roots(dataset_name, root, data)
+    check_write_target(run_folder, '--output', {
+        'the data folder': data.data_dir, 'the training data': root, 'the training split': train_root,
+        'the validation split': val_root, 'the class map': data.class_map,
+        'the initial checkpoint': model_options.initial_checkpoint})
+    check_validation_split(data, train_root, val_root, search, verbose)
+    class_map = folder_class_map(data, train_root, val_root, search, num_classes)
     record_preprocessing(model, data_config)
     if has_mixture_bn(model):  # the methods' single-route passes run on the default route: the clean branch
         set_inference_branch(model, 'clean')

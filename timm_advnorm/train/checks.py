@@ -2,16 +2,19 @@
 checkpoint file, and of a run that would make no optimizer step; each run before the run folder is made."""
 import logging
 import os
+from pathlib import Path
 from typing import Optional
 
 import torch
 from timm.data import create_transform
 
+from ..data import same_split
 from ..hub.checkpoint import check_checkpoint_file
 from ..usage import check_device, check_normalization_lengths, one_line
-from .options import TrainOptions
+from ..write_guard import check_folder_name
+from .options import DataOptions, TrainOptions
 
-__all__ = ['check_options', 'check_auto_augment', 'resolve_device', 'check_steps']
+__all__ = ['check_options', 'check_auto_augment', 'resolve_device', 'check_steps', 'check_validation_split']
 
 _logger = logging.getLogger('train_adv')
 
@@ -19,6 +22,8 @@ _logger = logging.getLogger('train_adv')
 def check_options(options: TrainOptions) -> None:
     """Checks between options (each numeric option's own range is its parser type's), of the preprocessing and of
     the checkpoint to resume; the method checks its own (`check_options` of its task class)."""
+    if options.output.experiment:  # joined to --output: one name, or the run lands elsewhere
+        check_folder_name(options.output.experiment, '--experiment', options.output.output, '--output')
     if options.schedule.running_stats_epochs > options.schedule.epochs:
         raise ValueError('--running-stats-epochs must be between 0 and --epochs.')
     for name, bounds in (('scale', options.augment.scale), ('ratio', options.augment.ratio),
@@ -36,6 +41,29 @@ def check_options(options: TrainOptions) -> None:
     if resume:  # timm's loader would blame the serialisation format for a damaged file
         check_checkpoint_file(resume)
 
+
+def check_validation_split(data: DataOptions, train_root: Optional[str], val_root: Optional[str], search: bool,
+                           verbose: bool) -> None:
+    """Warn once when the validation split holds the training images: ``--val-split`` names the training split
+    (or a synonym timm takes for it), or, of an image folder, its folder is the training folder or one around it
+    (``--val-split ''``: the root). The run is valid, but it ranks its checkpoints on images it trained on.
+
+    Args:
+        data: The data options.
+        train_root: The training split's folder (of an image folder), as the build resolved it.
+        val_root: The validation split's folder.
+        search: Whether the dataset's reader finds the splits by name (no split folders resolved).
+        verbose: Whether this process logs (rank 0).
+    """
+    if search or not train_root or not val_root:
+        same = same_split(data.train_split, data.val_split)
+    else:
+        train, val = Path(os.path.realpath(train_root)), Path(os.path.realpath(val_root))
+        same = train == val or val in train.parents
+    if same and verbose:
+        _logger.warning(f'--val-split {data.val_split!r} holds the training images (--train-split '
+                        f'{data.train_split!r}): the checkpoints are ranked on images the run trains on, so '
+                        f'model_best and the validation numbers are optimistic; validate on a held-out split')
 
 
 def check_auto_augment(policy: str) -> None:

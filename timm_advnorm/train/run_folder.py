@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Tuple
 
-import yaml
-
+from ..strict_yaml import load_yaml
+from ..write_guard import reported_write
 from .budget import RunBudget
 from .run_lock import LOCK_FILE, acquire_run_lock
 
@@ -68,6 +68,13 @@ def _missing_folders(path: str) -> Tuple[str, ...]:
     return tuple(missing)
 
 
+def _remove_empty(folders: Tuple[str, ...]) -> None:
+    """Remove `folders` (innermost first) that the run made, stopping at the first that holds something."""
+    with contextlib.suppress(OSError):
+        for folder in folders:
+            os.rmdir(folder)
+
+
 def open_run_folder(output: str, name: str, resume: str, args_text: str, start_epoch: int) -> RunFolder:
     """The run folder, locked for this process (`run_lock`), with the arguments file written in it: a new folder
     `name` under `output` (``--output``), or, when resuming (`resume`: the checkpoint), the checkpoint's own, whose
@@ -89,7 +96,12 @@ def open_run_folder(output: str, name: str, resume: str, args_text: str, start_e
         made: Tuple[str, ...] = ()
     else:
         made_parents = _missing_folders(output)
-        output_dir = new_run_folder(output, name)
+        try:
+            with reported_write(os.path.join(output, name), 'nothing was written'):
+                output_dir = new_run_folder(output, name)
+        except OSError:
+            _remove_empty(made_parents)
+            raise
         made = (output_dir, *made_parents)
         acquire_run_lock(output_dir)
         args_file = 'args.yaml'
@@ -113,8 +125,7 @@ def discard_unsaved_run(folder: RunFolder) -> None:
                     os.remove(os.path.join(folder.path, name))
             os.rmdir(folder.path)  # fails, keeping it, if anything else is in it
             _logger.info(f'Removed {folder.path}: the run failed before its first checkpoint.')
-            for parent in folder.made[1:]:
-                os.rmdir(parent)  # stops at the first one that holds something else
+            _remove_empty(folder.made[1:])
 
 
 def kept_checkpoints(output_dir: str) -> str:
@@ -132,4 +143,4 @@ def resumed_budget(output_dir: str, budget: RunBudget, start_epoch: int) -> RunB
     path = os.path.join(output_dir, BUDGET_FILE)
     if not os.path.exists(path):
         return budget
-    return budget.with_measured(yaml.safe_load(Path(path).read_text()) or {}, start_epoch)
+    return budget.with_measured(load_yaml(Path(path).read_text(), str(path)) or {}, start_epoch)
