@@ -19,7 +19,7 @@ from .provenance import code_commit, record_invocation
 from .record import record_study
 from .runner import InProcessCommands, SubmititLauncher, SubprocessCommands, cell_state, run_cells
 from .spec import StudySpec, load_study
-from .table import summarize_findings, write_tables
+from .table import SPREADS, summarize_findings, write_tables
 
 __all__ = ['LAUNCHERS', 'run_study']
 
@@ -78,7 +78,7 @@ def _report(spec: StudySpec, options: StudyOptions, cells: List[Cell], study_dir
               f'ran {seconds / 60:.1f} min. Per cell: `cells/<id>/` (timm-advnorm-train run folder, `results.json` '
               f'of timm-advnorm-validate).']
     groups, findings = write_tables(spec, options.scale, cells, study_dir, header)
-    subtitle = f'{options.scale} scale, mean ± {spec.spread} over seeds {", ".join(map(str, scale.seeds))}'
+    subtitle = f'{options.scale} scale, mean ± {SPREADS[spec.spread]} {", ".join(map(str, scale.seeds))}'
     plot_study(spec.plot, groups, study_dir / 'study.png', subtitle, spec.spread)
     for result in findings:
         _logger.info(f'{result.finding.claim}: direction {result.verdict}, size {result.size_verdict} (ours '
