@@ -10,23 +10,32 @@ failed write is reported.
   folder of the user's is never deleted, whatever flag is given.
 * An OS error while writing (a full disk, a read-only file system, a missing permission) is one line naming the file
   and the reason, and what was kept (`WriteError`, `reported_write`), not a library's traceback about a truncated
-  archive.
+  archive. torch's archive writer reports a failed write as a RuntimeError without the OS error
+  (`stream_writer_failure` recognizes it).
 """
 import errno
 import json
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
 __all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_replaceable', 'check_write_target', 'reported_write',
-           'write_manifest']
+           'stream_writer_failure', 'write_manifest']
 
 PathLike = Union[str, Path]
 
 #: The file an export folder holds to say the package wrote it, and which files it wrote.
 EXPORT_MANIFEST = '.timm-advnorm-export.json'
 _MANIFEST_FORMAT = 'timm_advnorm.export/1'
+#: What torch's archive writer (``torch.save``, `PyTorchFileWriter`) says when a write fails: it keeps no OS error. A
+#: full disk reads "basic_ios::clear: iostream error" then "unexpected pos N vs M" (torch 2.x on a small file), or
+#: "PytorchStreamWriter failed writing file data/0: file write failed".
+_STREAM_WRITER_FAILURES = ('PytorchStreamWriter failed writing file', 'file write failed', 'unexpected pos ',
+                           'basic_ios::clear: iostream error')
+#: Free space under which a failed write is put down to a full disk: less than one write of the writer's buffers.
+_FULL_DISK_BYTES = 1 << 20
 
 
 def _real(path: PathLike) -> Path:
@@ -122,6 +131,32 @@ class WriteError(OSError):
 
     def __str__(self) -> str:
         return self.message
+
+
+def stream_writer_failure(error: BaseException, path: PathLike) -> Optional[OSError]:
+    """The OS error behind `error`, if it is torch's archive writer failing to write `path` (a RuntimeError without
+    the OS error, `_STREAM_WRITER_FAILURES`, in `error` or the error it was raised during); None for any other error.
+
+    A full disk (less than `_FULL_DISK_BYTES` free where `path` is written; call this before removing the partial
+    file) is ``ENOSPC``; otherwise the write failed for a reason torch kept to itself (a quota, an I/O error), said
+    as ``EIO`` with torch's words.
+    """
+    chain, seen = [], error
+    while seen is not None and len(chain) < 4:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    failures = [e for e in chain if isinstance(e, RuntimeError)
+                and any(text in str(e) for text in _STREAM_WRITER_FAILURES)]
+    if not failures:
+        return None
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+    except OSError:
+        free = None
+    if free is not None and free < _FULL_DISK_BYTES:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    torch_says = ' '.join(str(failures[-1]).split())[:200]
+    return OSError(errno.EIO, f'the write failed (torch: {torch_says}); is the disk or a quota full?')
 
 
 @contextmanager

@@ -1,0 +1,45 @@
+"""The last classes of bad input (issue #38): errors that name both sides of a mismatch, budgets written as fractions,
+dataset names resolved strictly, built-in data never rendered into a folder given as input, long key lists said
+in a few names. Each case exits with status 2, says what is wrong on one line of stderr, shows no traceback and
+creates or changes no file (`test_bad_inputs.check_refused`).
+"""
+from typing import List
+
+import pytest
+
+from test_bad_inputs import Case, case_id, check_refused
+from timm_advnorm.arg_types import pixel_budget, pixel_step, positive_pixel_step
+
+FRACTION_CASES: List[Case] = [
+    ('train', lambda tmp, ctx: ctx.train('--attack-eps', '8/255'),
+     'argument --attack-eps: 8/255 looks like a fraction of the [0, 1] scale; budgets are on the 0-255 scale: '
+     'give 8'),
+    ('train', lambda tmp, ctx: ctx.train('--attack-step', '2/255'),
+     'argument --attack-step: 2/255 looks like a fraction of the [0, 1] scale; steps are on the 0-255 scale: give 2'),
+    ('train', lambda tmp, ctx: ctx.train('--val-attack-eps', '4/255'), 'budgets are on the 0-255 scale: give 4'),
+    ('train', lambda tmp, ctx: ctx.train('--val-attack-step', '1/255'), 'steps are on the 0-255 scale: give 1'),
+    ('train', lambda tmp, ctx: ((tmp / 'c.yaml').write_text('attack_eps: 8/255\n'), ctx.train('-c', tmp / 'c.yaml'))[-1],
+     '8/255 looks like a fraction of the [0, 1] scale; budgets are on the 0-255 scale: give 8'),
+    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--attack-eps', '16/255'),
+     'argument --attack-eps: 16/255 looks like a fraction of the [0, 1] scale; budgets are on the 0-255 scale: '
+     'give 16'),
+    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--eps', '8/255'),
+     'argument --eps: 8/255 looks like a fraction'),
+    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--step', '0.5 / 255'),
+     'argument --step: 0.5 / 255 looks like a fraction of the [0, 1] scale; steps are on the 0-255 scale: give 0.5'),
+]
+
+CASES = FRACTION_CASES
+
+
+@pytest.mark.parametrize('case', CASES, ids=[case_id(c) for c in CASES])
+def test_bad_input_is_one_line_status_2_and_writes_nothing(case, digits_dir, tmp_path, capsys):
+    check_refused(case, digits_dir, tmp_path, capsys)
+
+
+@pytest.mark.parametrize('kind', [pixel_budget, pixel_step, positive_pixel_step])
+@pytest.mark.parametrize('text, meant', [('8/255', '8'), ('8 / 255', '8'), ('.5/255', '0.5'), ('1/8', '32')])
+def test_every_budget_type_reads_a_fraction_as_the_0_255_value_it_means(kind, text, meant):
+    with pytest.raises(Exception, match=rf'looks like a fraction of the \[0, 1\] scale; \w+ are on the 0-255 scale: '
+                                        rf'give {meant}$'):
+        kind(text)
