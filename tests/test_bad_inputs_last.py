@@ -8,6 +8,8 @@ from typing import List
 import pytest
 
 from test_bad_inputs import Case, case_id, check_refused
+from timm_advnorm.data import BUILTIN_DATASETS
+from timm_advnorm.data.names import check_dataset_name
 from timm_advnorm.arg_types import pixel_budget, pixel_step, positive_pixel_step
 
 FRACTION_CASES: List[Case] = [
@@ -29,7 +31,21 @@ FRACTION_CASES: List[Case] = [
      'argument --step: 0.5 / 255 looks like a fraction of the [0, 1] scale; steps are on the 0-255 scale: give 0.5'),
 ]
 
-CASES = FRACTION_CASES
+_TAKES = "--dataset takes digits, mnist5k, mnist (built in), a timm dataset (torch/NAME, hfds/NAME, hfids/NAME, "
+DATASET_NAME_CASES: List[Case] = [
+    ('train', lambda tmp, ctx: ctx.train('--dataset', 'digts'), '--dataset digts: unknown dataset; did you mean digits?'),
+    ('train', lambda tmp, ctx: ctx.train('--dataset', 'nosuchset'), f'--dataset nosuchset: unknown dataset. {_TAKES}'),
+    ('train', lambda tmp, ctx: ctx.train('--dataset', 'MNIST5k'), 'did you mean mnist5k'),
+    ('train', lambda tmp, ctx: ctx.train('--dataset', 'tfsd/beans'), 'did you mean tfds/beans or hfds/beans?'),
+    ('train', lambda tmp, ctx: ((tmp / 'c.yaml').write_text('dataset: digts\n'), ctx.train('-c', tmp / 'c.yaml'))[-1],
+     '--dataset digts: unknown dataset; did you mean digits?'),
+    ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--dataset', 'digts'],
+     '--dataset digts: unknown dataset; did you mean digits?'),
+    ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--dataset', 'nosuchset', '--data-dir',
+                                   ctx.digits_dir], f'--dataset nosuchset: unknown dataset. {_TAKES}'),
+]
+
+CASES = FRACTION_CASES + DATASET_NAME_CASES
 
 
 @pytest.mark.parametrize('case', CASES, ids=[case_id(c) for c in CASES])
@@ -43,3 +59,9 @@ def test_every_budget_type_reads_a_fraction_as_the_0_255_value_it_means(kind, te
     with pytest.raises(Exception, match=rf'looks like a fraction of the \[0, 1\] scale; \w+ are on the 0-255 scale: '
                                         rf'give {meant}$'):
         kind(text)
+
+
+@pytest.mark.parametrize('name', ['', 'digits', 'mnist', 'torch/cifar10', 'HFDS/beans', 'tfds/mnist', 'wds/x'])
+def test_known_dataset_names_and_folders_pass(name, tmp_path):
+    check_dataset_name(name, BUILTIN_DATASETS)
+    check_dataset_name(str(tmp_path), BUILTIN_DATASETS)  # a folder named as the dataset: timm reads it as one

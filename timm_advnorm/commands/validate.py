@@ -41,6 +41,7 @@ from timm.utils import ParseKwargs, setup_default_logging
 
 from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability
 from ..data import BUILTIN_DATASETS
+from ..data.names import check_dataset_name
 from ..eval.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.options import (
     SANITY_MODES, AttackOptions, CheckOptions, EvalDataOptions, EvalModelOptions, EvalOptions, EvalOutputOptions,
@@ -302,6 +303,7 @@ def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             setattr(args, name, [getattr(args, name)])
     try:
         check_device(args.device)
+        check_dataset_name(args.dataset, BUILTIN_DATASETS)
         check_normalization_lengths(args.mean, args.std, args.input_size)
     except ValueError as e:
         parser.error(str(e))
