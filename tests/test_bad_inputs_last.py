@@ -3,9 +3,12 @@ dataset names resolved strictly, built-in data never rendered into a folder give
 in a few names. Each case exits with status 2, says what is wrong on one line of stderr, shows no traceback and
 creates or changes no file (`test_bad_inputs.check_refused`).
 """
+from pathlib import Path
 from typing import List
 
 import pytest
+import timm
+import torch
 
 from test_bad_inputs import Case, case_id, check_refused
 from timm_advnorm.data import BUILTIN_DATASETS
@@ -45,7 +48,35 @@ DATASET_NAME_CASES: List[Case] = [
                                    ctx.digits_dir], f'--dataset nosuchset: unknown dataset. {_TAKES}'),
 ]
 
-CASES = FRACTION_CASES + DATASET_NAME_CASES
+
+
+def _image_folder(tmp: Path) -> Path:
+    """A folder of the user's (an image folder with a validation split): what no command may write into."""
+    (tmp / 'mine' / 'validation' / '0').mkdir(parents=True)
+    (tmp / 'mine' / 'train' / '0').mkdir(parents=True)
+    return tmp / 'mine'
+
+
+def _digits_checkpoint(tmp: Path) -> Path:
+    """A training checkpoint whose run records ``--dataset digits`` (and no data folder: the cache)."""
+    model = timm.create_model('test_mbn_resnet', num_classes=10)
+    torch.save(dict(epoch=0, arch='test_mbn_resnet', state_dict=model.state_dict(),
+                    args=dict(method='pgd', model='test_mbn_resnet', dataset='digits')), tmp / 'last.pth.tar')
+    return tmp / 'last.pth.tar'
+
+
+_NOT_WRITTEN = "holds no rendered copy of it (digits-32px/); nothing is written into a folder given as input: pass " \
+               "--dataset '' to read the image folder "
+DATA_DIR_CASES: List[Case] = [
+    ('train', lambda tmp, ctx: ctx.train('--data-dir', _image_folder(tmp)),
+     f'the dataset is digits (the default of --dataset), built in, and the folder {_NOT_WRITTEN}'),
+    ('validate', lambda tmp, ctx: ['--checkpoint', _digits_checkpoint(tmp), '--data-dir', _image_folder(tmp),
+                                   '--num-samples', '4', '--attacks', 'fgsm', '--sanity-samples', '0', '--workers', '0',
+                                   '--results-file', ctx.out / 'r.json'],
+     f"the dataset is digits (the checkpoint's record), built in, and the folder {_NOT_WRITTEN}"),
+]
+
+CASES = FRACTION_CASES + DATASET_NAME_CASES + DATA_DIR_CASES
 
 
 @pytest.mark.parametrize('case', CASES, ids=[case_id(c) for c in CASES])

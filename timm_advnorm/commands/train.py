@@ -454,15 +454,23 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
     With ``--resume``, the arguments the checkpoint records are the defaults of whatever `argv` and its ``-c`` file
     do not give (`recorded.apply_recorded_args`); the build checks the changes (`recorded.check_resume_args`).
     """
+    args, args_text, _ = _parse_invocation(argv, prog)
+    return args, args_text
+
+
+def _parse_invocation(argv: Optional[List[str]], prog: str) -> Tuple[argparse.Namespace, str, bool]:
+    """`parse_args`, and whether ``--dataset`` was given (here, by ``-c`` or by a resumed run's record) rather than
+    left at its default: only a dataset named so is rendered into ``--data-dir``."""
     parser = get_args_parser(prog)
     args, config = parse_with_config(parser, argv, resolve=resolve_config)
-    if args.resume:
-        recorded = read_recorded_args(args.resume, option_dests(parser))
-        if recorded is not None:
-            apply_recorded_args(args, recorded, given_options(parser, argv, config))
+    given = given_options(parser, argv, config)
+    recorded = read_recorded_args(args.resume, option_dests(parser)) if args.resume else None
+    if recorded is not None:
+        apply_recorded_args(args, recorded, given)
     if args.clip_mode == 'agc' and args.clip_grad is None:
         args.clip_grad = AGC_CLIP_FACTOR
-    return args, yaml.safe_dump(vars(args), default_flow_style=False)
+    dataset_given = 'dataset' in given or 'dataset' in (recorded or {})
+    return args, yaml.safe_dump(vars(args), default_flow_style=False), dataset_given
 
 
 def _method_options(args: argparse.Namespace) -> Tuple[MethodOptions, TrainingAttackOptions]:
@@ -476,9 +484,9 @@ def _method_options(args: argparse.Namespace) -> Tuple[MethodOptions, TrainingAt
     return options, attack
 
 
-def train_options(args: argparse.Namespace) -> TrainOptions:
+def train_options(args: argparse.Namespace, dataset_given: bool = True) -> TrainOptions:
     """The typed options of the run `args` (as `parse_args` returns them) describe; `args` is kept in them as the
-    record the run writes, unchanged."""
+    record the run writes, unchanged. `dataset_given`: ``--dataset`` was given, not left at its default."""
     values = vars(args)
     method_options, attack = _method_options(args)
     val_attack = dict(
@@ -487,7 +495,7 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
         attack_steps=args.val_attack_steps,
         attack_targeted=args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted)
     return TrainOptions(
-        method=args.method, model=options_from(ModelOptions, values), data=options_from(DataOptions, values),
+        method=args.method, model=options_from(ModelOptions, values), data=options_from(DataOptions, values, dataset_given=dataset_given),
         augment=options_from(AugmentOptions, values), optimizer=options_from(OptimizerOptions, values),
         schedule=options_from(ScheduleOptions, values), runtime=options_from(RuntimeOptions, values),
         validation=options_from(ValidationOptions, values, **val_attack), output=options_from(OutputOptions, values),
@@ -501,8 +509,8 @@ def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> 
     """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
         setup_default_logging()
-    args, args_text = parse_args(argv, prog=prog)
-    training = build_training(train_options(args), args_text)
+    args, args_text, dataset_given = _parse_invocation(argv, prog)
+    training = build_training(train_options(args, dataset_given), args_text)
     if args.plan:  # one measured step, on the task before it is wrapped for distributed training
         budget = plan_training(training)
         if training.options.runtime.rank == 0:

@@ -8,6 +8,7 @@ from torch.utils.data import Dataset, Subset
 from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
 from .mnist import MNIST_NUM_CLASSES, MNIST_SIZE, default_mnist_root, prepare_mnist
 from .mnist5k import MNIST5K_NUM_CLASSES, MNIST5K_SIZE, default_mnist5k_root, prepare_mnist5k
+from .rendered import is_rendered
 
 __all__ = ['BUILTIN_DATASETS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'MNIST_NUM_CLASSES', 'BuiltinDataset',
            'builtin_dataset', 'dataset_img_size', 'dataset_num_classes', 'default_digits_root', 'default_mnist5k_root',
@@ -68,21 +69,33 @@ def dataset_img_size(dataset: str, img_size: Optional[int]) -> Optional[int]:
 SPLIT_SYNONYMS = (('train', 'training'), ('val', 'valid', 'validation', 'eval', 'evaluation'))
 
 
-def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[int] = None
-                    ) -> Tuple[str, Optional[str]]:
+def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[int] = None,
+                    chosen_by: Optional[str] = None) -> Tuple[str, Optional[str]]:
     """Map our built-in dataset names onto what timm's `create_dataset` takes.
 
     A built-in dataset (`BUILTIN_DATASETS`) becomes an image folder of `img_size` (default: its own) rendered on
     first use (under ``<data_dir>/<name>-<size>px`` when `data_dir` is given, else in the user cache); any other
     name is passed to timm unchanged.
 
+    ``--data-dir`` is a folder the user gives as input: a built-in dataset is rendered into it only when ``--dataset``
+    names it (`chosen_by` None). One the command chose otherwise (`chosen_by`: ``'the default of --dataset'``,
+    ``"the checkpoint's record"``) is read from `data_dir` only where a complete copy is rendered there already.
+
     Returns:
         ``(timm_dataset_name, root)``.
+
+    Raises:
+        ValueError: A built-in dataset `chosen_by` the command, and a `data_dir` without its rendered copy.
     """
     builtin = builtin_dataset(dataset)
     if builtin is not None:
         img_size = img_size or builtin.img_size
         root = Path(data_dir) / f'{dataset}-{img_size}px' if data_dir else None
+        if root is not None and chosen_by is not None and not is_rendered(root):
+            raise ValueError(f"--data-dir {data_dir}: the dataset is {dataset} ({chosen_by}), built in, and the folder "
+                             f"holds no rendered copy of it ({root.name}/); nothing is written into a folder given as "
+                             f"input: pass --dataset '' to read the image folder {data_dir}, or --dataset {dataset} "
+                             f"to render {dataset} there")
         return '', str(builtin.prepare(root, img_size=img_size))
     return dataset, data_dir
 

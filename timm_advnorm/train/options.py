@@ -78,6 +78,9 @@ class DataOptions:
     validation_batch_size: Optional[int]
     workers: int
     pin_mem: bool
+    #: Whether ``--dataset`` was given (command line, ``-c`` file or a resumed run's record), not left at its default:
+    #: only a dataset named so is rendered into ``--data-dir`` (`data.resolve_dataset`).
+    dataset_given: bool = True
 
 
 @dataclass(frozen=True)
