@@ -14,6 +14,8 @@ from test_bad_inputs import Case, case_id, check_refused
 from timm_advnorm.data import BUILTIN_DATASETS
 from timm_advnorm.data.names import check_dataset_name
 from timm_advnorm.arg_types import pixel_budget, pixel_step, positive_pixel_step
+from timm_advnorm.hub import load_weights
+from timm_advnorm.usage import counted_names
 
 FRACTION_CASES: List[Case] = [
     ('train', lambda tmp, ctx: ctx.train('--attack-eps', '8/255'),
@@ -76,7 +78,52 @@ DATA_DIR_CASES: List[Case] = [
      f"the dataset is digits (the checkpoint's record), built in, and the folder {_NOT_WRITTEN}"),
 ]
 
-CASES = FRACTION_CASES + DATASET_NAME_CASES + DATA_DIR_CASES
+
+
+def _plain_checkpoint(tmp: Path) -> Path:
+    """A training checkpoint of a plain-BN test_resnet (10 classes)."""
+    model = timm.create_model('test_resnet', num_classes=10)
+    torch.save(dict(epoch=0, arch='test_resnet', state_dict=model.state_dict(),
+                    args=dict(method='pgd', model='test_resnet', dataset='digits')), tmp / 'plain.pth.tar')
+    return tmp / 'plain.pth.tar'
+
+
+def _binary(tmp: Path) -> Path:
+    (tmp / 'card.md').write_bytes(b'\x98\x00\xff binary')
+    return tmp / 'card.md'
+
+
+_CLASH = 'last.pth.tar holds test_mbn_resnet weights (10 classes) but the model is test_vit (1000 classes): build it ' \
+         'as test_mbn_resnet (--model test_mbn_resnet, or no --model: the checkpoint names it)'
+_NO_BRANCH = '--branch: test_resnet has no mixture BN (one set of batch-norm statistics), so --branch does not apply; ' \
+             'drop it'
+MISMATCH_CASES: List[Case] = [
+    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_vit', '--checkpoint', _digits_checkpoint(tmp)), _CLASH),
+    ('publish', lambda tmp, ctx: [_digits_checkpoint(tmp), '--model', 'test_vit', '--local-dir', tmp / 'x'], _CLASH),
+    ('train', lambda tmp, ctx: ctx.train('--model', 'test_efficientnet', '--initial-checkpoint',
+                                         _digits_checkpoint(tmp)),
+     'last.pth.tar holds test_mbn_resnet weights (10 classes) but the model is test_efficientnet (10 classes)'),
+    ('validate', lambda tmp, ctx: ctx.validate('--checkpoint', _plain_checkpoint(tmp), '--branch', 'adv'), _NO_BRANCH),
+    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_resnet', '--checkpoint', _plain_checkpoint(tmp),
+                                               '--branch', 'adv'),
+     '--branch adv: the checkpoint has no mixture BN (one set of batch-norm statistics), so --branch does not apply'),
+    ('publish', lambda tmp, ctx: [_plain_checkpoint(tmp), '--branch', 'adv', '--local-dir', tmp / 'x'], _NO_BRANCH),
+    ('publish', lambda tmp, ctx: [_digits_checkpoint(tmp), '--model', 'test_resnet', '--local-dir', tmp / 'x'],
+     'the checkpoint has mixture BN and the model (test_resnet) plain BN: pass --branch clean or --branch adv'),
+    ('publish', lambda tmp, ctx: [_digits_checkpoint(tmp), '--inference-branch', 'clean', '--card-template',
+                                  _binary(tmp), '--local-dir', tmp / 'x'],
+     'card.md: not UTF-8 text (byte 0 is 0x98); give a model card template (Markdown text)'),
+    ('publish', lambda tmp, ctx: [_digits_checkpoint(tmp), '--inference-branch', 'clean', '--card-template', tmp,
+                                  '--local-dir', tmp / 'x'], 'a folder, not a file; give a model card template'),
+    ('convert', lambda tmp, ctx: ['fast-advprop', tmp, tmp / 'x'],
+     'is a folder; fast-advprop converts one file: checkpoint saved by fast_advprop/imagenet.py (.pth.tar)'),
+    ('convert', lambda tmp, ctx: ['nofrost', tmp, tmp / 'x'],
+     'is a folder; nofrost converts one file: best_RA.pth, best_SA.pth or latest.pth'),
+    ('convert', lambda tmp, ctx: ['tensorpack-resnet', tmp, tmp / 'x'], 'is a folder; tensorpack-resnet converts one'),
+    ('train', lambda tmp, ctx: ctx.train('--resume', tmp), 'is a folder: give the checkpoint file to resume from'),
+]
+
+CASES = FRACTION_CASES + DATASET_NAME_CASES + DATA_DIR_CASES + MISMATCH_CASES
 
 
 @pytest.mark.parametrize('case', CASES, ids=[case_id(c) for c in CASES])
@@ -96,3 +143,27 @@ def test_every_budget_type_reads_a_fraction_as_the_0_255_value_it_means(kind, te
 def test_known_dataset_names_and_folders_pass(name, tmp_path):
     check_dataset_name(name, BUILTIN_DATASETS)
     check_dataset_name(str(tmp_path), BUILTIN_DATASETS)  # a folder named as the dataset: timm reads it as one
+
+
+def test_long_key_lists_are_counted_and_cut_to_a_few_names():
+    keys = [f'layer1.{i}.conv1.weight' for i in range(412)]
+    assert counted_names(keys, 'unexpected key') == ('412 unexpected keys (layer1.0.conv1.weight, layer1.1.conv1.weight, '
+                                                     'layer1.2.conv1.weight and 409 more)')
+    assert counted_names(keys[:1], 'missing key') == '1 missing key (layer1.0.conv1.weight)'
+    assert counted_names([], 'missing key') == 'no missing keys'
+
+
+def test_weights_that_do_not_fit_say_what_differs_in_a_few_names():
+    """A bare state dict records no architecture: the keys that differ are summarized, not listed by the hundred."""
+    weights = timm.create_model('test_efficientnet', num_classes=10).state_dict()
+    with pytest.raises(ValueError) as error:
+        load_weights(timm.create_model('test_vit', num_classes=10), weights)
+    message = str(error.value)
+    assert message.startswith('state dict has no classifier "head.weight", which the model (test_vit, 10 classes) has')
+    weights.update({'fc.weight': torch.zeros(10, 64), 'fc.bias': torch.zeros(10)})
+    with pytest.raises(ValueError, match=r'^state dict does not fit test_resnet: \d+ missing keys \(conv1.0.weight, '
+                                         r'conv1.1.weight, conv1.1.bias and \d+ more\); \d+ unexpected keys \(conv_stem'
+                                         r'.weight, .* and \d+ more\); 5 mis-shaped keys \(bn1.weight 24 vs 32, '
+                                         r'bn1.bias 24 vs 32 and 3 more\)$') as error:
+        load_weights(timm.create_model('test_resnet', num_classes=10), weights)
+    assert len(str(error.value)) < 400

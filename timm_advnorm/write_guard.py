@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
+from .usage import some_names
+
 __all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_replaceable', 'check_write_target', 'reported_write',
            'stream_writer_failure', 'write_manifest']
 
@@ -107,9 +109,8 @@ def check_replaceable(folder: PathLike) -> None:
     added = sorted(p.relative_to(folder).as_posix() for p in folder.rglob('*')
                    if p.is_file() and p.name != EXPORT_MANIFEST and p.relative_to(folder).as_posix() not in listed)
     if added:
-        shown = ', '.join(added[:3]) + (f' (+{len(added) - 3} more)' if len(added) > 3 else '')
-        raise FileExistsError(f'{folder} holds files its export did not write ({shown}): --overwrite would delete '
-                              'them; move them or choose another folder')
+        raise FileExistsError(f'{folder} holds files its export did not write ({some_names(added)}): --overwrite '
+                              'would delete them; move them or choose another folder')
 
 
 class WriteError(OSError):

@@ -1,7 +1,6 @@
 """Checks of `train_adv.py`'s input that its parser cannot make: between arguments, of the device, of a resumed
 checkpoint file, and of a run that would make no optimizer step; each run before the run folder is made."""
 import logging
-import os
 from typing import Optional
 
 import torch
@@ -12,6 +11,7 @@ from ..data.names import check_dataset_name
 from ..hub.checkpoint import check_checkpoint_file
 from ..usage import check_device, check_normalization_lengths, one_line
 from .options import TrainOptions
+from .recorded import check_resume_path
 
 __all__ = ['check_options', 'check_auto_augment', 'resolve_device', 'check_steps']
 
@@ -34,9 +34,8 @@ def check_options(options: TrainOptions) -> None:
     if options.augment.aa:
         check_auto_augment(options.augment.aa)
     resume = options.resume.resume
-    if resume and not os.path.isfile(resume):
-        raise FileNotFoundError(f'--resume checkpoint not found: {resume}')
-    if resume:  # timm's loader would blame the serialisation format for a damaged file
+    if resume:
+        check_resume_path(resume)  # timm's loader would blame the serialisation format for a damaged file
         check_checkpoint_file(resume)
 
 

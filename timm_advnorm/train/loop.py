@@ -18,6 +18,7 @@ from ..layers.routing import route
 from ..progress import progress_bar
 from ..signals import check_interrupted
 from ..task import AdversarialClassificationTask
+from ..usage import some_names
 from .accumulation import GradientAccumulation, average_gradients
 
 __all__ = ['DivergenceError', 'LossScaler', 'NonFiniteGuard', 'Validation', 'check_finite_state', 'eval_metric_for',
@@ -275,7 +276,7 @@ def _nonfinite_names(named: List[Tuple[str, torch.Tensor]], what: str, distribut
     local = [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
     if not local:
         return f'{what} of another process'
-    return ', '.join(local[:3]) + (f' and {len(local) - 3} more' if len(local) > 3 else '')
+    return some_names(local)
 
 
 def _snapshot_buffers(task: AdversarialClassificationTask) -> List[torch.Tensor]:
