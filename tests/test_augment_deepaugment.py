@@ -138,8 +138,8 @@ def test_edsr_weights_without_the_constant_mean_shifts_load(tmp_path):
 def test_weights_of_another_network_are_refused(tmp_path):
     torch.save(build_net('cae').state_dict(), tmp_path / 'cae.state')
     with pytest.raises(ValueError, match=r'does not hold the DeepAugment EDSR weights: \d+ missing keys '
-                                         r'\(head.0.weight, head.0.bias, body.0.body.0.weight and \d+ more\); \d+ unexpected keys '
-                                         r'\(e_conv_1'):
+                                         r'\(head.0.weight, head.0.bias, body.0.body.0.weight and \d+ more\); '
+                                         r'\d+ unexpected keys \(e_conv_1'):
         DeepAugment('edsr', tmp_path / 'cae.state')
 
 

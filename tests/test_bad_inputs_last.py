@@ -25,7 +25,8 @@ FRACTION_CASES: List[Case] = [
      'argument --attack-step: 2/255 looks like a fraction of the [0, 1] scale; steps are on the 0-255 scale: give 2'),
     ('train', lambda tmp, ctx: ctx.train('--val-attack-eps', '4/255'), 'budgets are on the 0-255 scale: give 4'),
     ('train', lambda tmp, ctx: ctx.train('--val-attack-step', '1/255'), 'steps are on the 0-255 scale: give 1'),
-    ('train', lambda tmp, ctx: ((tmp / 'c.yaml').write_text('attack_eps: 8/255\n'), ctx.train('-c', tmp / 'c.yaml'))[-1],
+    ('train', lambda tmp, ctx: ((tmp / 'c.yaml').write_text('attack_eps: 8/255\n'),
+                                ctx.train('-c', tmp / 'c.yaml'))[-1],
      '8/255 looks like a fraction of the [0, 1] scale; budgets are on the 0-255 scale: give 8'),
     ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--attack-eps', '16/255'),
      'argument --attack-eps: 16/255 looks like a fraction of the [0, 1] scale; budgets are on the 0-255 scale: '
@@ -38,7 +39,8 @@ FRACTION_CASES: List[Case] = [
 
 _TAKES = "--dataset takes digits, mnist5k, mnist (built in), a timm dataset (torch/NAME, hfds/NAME, hfids/NAME, "
 DATASET_NAME_CASES: List[Case] = [
-    ('train', lambda tmp, ctx: ctx.train('--dataset', 'digts'), '--dataset digts: unknown dataset; did you mean digits?'),
+    ('train', lambda tmp, ctx: ctx.train('--dataset', 'digts'),
+     '--dataset digts: unknown dataset; did you mean digits?'),
     ('train', lambda tmp, ctx: ctx.train('--dataset', 'nosuchset'), f'--dataset nosuchset: unknown dataset. {_TAKES}'),
     ('train', lambda tmp, ctx: ctx.train('--dataset', 'MNIST5k'), 'did you mean mnist5k'),
     ('train', lambda tmp, ctx: ctx.train('--dataset', 'tfsd/beans'), 'did you mean tfds/beans or hfds/beans?'),
@@ -95,8 +97,8 @@ def _binary(tmp: Path) -> Path:
 
 _CLASH = 'last.pth.tar holds test_mbn_resnet weights (10 classes) but the model is test_vit (1000 classes): build it ' \
          'as test_mbn_resnet (--model test_mbn_resnet, or no --model: the checkpoint names it)'
-_NO_BRANCH = '--branch: test_resnet has no mixture BN (one set of batch-norm statistics), so --branch does not apply; ' \
-             'drop it'
+_NO_BRANCH = ('--branch: test_resnet has no mixture BN (one set of batch-norm statistics), so --branch does not '
+              'apply; drop it')
 MISMATCH_CASES: List[Case] = [
     ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_vit', '--checkpoint', _digits_checkpoint(tmp)), _CLASH),
     ('publish', lambda tmp, ctx: [_digits_checkpoint(tmp), '--model', 'test_vit', '--local-dir', tmp / 'x'], _CLASH),
@@ -147,8 +149,8 @@ def test_known_dataset_names_and_folders_pass(name, tmp_path):
 
 def test_long_key_lists_are_counted_and_cut_to_a_few_names():
     keys = [f'layer1.{i}.conv1.weight' for i in range(412)]
-    assert counted_names(keys, 'unexpected key') == ('412 unexpected keys (layer1.0.conv1.weight, layer1.1.conv1.weight, '
-                                                     'layer1.2.conv1.weight and 409 more)')
+    assert counted_names(keys, 'unexpected key') == (
+        '412 unexpected keys (layer1.0.conv1.weight, layer1.1.conv1.weight, layer1.2.conv1.weight and 409 more)')
     assert counted_names(keys[:1], 'missing key') == '1 missing key (layer1.0.conv1.weight)'
     assert counted_names([], 'missing key') == 'no missing keys'
 

@@ -95,8 +95,8 @@ class PixelScale(Number):
         fraction = _FRACTION.fullmatch(str(text))
         if fraction is not None and float(fraction.group(2)):
             meant = scale_255_text(float(fraction.group(1)) / float(fraction.group(2)))
-            raise argparse.ArgumentTypeError(f'{text} looks like a fraction of the [0, 1] scale; {self.noun} are on the '
-                                             f'0-255 scale: give {meant}')
+            raise argparse.ArgumentTypeError(f'{text} looks like a fraction of the [0, 1] scale; {self.noun} are on '
+                                             f'the 0-255 scale: give {meant}')
         number = super().__call__(text)
         if 0 < number < self.smallest:
             meant = scale_255_text(number)

@@ -495,7 +495,8 @@ def train_options(args: argparse.Namespace, dataset_given: bool = True) -> Train
         attack_steps=args.val_attack_steps,
         attack_targeted=args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted)
     return TrainOptions(
-        method=args.method, model=options_from(ModelOptions, values), data=options_from(DataOptions, values, dataset_given=dataset_given),
+        method=args.method, model=options_from(ModelOptions, values),
+        data=options_from(DataOptions, values, dataset_given=dataset_given),
         augment=options_from(AugmentOptions, values), optimizer=options_from(OptimizerOptions, values),
         schedule=options_from(ScheduleOptions, values), runtime=options_from(RuntimeOptions, values),
         validation=options_from(ValidationOptions, values, **val_attack), output=options_from(OutputOptions, values),

@@ -22,7 +22,8 @@ def check_dataset_name(name: str, builtin: Collection[str], option: str = '--dat
     Raises:
         ValueError: One line naming `option`, the close matches, and the names it takes.
     """
-    if not name or name in builtin or name.lower().startswith(TIMM_DATASET_PREFIXES) or Path(name).expanduser().is_dir():
+    if (not name or name in builtin or name.lower().startswith(TIMM_DATASET_PREFIXES)
+            or Path(name).expanduser().is_dir()):
         return
     if '/' in name:  # a mistyped prefix (tfsd/mnist)
         prefix, rest = name.split('/', 1)
@@ -31,5 +32,5 @@ def check_dataset_name(name: str, builtin: Collection[str], option: str = '--dat
         close = difflib.get_close_matches(name.lower(), list(builtin), n=2)
     hint = f'; did you mean {" or ".join(close)}?' if close else ''
     timm_names = ', '.join(f'{p}NAME' for p in TIMM_DATASET_PREFIXES)
-    raise ValueError(f"{option} {name}: unknown dataset{hint or '.'} {option} takes {', '.join(builtin)} (built in), a timm "
-                     f"dataset ({timm_names}), or '' for an image folder (--data-dir)")
+    raise ValueError(f"{option} {name}: unknown dataset{hint or '.'} {option} takes {', '.join(builtin)} (built in), "
+                     f"a timm dataset ({timm_names}), or '' for an image folder (--data-dir)")
