@@ -123,6 +123,12 @@ MISMATCH_CASES: List[Case] = [
      'is a folder; nofrost converts one file: best_RA.pth, best_SA.pth or latest.pth'),
     ('convert', lambda tmp, ctx: ['tensorpack-resnet', tmp, tmp / 'x'], 'is a folder; tensorpack-resnet converts one'),
     ('train', lambda tmp, ctx: ctx.train('--resume', tmp), 'is a folder: give the checkpoint file to resume from'),
+    ('train', lambda tmp, ctx: ctx.train('--class-map', _binary(tmp)),
+     'card.md: not UTF-8 text (byte 0 is 0x98); give a text file of class names, one per line (or a .pkl class map)'),
+    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--class-map', _binary(tmp)),
+     'card.md: not UTF-8 text (byte 0 is 0x98)'),
+    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--class-map', tmp),
+     'a folder, not a file; give a text file of class names'),
 ]
 
 CASES = FRACTION_CASES + DATASET_NAME_CASES + DATA_DIR_CASES + MISMATCH_CASES

@@ -41,6 +41,7 @@ from timm.utils import ParseKwargs, setup_default_logging
 
 from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability
 from ..data import BUILTIN_DATASETS
+from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
 from ..eval.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.options import (
@@ -297,13 +298,15 @@ def _needs_data_dir(dataset: str) -> bool:
 
 def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see, caught before anything is loaded: the device, the normalization
-    lengths (timm would only assert) and a dataset root that is needed but not given."""
+    lengths (timm would only assert), the dataset name, the class map file and a dataset root that is needed but not
+    given."""
     for name in ('mean', 'std'):
         if isinstance(getattr(args, name), (int, float)):  # a single value from a YAML config
             setattr(args, name, [getattr(args, name)])
     try:
         check_device(args.device)
         check_dataset_name(args.dataset, BUILTIN_DATASETS)
+        check_class_map_file(args.class_map)
         check_normalization_lengths(args.mean, args.std, args.input_size)
     except ValueError as e:
         parser.error(str(e))

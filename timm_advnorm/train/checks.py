@@ -7,6 +7,7 @@ import torch
 from timm.data import create_transform
 
 from ..data import BUILTIN_DATASETS
+from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
 from ..hub.checkpoint import check_checkpoint_file
 from ..usage import check_device, check_normalization_lengths, one_line
@@ -30,6 +31,7 @@ def check_options(options: TrainOptions) -> None:
             raise ValueError(f'--{name.replace("_", "-")} is a range: its lower bound {low} is above its upper {high}.')
     data = options.data
     check_dataset_name(data.dataset, BUILTIN_DATASETS)
+    check_class_map_file(data.class_map)
     check_normalization_lengths(data.mean, data.std, data.input_size)
     if options.augment.aa:
         check_auto_augment(options.augment.aa)
