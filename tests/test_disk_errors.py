@@ -18,6 +18,7 @@ import timm
 import torch
 import torch.nn as nn
 from PIL import Image
+from safetensors import SafetensorError
 
 from snapshots import folder_snapshot
 from timm_advnorm.commands.deepaugment import run as run_generate
@@ -272,9 +273,9 @@ def test_an_export_on_a_full_disk_leaves_the_previous_export_intact(tmp_path, mo
     assert run_publish(argv=[str(a) for a in argv]) == 0
     before = folder_snapshot(tmp_path)
 
-    def full_disk(model, folder, **kwargs):
+    def full_disk(model, folder, **kwargs):  # as safetensors fails on a full disk: its own error, quoting the OS's
         (Path(folder) / 'model.safetensors').write_bytes(b'partial')
-        raise _disk_full()
+        raise SafetensorError(f'Error while serializing: I/O error: {NO_SPACE} (os error {errno.ENOSPC})')
     monkeypatch.setattr(export_module, 'save_for_hf', full_disk)
     error = _one_error(capsys, run_publish, argv)
     assert error.endswith(f': error: cannot write {out}: {NO_SPACE} (the previous export is intact)')

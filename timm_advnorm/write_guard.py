@@ -10,21 +10,24 @@ failed write is reported.
   folder of the user's is never deleted, whatever flag is given.
 * An OS error while writing (a full disk, a read-only file system, a missing permission) is one line naming the file
   and the reason, and what was kept (`WriteError`, `reported_write`), not a library's traceback about a truncated
-  archive. torch's archive writer reports a failed write as a RuntimeError without the OS error
-  (`stream_writer_failure` recognizes it).
+  archive. torch's archive writer and safetensors report a failed write in their own exceptions, which
+  `library_write_error` recognizes.
 """
 import errno
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
+from safetensors import SafetensorError
+
 from .usage import some_names
 
 __all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_replaceable', 'check_write_target', 'reported_write',
-           'stream_writer_failure', 'write_manifest']
+           'library_write_error', 'write_manifest']
 
 PathLike = Union[str, Path]
 
@@ -38,6 +41,9 @@ _STREAM_WRITER_FAILURES = ('PytorchStreamWriter failed writing file', 'file writ
                            'basic_ios::clear: iostream error')
 #: Free space under which a failed write is put down to a full disk: less than one write of the writer's buffers.
 _FULL_DISK_BYTES = 1 << 20
+#: How safetensors (``save_file``, timm's `save_for_hf`) words the OS error of a failed write: "Error while
+#: serializing: I/O error: No space left on device (os error 28)".
+_SAFETENSORS_OS_ERROR = re.compile(r'I/O error: (.+?) \(os error (\d+)\)')
 
 
 def _real(path: PathLike) -> Path:
@@ -134,18 +140,24 @@ class WriteError(OSError):
         return self.message
 
 
-def stream_writer_failure(error: BaseException, path: PathLike) -> Optional[OSError]:
-    """The OS error behind `error`, if it is torch's archive writer failing to write `path` (a RuntimeError without
-    the OS error, `_STREAM_WRITER_FAILURES`, in `error` or the error it was raised during); None for any other error.
+def library_write_error(error: BaseException, path: PathLike) -> Optional[OSError]:
+    """The OS error behind a writing library's own exception while writing `path` (in `error` or the error it was
+    raised during), or None for any other error.
 
-    A full disk (less than `_FULL_DISK_BYTES` free where `path` is written; call this before removing the partial
-    file) is ``ENOSPC``; otherwise the write failed for a reason torch kept to itself (a quota, an I/O error), said
-    as ``EIO`` with torch's words.
+    * safetensors raises a `SafetensorError` quoting the OS error and its number: that error.
+    * torch's archive writer (``torch.save``) raises a RuntimeError without the OS error (`_STREAM_WRITER_FAILURES`):
+      a full disk (less than `_FULL_DISK_BYTES` free where `path` is written; call this before removing the partial
+      file) is ``ENOSPC``; otherwise the write failed for a reason torch kept to itself (a quota, an I/O error),
+      said as ``EIO`` with torch's words.
     """
     chain, seen = [], error
     while seen is not None and len(chain) < 4:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
+    for failure in chain:
+        quoted = _SAFETENSORS_OS_ERROR.search(str(failure)) if isinstance(failure, SafetensorError) else None
+        if quoted is not None:
+            return OSError(int(quoted.group(2)), quoted.group(1))
     failures = [e for e in chain if isinstance(e, RuntimeError)
                 and any(text in str(e) for text in _STREAM_WRITER_FAILURES)]
     if not failures:
@@ -162,7 +174,8 @@ def stream_writer_failure(error: BaseException, path: PathLike) -> Optional[OSEr
 
 @contextmanager
 def reported_write(path: PathLike, kept: str = '') -> Iterator[None]:
-    """Report an OS error raised in the block as a `WriteError` naming `path` and what was `kept`.
+    """Report an OS error raised in the block as a `WriteError` naming `path` and what was `kept`; also one a
+    writing library raised as its own exception (`library_write_error`).
 
     Errors that already say what happened pass unchanged: a `WriteError` from an inner write, and an
     "already exists" refusal (the no-clobber rules raise those on purpose).
@@ -175,3 +188,8 @@ def reported_write(path: PathLike, kept: str = '') -> Iterator[None]:
         if e.errno is None or e.errno == errno.EEXIST:
             raise
         raise WriteError(path, e, kept) from e
+    except (RuntimeError, SafetensorError) as e:
+        failure = library_write_error(e, path)
+        if failure is None:
+            raise
+        raise WriteError(path, failure, kept) from e

@@ -6,7 +6,7 @@ import os
 
 from timm.utils import CheckpointSaver
 
-from ..write_guard import reported_write, stream_writer_failure
+from ..write_guard import reported_write, library_write_error
 
 __all__ = ['SafeCheckpointSaver']
 
@@ -33,7 +33,7 @@ class SafeCheckpointSaver(CheckpointSaver):
         try:
             super()._save(save_path, epoch, metric)
         except BaseException as e:
-            failure = stream_writer_failure(e, save_path)  # before the removal frees the space
+            failure = library_write_error(e, save_path)  # before the removal frees the space
             _remove_quietly(save_path)
             if failure is not None:
                 raise failure from e
