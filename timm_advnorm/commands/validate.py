@@ -235,6 +235,12 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
                         if args.checkpoint and not _runs_on_ood(args) else DataRecord())
     if (args.attack_kwargs or args.attack_targeted or args.cascade) and not args.attacks:
         parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')
+    for key, kind in (('eps', pixel_budget), ('step', pixel_step)):  # read as the budget options are: 0-255 scale
+        if key in (args.attack_kwargs or {}):
+            try:
+                args.attack_kwargs[key] = kind(str(args.attack_kwargs[key]))
+            except argparse.ArgumentTypeError as e:
+                parser.error(f'--attack-kwargs {key}={args.attack_kwargs[key]}: {e}')
     if isinstance(args.attack_steps, int):  # a single count from a YAML config
         args.attack_steps = [args.attack_steps]
     if args.attack_steps and (len(set(args.attack_steps)) != len(args.attack_steps) or min(args.attack_steps) < 1):
