@@ -53,6 +53,8 @@ DATASET_NAME_CASES: List[Case] = [
      '--dataset digts: unknown dataset; did you mean digits?'),
     ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--dataset', 'digts'],
      '--dataset digts: unknown dataset; did you mean digits?'),
+    ('train', lambda tmp, ctx: ctx.train('--model', 'test_mbn_resnt'),
+     "Unknown model 'test_mbn_resnt': not registered with timm (did you mean test_mbn_resnet"),
     ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--dataset', 'nosuchset', '--data-dir',
                                    ctx.digits_dir], f'--dataset nosuchset: unknown dataset. {_TAKES}'),
 ]

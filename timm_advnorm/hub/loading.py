@@ -14,6 +14,7 @@ A mixture-BN model is rebuilt on the inference branch its source records (``mode
 export's ``config.json``, or of the model config a training checkpoint carries): timm passes an export's
 ``model_args`` to the entrypoint, and checkpoints are routed here after their weights load.
 """
+import difflib
 import logging
 import re
 from pathlib import Path
@@ -301,8 +302,10 @@ def _check_local_weights(model_name: str) -> None:
 def _check_registered(model_name: str) -> None:
     """Raise a ValueError, not timm's RuntimeError, for a registry name timm does not know (bad input, not a defect)."""
     if split_source(model_name)[0] == 'path' and not timm.is_model(model_name):
-        raise ValueError(f'Unknown model {model_name!r}: not registered with timm (timm.list_models() lists those that '
-                         f'are; this plugin registers its own on import timm_advnorm).')
+        close = difflib.get_close_matches(model_name.split('.', 1)[0], timm.list_models(), n=3)
+        hint = f'did you mean {" or ".join(close)}? ' if close else ''
+        raise ValueError(f'Unknown model {model_name!r}: not registered with timm ({hint}timm.list_models() lists those '
+                         f'that are; this plugin registers its own on import timm_advnorm).')
 
 
 def _hub_weights_file(model_name: str) -> Optional[Tuple[str, str]]:
