@@ -107,7 +107,7 @@ class Checkpoint:
             ValueError: EMA weights requested from a checkpoint without them, or weights holding NaN or inf.
         """
         if ema and self.state_dict_ema is None:
-            raise ValueError(f'{self.source} holds no EMA weights (no "state_dict_ema").')
+            raise ValueError(f'{self.source} holds no EMA weights (no "state_dict_ema"): drop --use-ema')
         weights = self.state_dict_ema if ema else self.state_dict
         check_finite_weights(weights, f'{self.source}{" (EMA weights)" if ema else ""}')
         return weights

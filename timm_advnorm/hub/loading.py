@@ -456,7 +456,8 @@ def create_model_from_name_or_checkpoint(
     found = state_dict_num_classes(loaded.weights(ema), _registry_classifier(arch, pretrained_cfg))
     requested = kwargs.get('num_classes')
     if found is not None and requested is not None and found != requested:
-        raise ValueError(f'{checkpoint} has {found} classes but num_classes={requested} was requested.')
+        raise ValueError(f'{checkpoint} has {found} classes but num_classes={requested} was requested '
+                         f'(--num-classes): drop it, the checkpoint sets the classes')
     if found is not None:
         kwargs['num_classes'] = found
     recorded_args = loaded.model_args
