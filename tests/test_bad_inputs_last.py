@@ -11,7 +11,8 @@ import timm
 import torch
 
 from test_bad_inputs import Case, case_id, check_refused
-from timm_advnorm.data import BUILTIN_DATASETS
+from timm_advnorm.commands.train import parse_invocation
+from timm_advnorm.data import BUILTIN_DATASETS, resolve_dataset
 from timm_advnorm.data.names import check_dataset_name
 from timm_advnorm.arg_types import pixel_budget, pixel_step, positive_pixel_step
 from timm_advnorm.hub import load_weights
@@ -186,3 +187,18 @@ def test_weights_that_do_not_fit_say_what_differs_in_a_few_names():
                                          r'bn1.bias 24 vs 32 and 3 more\)$') as error:
         load_weights(timm.create_model('test_resnet', num_classes=10), weights)
     assert len(str(error.value)) < 400
+
+
+def test_only_a_dataset_given_is_rendered_into_the_data_dir(tmp_path):
+    """What chose the dataset of a training run, for `data.resolve_dataset`: None (given: it may be rendered into
+    ``--data-dir``), the default, or a resumed run's record read with another ``--data-dir`` than the run's."""
+    checkpoint, folder = str(_digits_checkpoint(tmp_path)), str(_image_folder(tmp_path))
+    chosen = {tuple(argv): parse_invocation(argv, 'train')[2] for argv in (
+        ['--data-dir', folder], ['--dataset', 'digits', '--data-dir', folder], ['--resume', checkpoint],
+        ['--resume', checkpoint, '--data-dir', folder], ['--resume', checkpoint, '--dataset', 'digits', '--data-dir',
+                                                         folder])}
+    assert list(chosen.values()) == ['the default of --dataset', None, None, "the resumed run's record", None]
+    with pytest.raises(ValueError, match=r"the dataset is digits \(the resumed run's record\), built in, and the "
+                                         r"folder holds no rendered copy"):
+        resolve_dataset('digits', folder, chosen_by="the resumed run's record")
+    assert sorted(p.name for p in Path(folder).iterdir()) == ['train', 'validation']  # nothing written into it

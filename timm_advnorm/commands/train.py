@@ -59,7 +59,8 @@ from .options import (
     PLAN, PRETRAINED, SEED, SKIP_BAD_IMAGES, VAL_SPLIT, WORKERS, add_preprocessing_args)
 from .parser import ArgumentParser, add_hidden_alias, given_options, parse_with_config, run_cli
 
-__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'train_options', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR']
+__all__ = ['get_args_parser', 'parse_args', 'parse_invocation', 'option_dests', 'train_options', 'main', 'run',
+           'console_main', 'AGC_CLIP_FACTOR']
 
 #: ``--clip-grad`` under ``--clip-mode agc`` when not given: `timm.utils.adaptive_clip_grad`'s default clip factor
 #: (Brock et al., NFNets); without it AGC would silently clip nothing.
@@ -454,13 +455,14 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
     With ``--resume``, the arguments the checkpoint records are the defaults of whatever `argv` and its ``-c`` file
     do not give (`recorded.apply_recorded_args`); the build checks the changes (`recorded.check_resume_args`).
     """
-    args, args_text, _ = _parse_invocation(argv, prog)
+    args, args_text, _ = parse_invocation(argv, prog)
     return args, args_text
 
 
-def _parse_invocation(argv: Optional[List[str]], prog: str) -> Tuple[argparse.Namespace, str, bool]:
-    """`parse_args`, and whether ``--dataset`` was given (here, by ``-c`` or by a resumed run's record) rather than
-    left at its default: only a dataset named so is rendered into ``--data-dir``."""
+def parse_invocation(argv: Optional[List[str]], prog: str) -> Tuple[argparse.Namespace, str, Optional[str]]:
+    """`parse_args`, and what chose the dataset when ``--dataset`` was not given (here or by ``-c``): its default,
+    or the resumed run's record with another ``--data-dir`` than the run's. None when given, or resumed on the run's
+    own data: only then is a built-in dataset rendered into ``--data-dir``."""
     parser = get_args_parser(prog)
     args, config = parse_with_config(parser, argv, resolve=resolve_config)
     given = given_options(parser, argv, config)
@@ -469,8 +471,11 @@ def _parse_invocation(argv: Optional[List[str]], prog: str) -> Tuple[argparse.Na
         apply_recorded_args(args, recorded, given)
     if args.clip_mode == 'agc' and args.clip_grad is None:
         args.clip_grad = AGC_CLIP_FACTOR
-    dataset_given = 'dataset' in given or 'dataset' in (recorded or {})
-    return args, yaml.safe_dump(vars(args), default_flow_style=False), dataset_given
+    if 'dataset' in given or ('dataset' in (recorded or {}) and 'data_dir' not in given):
+        chosen_by = None  # given, or resumed on the data of the run, where it was rendered already
+    else:
+        chosen_by = "the resumed run's record" if 'dataset' in (recorded or {}) else 'the default of --dataset'
+    return args, yaml.safe_dump(vars(args), default_flow_style=False), chosen_by
 
 
 def _method_options(args: argparse.Namespace) -> Tuple[MethodOptions, TrainingAttackOptions]:
@@ -484,9 +489,10 @@ def _method_options(args: argparse.Namespace) -> Tuple[MethodOptions, TrainingAt
     return options, attack
 
 
-def train_options(args: argparse.Namespace, dataset_given: bool = True) -> TrainOptions:
+def train_options(args: argparse.Namespace, dataset_chosen_by: Optional[str] = None) -> TrainOptions:
     """The typed options of the run `args` (as `parse_args` returns them) describe; `args` is kept in them as the
-    record the run writes, unchanged. `dataset_given`: ``--dataset`` was given, not left at its default."""
+    record the run writes, unchanged. `dataset_chosen_by`: what chose the dataset, when ``--dataset`` was not given
+    (`DataOptions.dataset_chosen_by`)."""
     values = vars(args)
     method_options, attack = _method_options(args)
     val_attack = dict(
@@ -496,7 +502,7 @@ def train_options(args: argparse.Namespace, dataset_given: bool = True) -> Train
         attack_targeted=args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted)
     return TrainOptions(
         method=args.method, model=options_from(ModelOptions, values),
-        data=options_from(DataOptions, values, dataset_given=dataset_given),
+        data=options_from(DataOptions, values, dataset_chosen_by=dataset_chosen_by),
         augment=options_from(AugmentOptions, values), optimizer=options_from(OptimizerOptions, values),
         schedule=options_from(ScheduleOptions, values), runtime=options_from(RuntimeOptions, values),
         validation=options_from(ValidationOptions, values, **val_attack), output=options_from(OutputOptions, values),
@@ -510,8 +516,8 @@ def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> 
     """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
         setup_default_logging()
-    args, args_text, dataset_given = _parse_invocation(argv, prog)
-    training = build_training(train_options(args, dataset_given), args_text)
+    args, args_text, dataset_chosen_by = parse_invocation(argv, prog)
+    training = build_training(train_options(args, dataset_chosen_by), args_text)
     if args.plan:  # one measured step, on the task before it is wrapped for distributed training
         budget = plan_training(training)
         if training.options.runtime.rank == 0:

@@ -266,7 +266,7 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
         import_wandb()  # missing, an error now rather than after the set-up
 
     dataset_name, root = resolve_dataset(data.dataset, data.data_dir, img_size=data.img_size,
-                                         chosen_by=None if data.dataset_given else 'the default of --dataset')
+                                         chosen_by=data.dataset_chosen_by)
     train_root, val_root, search = _data_roots(dataset_name, root, data)
     check_write_target(planned_run_folder(options.output.output, options.run_name, resume), '--output', {
         'the data folder': data.data_dir, 'the training data': root, 'the training split': train_root,
