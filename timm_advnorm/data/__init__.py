@@ -1,4 +1,5 @@
 """Built-in datasets and dataset-name resolution shared by `train_adv.py` and `validate_adv.py`."""
+import logging
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
@@ -14,6 +15,8 @@ __all__ = ['BUILTIN_DATASETS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'MNI
            'builtin_dataset', 'dataset_img_size', 'dataset_num_classes', 'default_digits_root', 'default_mnist5k_root',
            'default_mnist_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k',
            'prepare_mnist', 'resolve_dataset', 'split_folder']
+
+_logger = logging.getLogger(__name__)
 
 
 class BuiltinDataset(NamedTuple):
@@ -91,7 +94,9 @@ def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[in
     if builtin is not None:
         img_size = img_size or builtin.img_size
         root = Path(data_dir) / f'{dataset}-{img_size}px' if data_dir else None
-        if root is not None and chosen_by is not None and not is_rendered(root):
+        if root is not None and chosen_by is not None and is_rendered(root):
+            _logger.info(f'Dataset {dataset} ({chosen_by}): read from its copy in --data-dir {data_dir} ({root.name}/).')
+        elif root is not None and chosen_by is not None:
             raise ValueError(f"--data-dir {data_dir}: the dataset is {dataset} ({chosen_by}), built in, and the folder "
                              f"holds no rendered copy of it ({root.name}/); nothing is written into a folder given as "
                              f"input: pass --dataset '' to read the image folder {data_dir}, or --dataset {dataset} "
