@@ -180,6 +180,10 @@ def test_weights_that_do_not_fit_say_what_differs_in_a_few_names():
         load_weights(timm.create_model('test_vit', num_classes=10), weights)
     message = str(error.value)
     assert message.startswith('state dict has no classifier "head.weight", which the model (test_vit, 10 classes) has')
+    with pytest.raises(ValueError, match=r'^the checkpoint has mixture BN and the model \(test_vit\) plain BN, and not '
+                                         r'even one branch fits it \(\d+ missing keys \(cls_token, pos_embed, '):
+        load_weights(timm.create_model('test_vit', num_classes=10),
+                     timm.create_model('test_mbn_resnet', num_classes=10).state_dict())
     weights.update({'fc.weight': torch.zeros(10, 64), 'fc.bias': torch.zeros(10)})
     with pytest.raises(ValueError, match=r'^state dict does not fit test_resnet: \d+ missing keys \(conv1.0.weight, '
                                          r'conv1.1.weight, conv1.1.bias and \d+ more\); \d+ unexpected keys \(conv_stem'

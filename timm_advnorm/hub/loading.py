@@ -209,6 +209,14 @@ def adapt_state_dict(state_dict: StateDict, model: nn.Module, branch: Optional[s
                              f'({_architecture(model)}) has mixture BN: drop --branch, or build the plain-BN model')
         return branch_state_dict(state_dict, branch)
     if checkpoint_mbn and not model_mbn:
+        one_branch, expected = branch_state_dict(state_dict, 'clean'), model.state_dict()
+        missing = [key for key in expected if key not in one_branch]
+        unexpected = [key for key in one_branch if key not in expected]
+        if missing or unexpected:  # not the plain twin: choosing a branch would not help
+            raise ValueError(f'the checkpoint has mixture BN and the model ({_architecture(model)}) plain BN, and not '
+                             f'even one branch fits it ({counted_names(missing, "missing key")}, '
+                             f'{counted_names(unexpected, "unexpected key")}): are these weights of another '
+                             f'architecture? Build the model they were trained as (--model)')
         raise ValueError(f'the checkpoint has mixture BN and the model ({_architecture(model)}) plain BN: pass '
                          f'--branch clean or --branch adv to load one branch, or build the mixture-BN model')
     if model_mbn and not checkpoint_mbn:
