@@ -95,7 +95,8 @@ def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[in
         img_size = img_size or builtin.img_size
         root = Path(data_dir) / f'{dataset}-{img_size}px' if data_dir else None
         if root is not None and chosen_by is not None and is_rendered(root):
-            _logger.info(f'Dataset {dataset} ({chosen_by}): read from its copy in --data-dir {data_dir} ({root.name}/).')
+            _logger.info(f'Dataset {dataset} ({chosen_by}): read from its copy in --data-dir {data_dir} '
+                         f'({root.name}/).')
         elif root is not None and chosen_by is not None:
             raise ValueError(f"--data-dir {data_dir}: the dataset is {dataset} ({chosen_by}), built in, and the folder "
                              f"holds no rendered copy of it ({root.name}/); nothing is written into a folder given as "

@@ -312,8 +312,8 @@ def _check_registered(model_name: str) -> None:
     if split_source(model_name)[0] == 'path' and not timm.is_model(model_name):
         close = difflib.get_close_matches(model_name.split('.', 1)[0], timm.list_models(), n=3)
         hint = f'did you mean {" or ".join(close)}? ' if close else ''
-        raise ValueError(f'Unknown model {model_name!r}: not registered with timm ({hint}timm.list_models() lists those '
-                         f'that are; this plugin registers its own on import timm_advnorm).')
+        raise ValueError(f'Unknown model {model_name!r}: not registered with timm ({hint}timm.list_models() lists '
+                         f'those that are; this plugin registers its own on import timm_advnorm).')
 
 
 def _hub_weights_file(model_name: str) -> Optional[Tuple[str, str]]:
