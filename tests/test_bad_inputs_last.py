@@ -16,7 +16,7 @@ from timm_advnorm.data import BUILTIN_DATASETS, resolve_dataset
 from timm_advnorm.data.names import check_dataset_name
 from timm_advnorm.arg_types import pixel_budget, pixel_step, positive_pixel_step
 from timm_advnorm.hub import load_weights
-from timm_advnorm.usage import counted_names
+from timm_advnorm.messages import counted_names
 
 FRACTION_CASES: List[Case] = [
     ('train', lambda tmp, ctx: ctx.train('--attack-eps', '8/255'),

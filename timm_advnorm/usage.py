@@ -7,15 +7,14 @@ them, so it lives here, below the commands, and imports nothing above it.
 """
 import os
 import sys
-from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import torch
 import yaml
 from timm.utils.distributed import is_distributed_env
 
 __all__ = ['AMP_DTYPES', 'USER_ERRORS', 'check_device', 'check_normalization_lengths', 'check_pretrained_option',
-           'counted_names', 'one_line', 'read_text_file', 'shape_text', 'show_progress', 'some_names']
+           'one_line', 'show_progress']
 
 # Errors that mean "the input is wrong" (unknown model, missing or damaged file, bad value, malformed config). Other
 # exceptions are defects and keep their traceback; code that knows a library's RuntimeError means bad input (timm's
@@ -35,53 +34,6 @@ def one_line(error: BaseException, limit: int = 600) -> str:
     """An exception as one line of at most `limit` characters (YAML and some library errors span several)."""
     text = ' '.join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[:limit - 3] + '...'
-
-
-def some_names(names: Iterable[str], shown: int = 3) -> str:
-    """A list of names for a one-line message, its first `shown` and a count of the rest: ``layer1.0.conv1.weight,
-    layer1.0.bn1.weight, layer1.0.bn1.bias and 409 more``. State dicts hold hundreds of keys: listing them all made
-    "one line" errors of thousands of characters."""
-    names = list(names)
-    return ', '.join(names[:shown]) + (f' and {len(names) - shown} more' if len(names) > shown else '')
-
-
-def counted_names(names: Iterable[str], noun: str, shown: int = 3) -> str:
-    """`some_names` with their count and what they are: ``412 unexpected keys (layer1.0.conv1.weight, ... and 409
-    more)``, ``1 missing key (fc.bias)``, ``no missing keys``."""
-    names = list(names)
-    if not names:
-        return f'no {noun}s'
-    return f'{len(names)} {noun}{"s" if len(names) > 1 else ""} ({some_names(names, shown)})'
-
-
-def shape_text(shape: Sequence[int]) -> str:
-    """A tensor shape for a message inside a list of names: ``16x128x5x5``, without the parentheses of a tuple."""
-    return 'x'.join(map(str, shape)) or 'scalar'
-
-
-def read_text_file(path: Union[str, Path], option: str, expected: str) -> str:
-    """The text of the file an option names, or one line naming the option, the file and what is wrong with it: a
-    binary file otherwise fails with Python's "'utf-8' codec can't decode byte 0x98", naming neither.
-
-    Args:
-        path: The file.
-        option: The option that names it (``--card-template``).
-        expected: What the option takes, for the message (``a Markdown file``).
-
-    Raises:
-        FileNotFoundError: No such file.
-        ValueError: A folder, or not UTF-8 text.
-    """
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f'{option} {path}: a folder, not a file; give {expected}')
-    if not path.exists():
-        raise FileNotFoundError(f'{option} {path}: no such file; give {expected}')
-    try:
-        return path.read_text(encoding='utf-8')
-    except UnicodeDecodeError as e:
-        raise ValueError(f'{option} {path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); give '
-                         f'{expected}') from None
 
 
 def _device_available(kind: str) -> bool:

@@ -24,7 +24,7 @@ from typing import Iterator, Mapping, Optional, Union
 
 from safetensors import SafetensorError
 
-from .usage import some_names
+from .messages import some_names
 
 __all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_replaceable', 'check_write_target', 'reported_write',
            'library_write_error', 'write_manifest']

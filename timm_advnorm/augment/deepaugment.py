@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..hub.checkpoint import check_finite_weights, load_weights_file, strip_wrapper_prefixes
-from ..usage import counted_names, shape_text
+from ..messages import counted_names, shape_text
 from .deepaugment_nets import CAE, EDSR, DeepAugmentRng
 
 __all__ = ['NETS', 'DeepAugment', 'build_net', 'load_deepaugment_weights', 'perturb_weights']

@@ -13,7 +13,7 @@ from ..hub.publish import DEFAULT_CARD_TEMPLATE, publish
 from ..hub.publish_options import (
     DEFAULT_COMMIT_MESSAGE, CardOptions, ExportOptions, PublishOptions, TargetOptions)
 from ..layers import INFERENCE_BRANCHES
-from ..usage import read_text_file
+from ..messages import read_text_file
 from .parser import ArgumentParser, add_hidden_alias, run_cli
 
 __all__ = ['get_args_parser', 'publish_options', 'main', 'run', 'console_main', 'PROG']

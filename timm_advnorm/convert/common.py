@@ -11,7 +11,7 @@ from timm.models import get_pretrained_cfg
 
 from ..hub.checkpoint import check_finite_weights
 from ..hub.export import staged_folder, write_export
-from ..usage import counted_names
+from ..messages import counted_names
 
 __all__ = ['create_target', 'load_exactly', 'provenance', 'save_converted']
 

@@ -19,7 +19,7 @@ import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from ..hub.checkpoint import load_weights_file, strip_wrapper_prefixes
-from ..usage import counted_names
+from ..messages import counted_names
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = ['FORMAT', 'PREPROCESSING', 'nofrost_state_dict', 'nf_resnet_name', 'convert_nofrost']

@@ -35,7 +35,7 @@ import torch
 
 from ..hub.checkpoint import file_format, zip_members
 from ..layers.tf_same_padding import use_tf_same_padding
-from ..usage import counted_names
+from ..messages import counted_names
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = [

@@ -18,7 +18,7 @@ from timm.data.readers.class_map import load_class_map
 from timm.data.readers.img_extensions import get_img_extensions
 from timm.utils.misc import natural_key
 
-from ..usage import read_text_file
+from ..messages import read_text_file
 
 __all__ = ['FolderScan', 'scan_image_folder', 'split_class_map', 'check_class_map_file', 'check_num_classes']
 

@@ -29,7 +29,7 @@ import torch
 from safetensors import SafetensorError
 from timm.utils.checkpoint_saver import load_checkpoint_metadata
 
-from ..usage import counted_names
+from ..messages import counted_names
 
 __all__ = ['Checkpoint', 'read_checkpoint', 'split_source', 'strip_wrapper_prefixes', 'load_weights_file',
            'check_checkpoint_file', 'check_finite_weights', 'file_format', 'zip_members', 'read_config_json',

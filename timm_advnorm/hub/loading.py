@@ -29,7 +29,7 @@ from timm.models import get_pretrained_cfg
 from ..layers import ADV_BN_KEY, branch_state_dict, has_mixture_bn, mixture_bn_modules
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
 from ..layers.tf_same_padding import use_tf_same_padding
-from ..usage import counted_names, one_line, shape_text
+from ..messages import counted_names, shape_text
 from .checkpoint import (
     WEIGHT_FILES, Checkpoint, check_checkpoint_file, check_finite_weights, read_checkpoint, read_config_json,
     split_source, strip_wrapper_prefixes)
@@ -123,7 +123,7 @@ def _load_error_summary(error: RuntimeError, state_dict: Mapping[str, torch.Tens
     shapes = [f'{key} {shape_text(state_dict[key].shape)} vs {shape_text(expected[key].shape)}'
               for key in state_dict if key in expected and state_dict[key].shape != expected[key].shape]
     if not (missing or unexpected or shapes):
-        return one_line(error, 400)
+        return ' '.join(str(error).split())[:400]
     parts = [counted_names(missing, 'missing key'), counted_names(unexpected, 'unexpected key')]
     if shapes:
         parts.append(counted_names(shapes, 'mis-shaped key', shown=2))

@@ -6,7 +6,7 @@ import os
 
 from timm.utils import CheckpointSaver
 
-from ..write_guard import reported_write, library_write_error
+from ..write_guard import library_write_error, reported_write
 
 __all__ = ['SafeCheckpointSaver']
 

@@ -15,10 +15,10 @@ from timm.utils.model import unwrap_model
 
 from ..attacks.base import Attack
 from ..layers.routing import route
+from ..messages import some_names
 from ..progress import progress_bar
 from ..signals import check_interrupted
 from ..task import AdversarialClassificationTask
-from ..usage import some_names
 from .accumulation import GradientAccumulation, average_gradients
 
 __all__ = ['DivergenceError', 'LossScaler', 'NonFiniteGuard', 'Validation', 'check_finite_state', 'eval_metric_for',
