@@ -104,8 +104,8 @@ def test_fast_advprop_branch_converts_to_plain_timm(tmp_path, fast_advprop):
 
 
 @pytest.mark.parametrize('edit, message', [
-    (lambda sd: sd.update({'module.layer1.0.extra': torch.zeros(1)}), 'unexpected layer1.0.extra'),
-    (lambda sd: sd.pop('module.layer4.2.bn3.aux_bn.running_var'), 'missing layer4.2.bn3.adv_bn.running_var'),
+    (lambda sd: sd.update({'module.layer1.0.extra': torch.zeros(1)}), '1 unexpected key (layer1.0.extra)'),
+    (lambda sd: sd.pop('module.layer4.2.bn3.aux_bn.running_var'), '1 missing key (layer4.2.bn3.adv_bn.running_var)'),
     (lambda sd: [sd.pop(k) for k in list(sd) if 'aux_bn' in k], 'not a Fast AdvProp mixture-BN'),
 ])
 def test_fast_advprop_keys_must_map_one_to_one(tmp_path, fast_advprop, capsys, edit, message):
@@ -179,7 +179,7 @@ def test_nofrost_refuses_a_wrong_architecture_or_leftover_keys(tmp_path, nofrost
     state_dict['module.stages.0.0.attn_last.fc.weight'] = torch.zeros(1)
     torch.save(state_dict, tmp_path / 'edited.pth')
     assert _convert('nofrost', tmp_path / 'edited.pth', tmp_path / 'out') == 2
-    assert 'unexpected stages.0.0.attn_last.fc.weight' in capsys.readouterr().err
+    assert '1 unexpected key (stages.0.0.attn_last.fc.weight)' in capsys.readouterr().err
 
 
 # --- Feature Denoising: tensorpack ResNet variables, HWIO, BGR input in [-1, 1], TensorFlow SAME padding ---

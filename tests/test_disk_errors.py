@@ -18,6 +18,7 @@ import timm
 import torch
 import torch.nn as nn
 from PIL import Image
+from safetensors import SafetensorError
 
 from snapshots import folder_snapshot
 from timm_advnorm.commands.deepaugment import run as run_generate
@@ -28,6 +29,7 @@ from timm_advnorm.hub import export as export_module
 from timm_advnorm.commands.publish import run as run_publish
 from timm_advnorm.train.checkpoint_saver import SafeCheckpointSaver
 from timm_advnorm.commands.train import run as run_train
+from timm_advnorm import write_guard
 from timm_advnorm.write_guard import WriteError
 
 NO_SPACE = os.strerror(errno.ENOSPC)  # 'No space left on device'
@@ -56,18 +58,37 @@ def _saver(folder: Path) -> SafeCheckpointSaver:
                                recovery_dir=str(folder), max_history=1)
 
 
-def _torch_save_fails_midway(monkeypatch) -> None:
+def _torch_writer_full() -> RuntimeError:
+    """What ``torch.save`` really raises on a full disk (torch 2.x): its archive writer's RuntimeError, raised while
+    handling the stream's, neither holding the OS error."""
+    try:
+        raise RuntimeError('basic_ios::clear: iostream error')
+    except RuntimeError:
+        try:
+            raise RuntimeError('[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598')
+        except RuntimeError as e:
+            return e
+
+
+def _disk_is_full(monkeypatch) -> None:
+    """The disk the checkpoints go to has no space left (what `write_guard` measures after torch's writer fails)."""
+    monkeypatch.setattr(write_guard.shutil, 'disk_usage', lambda path: shutil._ntuple_diskusage(10 ** 9, 10 ** 9, 0))
+
+
+def _torch_save_fails_midway(monkeypatch, error: Callable[[], BaseException] = _disk_full) -> None:
     def partial_save(obj, path, *args, **kwargs):
         Path(path).write_bytes(b'PK\x03\x04 the first bytes of a checkpoint')
-        raise _disk_full()
+        raise error()
     monkeypatch.setattr(torch, 'save', partial_save)
 
 
-def test_a_checkpoint_save_on_a_full_disk_keeps_the_previous_one_and_removes_its_partial(tmp_path, monkeypatch):
+@pytest.mark.parametrize('error', [_disk_full, _torch_writer_full], ids=['os-error', 'torch-writer-error'])
+def test_a_checkpoint_save_on_a_full_disk_keeps_the_previous_one_and_removes_its_partial(tmp_path, monkeypatch, error):
     saver = _saver(tmp_path)
     saver.save_checkpoint(0, metric=1.0)
     before = folder_snapshot(tmp_path)
-    _torch_save_fails_midway(monkeypatch)
+    _disk_is_full(monkeypatch)
+    _torch_save_fails_midway(monkeypatch, error)
     with pytest.raises(WriteError) as error:
         saver.save_checkpoint(1, metric=2.0)
     last = tmp_path / 'last.pth.tar'
@@ -77,6 +98,20 @@ def test_a_checkpoint_save_on_a_full_disk_keeps_the_previous_one_and_removes_its
     with pytest.raises(WriteError, match=r'recovery-1-7.pth.tar: No space left on device'):
         saver.save_recovery(1, batch_idx=7)
     assert folder_snapshot(tmp_path) == before
+
+
+def test_a_torch_writer_failure_with_space_left_names_torch_and_other_runtime_errors_pass(tmp_path, monkeypatch):
+    saver = _saver(tmp_path)
+    _torch_save_fails_midway(monkeypatch, lambda: RuntimeError('PytorchStreamWriter failed writing file data/0: file '
+                                                                'write failed'))
+    with pytest.raises(WriteError, match=r'last.pth.tar: the write failed \(torch: PytorchStreamWriter failed writing '
+                                         r'file data/0: file write failed\); is the disk or a quota full\? \(no '
+                                         r'checkpoint was written\)$'):
+        saver.save_checkpoint(0, metric=1.0)
+    _torch_save_fails_midway(monkeypatch, lambda: RuntimeError('CUDA error: an illegal memory access'))
+    with pytest.raises(RuntimeError, match='illegal memory access'):  # a defect, not the disk: its traceback stays
+        saver.save_checkpoint(0, metric=1.0)
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_failed_copy_never_replaces_model_best_by_a_partial_one(tmp_path, monkeypatch):
@@ -125,10 +160,11 @@ def test_training_on_a_full_disk_stops_on_one_line_and_resumes(tmp_path, monkeyp
         if obj.get('epoch') == 1:
             after_epoch_0.update(folder_snapshot(folder))
             Path(path).write_bytes(b'PK\x03\x04 the first bytes of a checkpoint')
-            raise _disk_full()
+            raise _torch_writer_full()  # as torch.save fails on a full disk: no OSError
         return save(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(torch, 'save', disk_fills_in_epoch_1)
+    _disk_is_full(monkeypatch)
     error = _one_error(capsys, run_train, argv)
     assert error == (f'timm-advnorm-train: error: cannot write {folder / "last.pth.tar"}: {NO_SPACE} (the previous '
                      'checkpoint is intact)')
@@ -237,9 +273,9 @@ def test_an_export_on_a_full_disk_leaves_the_previous_export_intact(tmp_path, mo
     assert run_publish(argv=[str(a) for a in argv]) == 0
     before = folder_snapshot(tmp_path)
 
-    def full_disk(model, folder, **kwargs):
+    def full_disk(model, folder, **kwargs):  # as safetensors fails on a full disk: its own error, quoting the OS's
         (Path(folder) / 'model.safetensors').write_bytes(b'partial')
-        raise _disk_full()
+        raise SafetensorError(f'Error while serializing: I/O error: {NO_SPACE} (os error {errno.ENOSPC})')
     monkeypatch.setattr(export_module, 'save_for_hf', full_disk)
     error = _one_error(capsys, run_publish, argv)
     assert error.endswith(f': error: cannot write {out}: {NO_SPACE} (the previous export is intact)')

@@ -83,7 +83,8 @@ def test_load_weights_checks_class_count_and_normalization_layout(tmp_path, mbn,
     path = _train_checkpoint(tmp_path / 'ckpt.pth.tar', mbn)
     with pytest.raises(ValueError, match=f'has {NUM_CLASSES} classes but the model has 7'):
         load_weights(timm.create_model('test_mbn_resnet', num_classes=7), path)
-    with pytest.raises(ValueError, match='choose branch'):
+    with pytest.raises(ValueError, match=r'the checkpoint has mixture BN and the model \(test_resnet\) plain BN: pass '
+                                         r'--branch clean or --branch adv'):
         load_weights(timm.create_model('test_resnet', num_classes=NUM_CLASSES), path)
     with pytest.raises(ValueError, match='plain-BN model'):
         load_weights(timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES), path, branch='adv')

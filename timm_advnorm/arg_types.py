@@ -6,6 +6,7 @@ line and from a ``-c`` config alike.
 """
 import argparse
 import math
+import re
 from typing import Optional, Union
 
 from .attacks.space import scale_255_text
@@ -67,10 +68,15 @@ class Number:
         return above and below
 
 
+#: A value written as a fraction (``8/255``, ``0.5 / 255``): what papers write a budget as.
+_FRACTION = re.compile(r'\s*(\d+(?:\.\d*)?|\.\d+)\s*/\s*(\d+(?:\.\d*)?|\.\d+)\s*')
+
+
 class PixelScale(Number):
     """An argparse ``type`` for a budget or step on the 0-255 pixel scale: a finite number >= 0 that is not a value
     of the [0, 1] scale (``argument --attack-eps: got 0.031, but budgets are on the 0-255 scale; did you mean 8
-    (= 8/255)?``).
+    (= 8/255)?``), nor a fraction as papers write budgets (``argument --attack-eps: 8/255 looks like a fraction of
+    the [0, 1] scale; budgets are on the 0-255 scale: give 8``).
 
     Read on the 0-255 scale, ε = 0.031 attacks with 0.031/255 of the pixel range: no attack, and the clean accuracy
     reported as robust accuracy. 0 stays allowed (a sweep's clean point; no adversary).
@@ -86,6 +92,11 @@ class PixelScale(Number):
         self.smallest, self.noun = smallest, noun
 
     def __call__(self, text: str) -> float:
+        fraction = _FRACTION.fullmatch(str(text))
+        if fraction is not None and float(fraction.group(2)):
+            meant = scale_255_text(float(fraction.group(1)) / float(fraction.group(2)))
+            raise argparse.ArgumentTypeError(f'{text} looks like a fraction of the [0, 1] scale; {self.noun} are on '
+                                             f'the 0-255 scale: give {meant}')
         number = super().__call__(text)
         if 0 < number < self.smallest:
             meant = scale_255_text(number)

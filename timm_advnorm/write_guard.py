@@ -13,25 +13,42 @@ failed write is reported.
   a missing permission. A command refused for it leaves no folder behind.
 * An OS error while writing (a full disk, a read-only file system, a missing permission) is one line naming the file
   and the reason in words, and what was kept (`WriteError`, `reported_write`, `os_error_cause`), not a library's
-  traceback about a truncated archive nor a raw ``[Errno N]``.
+  traceback about a truncated archive nor a raw ``[Errno N]``. torch's archive writer and safetensors report a failed
+  write in their own exceptions, which `library_write_error` recognizes.
 """
 import errno
 import json
 import os
+import re
 import secrets
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
+from safetensors import SafetensorError
+
+from .messages import some_names
+
 __all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_creatable', 'check_folder_name', 'check_folder_writable',
-           'check_names', 'check_replaceable', 'check_write_target', 'existing_ancestor', 'os_error_cause',
-           'reported_write', 'write_manifest']
+           'check_names', 'check_replaceable', 'check_write_target', 'existing_ancestor', 'library_write_error',
+           'os_error_cause', 'reported_write', 'write_manifest']
 
 PathLike = Union[str, Path]
 
 #: The file an export folder holds to say the package wrote it, and which files it wrote.
 EXPORT_MANIFEST = '.timm-advnorm-export.json'
 _MANIFEST_FORMAT = 'timm_advnorm.export/1'
+#: What torch's archive writer (``torch.save``, `PyTorchFileWriter`) says when a write fails: it keeps no OS error. A
+#: full disk reads "basic_ios::clear: iostream error" then "unexpected pos N vs M" (torch 2.x on a small file), or
+#: "PytorchStreamWriter failed writing file data/0: file write failed".
+_STREAM_WRITER_FAILURES = ('PytorchStreamWriter failed writing file', 'file write failed', 'unexpected pos ',
+                           'basic_ios::clear: iostream error')
+#: Free space under which a failed write is put down to a full disk: less than one write of the writer's buffers.
+_FULL_DISK_BYTES = 1 << 20
+#: How safetensors (``save_file``, timm's `save_for_hf`) words the OS error of a failed write: "Error while
+#: serializing: I/O error: No space left on device (os error 28)".
+_SAFETENSORS_OS_ERROR = re.compile(r'I/O error: (.+?) \(os error (\d+)\)')
 
 
 def _real(path: PathLike) -> Path:
@@ -103,9 +120,8 @@ def check_replaceable(folder: PathLike) -> None:
     added = sorted(p.relative_to(folder).as_posix() for p in folder.rglob('*')
                    if p.is_file() and p.name != EXPORT_MANIFEST and p.relative_to(folder).as_posix() not in listed)
     if added:
-        shown = ', '.join(added[:3]) + (f' (+{len(added) - 3} more)' if len(added) > 3 else '')
-        raise FileExistsError(f'{folder} holds files its export did not write ({shown}): --overwrite would delete '
-                              'them; move them or choose another folder')
+        raise FileExistsError(f'{folder} holds files its export did not write ({some_names(added)}): --overwrite '
+                              'would delete them; move them or choose another folder')
 
 
 def existing_ancestor(path: PathLike) -> Path:
@@ -260,9 +276,42 @@ class WriteError(OSError):
         return self.message
 
 
+def library_write_error(error: BaseException, path: PathLike) -> Optional[OSError]:
+    """The OS error behind a writing library's own exception while writing `path` (in `error` or the error it was
+    raised during), or None for any other error.
+
+    * safetensors raises a `SafetensorError` quoting the OS error and its number: that error.
+    * torch's archive writer (``torch.save``) raises a RuntimeError without the OS error (`_STREAM_WRITER_FAILURES`):
+      a full disk (less than `_FULL_DISK_BYTES` free where `path` is written; call this before removing the partial
+      file) is ``ENOSPC``; otherwise the write failed for a reason torch kept to itself (a quota, an I/O error),
+      said as ``EIO`` with torch's words.
+    """
+    chain, seen = [], error
+    while seen is not None and len(chain) < 4:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for failure in chain:
+        quoted = _SAFETENSORS_OS_ERROR.search(str(failure)) if isinstance(failure, SafetensorError) else None
+        if quoted is not None:
+            return OSError(int(quoted.group(2)), quoted.group(1))
+    failures = [e for e in chain if isinstance(e, RuntimeError)
+                and any(text in str(e) for text in _STREAM_WRITER_FAILURES)]
+    if not failures:
+        return None
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+    except OSError:
+        free = None
+    if free is not None and free < _FULL_DISK_BYTES:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    torch_says = ' '.join(str(failures[-1]).split())[:200]
+    return OSError(errno.EIO, f'the write failed (torch: {torch_says}); is the disk or a quota full?')
+
+
 @contextmanager
 def reported_write(path: PathLike, kept: str = '') -> Iterator[None]:
-    """Report an OS error raised in the block as a `WriteError` naming `path` and what was `kept`.
+    """Report an OS error raised in the block as a `WriteError` naming `path` and what was `kept`; also one a
+    writing library raised as its own exception (`library_write_error`).
 
     Errors that already say what happened pass unchanged: a `WriteError` from an inner write, and an
     "already exists" refusal (the no-clobber rules raise those on purpose).
@@ -275,3 +324,8 @@ def reported_write(path: PathLike, kept: str = '') -> Iterator[None]:
         if e.errno is None or e.errno == errno.EEXIST:
             raise
         raise WriteError(path, e, kept) from e
+    except (RuntimeError, SafetensorError) as e:
+        failure = library_write_error(e, path)
+        if failure is None:
+            raise
+        raise WriteError(path, failure, kept) from e

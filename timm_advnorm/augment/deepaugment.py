@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..hub.checkpoint import check_finite_weights, load_weights_file, strip_wrapper_prefixes
+from ..messages import counted_names, shape_text
 from .deepaugment_nets import CAE, EDSR, DeepAugmentRng
 
 __all__ = ['NETS', 'DeepAugment', 'build_net', 'load_deepaugment_weights', 'perturb_weights']
@@ -48,11 +49,6 @@ def build_net(net: str) -> nn.Module:
     return module.eval().requires_grad_(False)
 
 
-def _name_some(keys: Sequence[str], limit: int = 3) -> str:
-    shown = ', '.join(keys[:limit])
-    return shown + (f' (+{len(keys) - limit} more)' if len(keys) > limit else '')
-
-
 def load_deepaugment_weights(net: str, path: Union[str, Path]) -> StateDict:
     """The pretrained state dict of `net` from `path` (a torch.save or safetensors file), checked against the
     architecture.
@@ -77,9 +73,9 @@ def load_deepaugment_weights(net: str, path: Union[str, Path]) -> StateDict:
     optional = _EDSR_CONSTANT_KEYS if net == 'edsr' else ()
     missing = [k for k in expected if k not in state and k not in optional]
     unexpected = [k for k in state if k not in expected]
-    mis_shaped = [f'{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})'
+    mis_shaped = [f'{k} {shape_text(state[k].shape)} vs {shape_text(v.shape)}'
                   for k, v in expected.items() if k in state and state[k].shape != v.shape]
-    problems = [f'{label} {_name_some(keys)}' for label, keys in
+    problems = [counted_names(keys, f'{label} key') for label, keys in
                 (('missing', missing), ('unexpected', unexpected), ('mis-shaped', mis_shaped)) if keys]
     if problems:
         raise ValueError(f'{path} does not hold the DeepAugment {net.upper()} weights: {"; ".join(problems)}')

@@ -13,6 +13,7 @@ weights but not the padding), and ``timm-advnorm-publish DST ...`` publishes it 
 """
 import logging
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 from ..convert import convert_fast_advprop, convert_nofrost, convert_tensorpack_resnet
@@ -23,6 +24,12 @@ from .parser import ArgumentParser, run_cli
 __all__ = ['get_args_parser', 'main', 'run', 'console_main']
 
 PROG = 'timm-advnorm-convert'
+#: The file SRC is, by format: what its help and its refusal of a folder say.
+SOURCE_FILES = {
+    'fast-advprop': 'checkpoint saved by fast_advprop/imagenet.py (.pth.tar)',
+    'nofrost': 'best_RA.pth, best_SA.pth or latest.pth',
+    'tensorpack-resnet': 'R152.npz (or an R50/R101 .npz of the same code)',
+}
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
@@ -40,19 +47,22 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
         return sub
 
     fast = add('fast-advprop', 'Fast AdvProp (Mei et al., ICLR 2022) mixture-BN ResNet checkpoint.',
-               'checkpoint saved by fast_advprop/imagenet.py (.pth.tar)')
+               SOURCE_FILES['fast-advprop'])
     fast.add_argument('--branch', choices=('clean', 'adv'),
                       help='write one branch as the plain timm ResNet (Fast AdvProp infers on clean)')
-    add('nofrost', 'NoFrost (Wang et al., ICML 2022) NF-ResNet checkpoint.', 'best_RA.pth, best_SA.pth or latest.pth')
+    add('nofrost', 'NoFrost (Wang et al., ICML 2022) NF-ResNet checkpoint.', SOURCE_FILES['nofrost'])
     add('tensorpack-resnet', 'Feature Denoising (Xie et al., CVPR 2019) tensorpack ResNet baseline.',
-        'R152.npz (or an R50/R101 .npz of the same code)')
+        SOURCE_FILES['tensorpack-resnet'])
     return parser
 
 
 def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     """Parse `argv` and convert; returns the exit status. Bad input raises (see `run`)."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
-    args = get_args_parser(prog).parse_args(argv)
+    parser = get_args_parser(prog)
+    args = parser.parse_args(argv)
+    if Path(args.src).is_dir():  # every format converts one file of the authors' release
+        parser.error(f'SRC {args.src} is a folder; {args.format} converts one file: {SOURCE_FILES[args.format]}')
     check_write_target(args.dst, 'DST', {'the checkpoint being converted': args.src})
     check_folder_target(args.dst, args.overwrite)  # before the checkpoint is read: a refusal costs no load
     if args.format == 'fast-advprop':

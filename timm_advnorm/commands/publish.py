@@ -7,13 +7,13 @@ checkpoint to the Hugging Face Hub, or to a local folder, with its config and mo
 import argparse
 import logging
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 from ..hub.publish import DEFAULT_CARD_TEMPLATE, publish
 from ..hub.publish_options import (
     DEFAULT_COMMIT_MESSAGE, CardOptions, ExportOptions, PublishOptions, TargetOptions)
 from ..layers import INFERENCE_BRANCHES
+from ..messages import read_text_file
 from .parser import ArgumentParser, add_hidden_alias, run_cli
 
 __all__ = ['get_args_parser', 'publish_options', 'main', 'run', 'console_main', 'PROG']
@@ -77,7 +77,8 @@ def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     """Parse `argv` and publish; returns the exit status. Bad input raises (see `run`)."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
     options = publish_options(get_args_parser(prog).parse_args(argv))
-    template = Path(options.card.template).read_text() if options.card.template else DEFAULT_CARD_TEMPLATE.read_text()
+    template = (read_text_file(options.card.template, '--card-template', 'a model card template (Markdown text)')
+                if options.card.template else DEFAULT_CARD_TEMPLATE.read_text())
     url = publish(options, template)
     if url:
         _logger.info(f'Uploaded: {url}')

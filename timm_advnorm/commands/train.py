@@ -63,7 +63,8 @@ from .options import (
     PLAN, PRETRAINED, SEED, SKIP_BAD_IMAGES, VAL_SPLIT, WORKERS, add_preprocessing_args)
 from .parser import ArgumentParser, add_hidden_alias, given_options, parse_with_config, run_cli
 
-__all__ = ['get_args_parser', 'parse_args', 'option_dests', 'train_options', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR']
+__all__ = ['get_args_parser', 'parse_args', 'parse_invocation', 'option_dests', 'train_options', 'main', 'run',
+           'console_main', 'AGC_CLIP_FACTOR']
 
 _logger = logging.getLogger('train_adv')
 #: Training-attack options whose value is the robust validation's default (``--val-attack-eps``, ...) when not given.
@@ -468,19 +469,31 @@ def parse_args(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train
     With ``--resume``, the arguments the checkpoint records are the defaults of whatever `argv` and its ``-c`` file
     do not give (`recorded.apply_recorded_args`); the build checks the changes (`recorded.check_resume_args`).
     """
+    args, args_text, _ = parse_invocation(argv, prog)
+    return args, args_text
+
+
+def parse_invocation(argv: Optional[List[str]], prog: str) -> Tuple[argparse.Namespace, str, Optional[str]]:
+    """`parse_args`, and what chose the dataset when ``--dataset`` was not given (here or by ``-c``): its default,
+    or the resumed run's record with another ``--data-dir`` than the run's. None when given, or resumed on the run's
+    own data: only then is a built-in dataset rendered into ``--data-dir``."""
     parser = get_args_parser(prog)
     args, config = parse_with_config(parser, argv, resolve=resolve_config)
-    if args.resume:
-        recorded = read_recorded_args(args.resume, option_dests(parser))
-        if recorded is not None:
-            apply_recorded_args(args, recorded, given_options(parser, argv, config))
+    given = given_options(parser, argv, config)
+    recorded = read_recorded_args(args.resume, option_dests(parser)) if args.resume else None
+    if recorded is not None:
+        apply_recorded_args(args, recorded, given)
     if args.clip_mode == 'agc' and args.clip_grad is None:
         args.clip_grad = AGC_CLIP_FACTOR
     args.workers, note = default_workers(args.workers, DEFAULT_WORKERS)
     if note:
         _logger.info(note)
     _warn_unused_options(args, given_options(parser, argv, {}))
-    return args, yaml.safe_dump(vars(args), default_flow_style=False)
+    if 'dataset' in given or ('dataset' in (recorded or {}) and 'data_dir' not in given):
+        chosen_by = None  # given, or resumed on the data of the run, where it was rendered already
+    else:
+        chosen_by = "the resumed run's record" if 'dataset' in (recorded or {}) else 'the default of --dataset'
+    return args, yaml.safe_dump(vars(args), default_flow_style=False), chosen_by
 
 
 def _warn_unused_options(args: argparse.Namespace, given: FrozenSet[str]) -> None:
@@ -509,9 +522,10 @@ def _method_options(args: argparse.Namespace) -> Tuple[MethodOptions, TrainingAt
     return options, attack
 
 
-def train_options(args: argparse.Namespace) -> TrainOptions:
+def train_options(args: argparse.Namespace, dataset_chosen_by: Optional[str] = None) -> TrainOptions:
     """The typed options of the run `args` (as `parse_args` returns them) describe; `args` is kept in them as the
-    record the run writes, unchanged."""
+    record the run writes, unchanged. `dataset_chosen_by`: what chose the dataset, when ``--dataset`` was not given
+    (`DataOptions.dataset_chosen_by`)."""
     values = vars(args)
     method_options, attack = _method_options(args)
     val_attack = dict(
@@ -520,7 +534,8 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
         attack_steps=args.val_attack_steps,
         attack_targeted=args.attack_targeted if args.val_attack_targeted is None else args.val_attack_targeted)
     return TrainOptions(
-        method=args.method, model=options_from(ModelOptions, values), data=options_from(DataOptions, values),
+        method=args.method, model=options_from(ModelOptions, values),
+        data=options_from(DataOptions, values, dataset_chosen_by=dataset_chosen_by),
         augment=options_from(AugmentOptions, values), optimizer=options_from(OptimizerOptions, values),
         schedule=options_from(ScheduleOptions, values), runtime=options_from(RuntimeOptions, values),
         validation=options_from(ValidationOptions, values, **val_attack), output=options_from(OutputOptions, values),
@@ -534,8 +549,8 @@ def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> 
     """Train as `argv` says; returns the exit status. Bad input raises (see `run`)."""
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
         setup_default_logging()
-    args, args_text = parse_args(argv, prog=prog)
-    training = build_training(train_options(args), args_text)
+    args, args_text, dataset_chosen_by = parse_invocation(argv, prog)
+    training = build_training(train_options(args, dataset_chosen_by), args_text)
     if args.plan:  # one measured step, on the task before it is wrapped for distributed training
         budget = plan_training(training)
         if training.options.runtime.rank == 0:

@@ -43,6 +43,8 @@ from timm.utils import ParseKwargs, setup_default_logging
 
 from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability
 from ..data import BUILTIN_DATASETS
+from ..data.folders import check_class_map_file
+from ..data.names import check_dataset_name
 from ..eval.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.options import (
     LOGGER, SANITY_MODES, AttackOptions, CheckOptions, EvalDataOptions, EvalModelOptions, EvalOptions,
@@ -243,6 +245,12 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
                         if args.checkpoint and not _runs_on_ood(args) else DataRecord())
     if (args.attack_kwargs or args.attack_targeted or args.cascade) and not args.attacks:
         parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')
+    for key, kind in (('eps', pixel_budget), ('step', pixel_step)):  # read as the budget options are: 0-255 scale
+        if key in (args.attack_kwargs or {}):
+            try:
+                args.attack_kwargs[key] = kind(str(args.attack_kwargs[key]))
+            except argparse.ArgumentTypeError as e:
+                parser.error(f'--attack-kwargs {key}={args.attack_kwargs[key]}: {e}')
     if isinstance(args.attack_steps, int):  # a single count from a YAML config
         args.attack_steps = [args.attack_steps]
     if args.attack_steps and (len(set(args.attack_steps)) != len(args.attack_steps) or min(args.attack_steps) < 1):
@@ -309,12 +317,15 @@ def _needs_data_dir(dataset: str) -> bool:
 
 def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see, caught before anything is loaded: the device, the normalization
-    lengths (timm would only assert) and a dataset root that is needed but not given."""
+    lengths (timm would only assert), the dataset name, the class map file and a dataset root that is needed but not
+    given."""
     for name in ('mean', 'std'):
         if isinstance(getattr(args, name), (int, float)):  # a single value from a YAML config
             setattr(args, name, [getattr(args, name)])
     try:
         check_device(args.device)
+        check_dataset_name(args.dataset, BUILTIN_DATASETS)
+        check_class_map_file(args.class_map)
         check_normalization_lengths(args.mean, args.std, args.input_size)
     except ValueError as e:
         parser.error(str(e))

@@ -11,19 +11,13 @@ from timm.models import get_pretrained_cfg
 
 from ..hub.checkpoint import check_finite_weights
 from ..hub.export import staged_folder, write_export
+from ..messages import counted_names
 
 __all__ = ['create_target', 'load_exactly', 'provenance', 'save_converted']
 
 _logger = logging.getLogger(__name__)
-_SHOWN_KEYS = 6
 _SOURCE_KEYS = ('url', 'hf_hub_id', 'tag', 'test_input_size', 'test_crop_pct', 'license', 'origin_url',
                 'paper_ids', 'paper_name', 'notes')
-
-
-def _listing(keys) -> str:
-    keys = sorted(keys)
-    more = f' (+{len(keys) - _SHOWN_KEYS} more)' if len(keys) > _SHOWN_KEYS else ''
-    return ', '.join(keys[:_SHOWN_KEYS]) + more
 
 
 def create_target(architecture: str, preprocessing: Mapping[str, Any], num_classes: int) -> nn.Module:
@@ -51,9 +45,9 @@ def load_exactly(model: nn.Module, state_dict: Mapping[str, torch.Tensor], sourc
     expected = model.state_dict()
     missing, unexpected = set(expected) - set(state_dict), set(state_dict) - set(expected)
     if missing or unexpected:
-        parts = [f'missing {_listing(missing)}' if missing else '', f'unexpected {_listing(unexpected)}'
-                 if unexpected else '']
-        raise ValueError(f'{source} does not match {type(model).__name__}: ' + '; '.join(p for p in parts if p))
+        parts = [counted_names(sorted(keys), f'{what} key') for what, keys in (('missing', missing),
+                                                                            ('unexpected', unexpected)) if keys]
+        raise ValueError(f'{source} does not match {type(model).__name__}: ' + '; '.join(parts))
     wrong = [k for k, v in state_dict.items() if tuple(v.shape) != tuple(expected[k].shape)]
     if wrong:
         key = wrong[0]

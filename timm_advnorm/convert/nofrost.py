@@ -19,6 +19,7 @@ import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from ..hub.checkpoint import load_weights_file, strip_wrapper_prefixes
+from ..messages import counted_names
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = ['FORMAT', 'PREPROCESSING', 'nofrost_state_dict', 'nf_resnet_name', 'convert_nofrost']
@@ -54,9 +55,8 @@ def nf_resnet_name(state_dict: Mapping[str, torch.Tensor]) -> str:
         ValueError: No ``stages.*`` keys (weights of another architecture), or a block layout of no timm NF-ResNet.
     """
     if not any(key.startswith('stages.') for key in state_dict):
-        first = ', '.join(sorted(state_dict)[:3])
-        raise ValueError(f'No "stages.*" keys: not the weights of a timm NF-ResNet, as NoFrost saves them (keys: '
-                         f'{first}, ...).')
+        raise ValueError(f'No "stages.*" keys: not the weights of a timm NF-ResNet, as NoFrost saves them '
+                         f'({counted_names(sorted(state_dict), "key")}).')
     depths = tuple(
         len({key.split('.')[2] for key in state_dict if key.startswith(f'stages.{stage}.')}) for stage in range(4))
     if depths not in _NF_RESNETS:

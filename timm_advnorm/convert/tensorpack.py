@@ -35,6 +35,7 @@ import torch
 
 from ..hub.checkpoint import file_format, zip_members
 from ..layers.tf_same_padding import use_tf_same_padding
+from ..messages import counted_names
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = [
@@ -183,8 +184,8 @@ def convert_tensorpack_resnet(
     arrays = read_tensorpack_npz(src)
     layers = tensorpack_resnet_layers(arrays)
     if not any(layers):
-        first = ', '.join(sorted(arrays)[:3])
-        raise ValueError(f'{src}: no "group*/block*" variables: not a tensorpack ResNet (variables: {first}, ...).')
+        raise ValueError(f'{src}: no "group*/block*" variables: not a tensorpack ResNet '
+                         f'({counted_names(sorted(arrays), "variable")}).')
     target = model_name or _RESNETS.get(layers)
     if target is None:
         raise ValueError(f'Blocks per group {layers} match no timm ResNet ({sorted(_RESNETS.values())}).')

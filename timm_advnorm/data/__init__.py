@@ -1,4 +1,5 @@
 """Built-in datasets and dataset-name resolution shared by `train_adv.py` and `validate_adv.py`."""
+import logging
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
@@ -8,11 +9,14 @@ from torch.utils.data import Dataset, Subset
 from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
 from .mnist import MNIST_NUM_CLASSES, MNIST_SIZE, default_mnist_root, prepare_mnist
 from .mnist5k import MNIST5K_NUM_CLASSES, MNIST5K_SIZE, default_mnist5k_root, prepare_mnist5k
+from .rendered import is_rendered
 
 __all__ = ['BUILTIN_DATASETS', 'SPLIT_SYNONYMS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'MNIST_NUM_CLASSES',
            'BuiltinDataset', 'builtin_dataset', 'dataset_img_size', 'dataset_num_classes', 'default_digits_root',
            'default_mnist5k_root', 'default_mnist_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k',
            'prepare_mnist', 'resolve_dataset', 'same_split', 'split_folder']
+
+_logger = logging.getLogger(__name__)
 
 
 class BuiltinDataset(NamedTuple):
@@ -77,21 +81,36 @@ def same_split(a: str, b: str) -> bool:
     return a == b or any(a in synonyms and b in synonyms for synonyms in SPLIT_SYNONYMS)
 
 
-def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[int] = None
-                    ) -> Tuple[str, Optional[str]]:
+def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[int] = None,
+                    chosen_by: Optional[str] = None) -> Tuple[str, Optional[str]]:
     """Map our built-in dataset names onto what timm's `create_dataset` takes.
 
     A built-in dataset (`BUILTIN_DATASETS`) becomes an image folder of `img_size` (default: its own) rendered on
     first use (under ``<data_dir>/<name>-<size>px`` when `data_dir` is given, else in the user cache); any other
     name is passed to timm unchanged.
 
+    ``--data-dir`` is a folder the user gives as input: a built-in dataset is rendered into it only when ``--dataset``
+    names it (`chosen_by` None). One the command chose otherwise (`chosen_by`: ``'the default of --dataset'``,
+    ``"the checkpoint's record"``) is read from `data_dir` only where a complete copy is rendered there already.
+
     Returns:
         ``(timm_dataset_name, root)``.
+
+    Raises:
+        ValueError: A built-in dataset `chosen_by` the command, and a `data_dir` without its rendered copy.
     """
     builtin = builtin_dataset(dataset)
     if builtin is not None:
         img_size = img_size or builtin.img_size
         root = Path(data_dir) / f'{dataset}-{img_size}px' if data_dir else None
+        if root is not None and chosen_by is not None and is_rendered(root):
+            _logger.info(f'Dataset {dataset} ({chosen_by}): read from its copy in --data-dir {data_dir} '
+                         f'({root.name}/).')
+        elif root is not None and chosen_by is not None:
+            raise ValueError(f"--data-dir {data_dir}: the dataset is {dataset} ({chosen_by}), built in, and the folder "
+                             f"holds no rendered copy of it ({root.name}/); nothing is written into a folder given as "
+                             f"input: pass --dataset '' to read the image folder {data_dir}, or --dataset {dataset} "
+                             f"to render {dataset} there")
         return '', str(builtin.prepare(root, img_size=img_size))
     return dataset, data_dir
 

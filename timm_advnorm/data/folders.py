@@ -18,7 +18,9 @@ from timm.data.readers.class_map import load_class_map
 from timm.data.readers.img_extensions import get_img_extensions
 from timm.utils.misc import natural_key
 
-__all__ = ['FolderScan', 'scan_image_folder', 'split_class_map', 'check_num_classes']
+from ..messages import read_text_file
+
+__all__ = ['FolderScan', 'scan_image_folder', 'split_class_map', 'check_class_map_file', 'check_num_classes']
 
 _logger = logging.getLogger(__name__)
 
@@ -106,6 +108,18 @@ def scan_image_folder(root: Path) -> FolderScan:
     if not images:
         raise ValueError(f'no images under {root} (files ending {", ".join(sorted(extensions))})')
     return FolderScan(Path(root), images)
+
+
+def check_class_map_file(class_map: str) -> None:
+    """Check, before anything is built, that ``--class-map`` names a readable class map: timm reads a text one
+    deep in the set-up, where a binary file fails with Python's "'utf-8' codec can't decode byte", naming no file.
+
+    Raises:
+        FileNotFoundError: No such file.
+        ValueError: A folder, or a text class map that is not UTF-8 text.
+    """
+    if class_map and not class_map.endswith('.pkl'):  # timm unpickles a .pkl map; any other is text
+        read_text_file(class_map, '--class-map', 'a text file of class names, one per line (or a .pkl class map)')
 
 
 def split_class_map(train: FolderScan, val: FolderScan, class_map: str = '') -> Dict[str, int]:

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Tuple
 import numpy as np
 from PIL import Image
 
-__all__ = ['default_cache_root', 'prepare_rendered', 'render_stratified_split', 'save_images']
+__all__ = ['default_cache_root', 'is_rendered', 'prepare_rendered', 'render_stratified_split', 'save_images']
 
 _logger = logging.getLogger(__name__)
 
@@ -51,6 +51,11 @@ def save_images(folder: Path, images: Iterable[Tuple[str, int, int, Image.Image]
         image.save(class_folder / f'{index:04d}.png')
         count += 1
     return count
+
+
+def is_rendered(root: Path) -> bool:
+    """Whether `root` holds a complete rendered copy of a built-in dataset (`prepare_rendered` put it there)."""
+    return (root / _DONE_MARKER).is_file()
 
 
 def prepare_rendered(root: Path, render: Callable[[Path], int], name: str) -> Path:

@@ -134,7 +134,9 @@ def create_eval_dataset(data: EvalDataOptions, data_config: Dict[str, Any], dist
             (`scan_image_folder`), or timm cannot load the dataset (its assertion or error, on one line).
     """
     with primary_first(dist_info):  # the built-in datasets are rendered on first use: once, by rank 0
-        dataset_name, root = resolve_dataset(data.dataset, data.data_dir, img_size=data_config['input_size'][-1])
+        chosen_by = "the checkpoint's record" if 'dataset' in data.record.taken else None
+        dataset_name, root = resolve_dataset(data.dataset, data.data_dir, img_size=data_config['input_size'][-1],
+                                             chosen_by=chosen_by)
     if root is not None and not Path(root).exists():
         raise FileNotFoundError(f'dataset root {root} not found')
     search_split = True

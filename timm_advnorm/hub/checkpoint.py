@@ -29,6 +29,8 @@ import torch
 from safetensors import SafetensorError
 from timm.utils.checkpoint_saver import load_checkpoint_metadata
 
+from ..messages import counted_names
+
 __all__ = ['Checkpoint', 'read_checkpoint', 'split_source', 'strip_wrapper_prefixes', 'load_weights_file',
            'check_checkpoint_file', 'check_finite_weights', 'file_format', 'zip_members', 'read_config_json',
            'recorded_training_args', 'WEIGHT_FILES', 'MODEL_CONFIG_ARG']
@@ -105,7 +107,7 @@ class Checkpoint:
             ValueError: EMA weights requested from a checkpoint without them, or weights holding NaN or inf.
         """
         if ema and self.state_dict_ema is None:
-            raise ValueError(f'{self.source} holds no EMA weights (no "state_dict_ema").')
+            raise ValueError(f'{self.source} holds no EMA weights (no "state_dict_ema"): drop --use-ema')
         weights = self.state_dict_ema if ema else self.state_dict
         check_finite_weights(weights, f'{self.source}{" (EMA weights)" if ema else ""}')
         return weights
@@ -237,9 +239,13 @@ def check_checkpoint_file(path: Union[str, Path]) -> str:
 
     Raises:
         FileNotFoundError: No file at `path`.
-        ValueError: The file is empty, truncated, damaged or not a checkpoint; one line naming it and the damage.
+        ValueError: A folder, or a file that is empty, truncated, damaged or not a checkpoint; one line naming it and
+            the damage.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f'{path} is a folder, not a checkpoint file: give the weights file (.pth.tar, .pth, .bin or '
+                         f'.safetensors)')
     if not path.is_file():
         raise FileNotFoundError(f'Checkpoint not found: {path}')
     kind = file_format(path)
@@ -349,8 +355,8 @@ def _from_torch_object(obj: Any, source: str) -> Checkpoint:
         )
     if _is_state_dict(obj):
         return Checkpoint(state_dict=strip_wrapper_prefixes(obj), source=source)
-    keys = list(obj)[:8] if isinstance(obj, Mapping) else type(obj).__name__
-    raise ValueError(f'{source}: not a training checkpoint nor a state dict (top level: {keys}).')
+    top = counted_names(map(str, obj), 'key') if isinstance(obj, Mapping) else f'a {type(obj).__name__}'
+    raise ValueError(f'{source}: not a training checkpoint nor a state dict (top level: {top}).')
 
 
 def _read_file(path: Path, source: str) -> Checkpoint:

@@ -30,7 +30,7 @@ from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inf
 from ..write_guard import (
     check_folder_writable, check_names, check_replaceable, existing_ancestor, reported_write, write_manifest)
 from .checkpoint import Checkpoint
-from .loading import PLUGIN_CONFIG_KEY, load_weights, state_dict_num_classes
+from .loading import PLUGIN_CONFIG_KEY, load_weights, plain_twin, state_dict_num_classes
 
 __all__ = [
     'build_export_model', 'export_model_args', 'write_export', 'check_folder_target', 'staged_folder',
@@ -107,8 +107,7 @@ def build_export_model(
         raise ValueError(f'Unknown architecture {source_arch!r}.')
     arch = source_arch
     if branch is not None:
-        from ..models import base_architecture
-        arch = base_architecture(source_arch)
+        arch = plain_twin(source_arch)
     weights = checkpoint.weights(ema)
     pretrained_cfg = checkpoint.pretrained_cfg or get_pretrained_cfg(source_arch).to_dict()
     pretrained_cfg['architecture'] = arch
@@ -122,7 +121,8 @@ def build_export_model(
         set_inference_branch(model, inference_branch or recorded_branch or 'clean')
     elif inference_branch is not None:
         raise ValueError(f'An inference branch applies to mixture-BN models; {arch} has plain normalization.')
-    load_weights(model, Checkpoint(state_dict=weights, source=checkpoint.source), branch=branch)
+    load_weights(model, Checkpoint(state_dict=weights, arch=checkpoint.arch, config=checkpoint.config,
+                                   source=checkpoint.source), branch=branch)
     return model.eval(), source_arch
 
 

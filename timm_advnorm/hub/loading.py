@@ -14,6 +14,7 @@ A mixture-BN model is rebuilt on the inference branch its source records (``mode
 export's ``config.json``, or of the model config a training checkpoint carries): timm passes an export's
 ``model_args`` to the entrypoint, and checkpoints are routed here after their weights load.
 """
+import difflib
 import logging
 import re
 from pathlib import Path
@@ -28,6 +29,7 @@ from timm.models import get_pretrained_cfg
 from ..layers import ADV_BN_KEY, branch_state_dict, has_mixture_bn, mixture_bn_modules
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch, set_inference_branch
 from ..layers.tf_same_padding import use_tf_same_padding
+from ..messages import counted_names, shape_text
 from .checkpoint import (
     WEIGHT_FILES, Checkpoint, check_checkpoint_file, check_finite_weights, read_checkpoint, read_config_json,
     split_source, strip_wrapper_prefixes)
@@ -35,7 +37,7 @@ from .checkpoint import (
 __all__ = [
     'load_weights', 'create_model_from_name_or_checkpoint', 'adapt_state_dict', 'check_num_classes',
     'state_dict_num_classes', 'source_config', 'model_config', 'PLUGIN_CONFIG_KEY', 'has_pretrained_weights',
-    'pretrained_num_classes',
+    'pretrained_num_classes', 'plain_twin',
 ]
 
 _logger = logging.getLogger(__name__)
@@ -105,10 +107,77 @@ def check_num_classes(model: nn.Module, state_dict: Mapping[str, torch.Tensor], 
     expected = int(getattr(model.get_submodule(name), 'weight').shape[0])
     found = state_dict_num_classes(state_dict, name)
     if found is None:
-        raise ValueError(f'{source} has no classifier "{name}.weight" but the model has {expected} classes.')
+        raise ValueError(f'{source} has no classifier "{name}.weight", which the model ({_architecture(model)}, '
+                         f'{expected} classes) has: are these weights of another architecture? Build the model they '
+                         f'were trained as (--model)')
     if found != expected:
         raise ValueError(
             f'{source} has {found} classes but the model has {expected}: create it with num_classes={found}.')
+
+
+def _load_error_summary(error: RuntimeError, state_dict: Mapping[str, torch.Tensor], model: nn.Module) -> str:
+    """`load_state_dict`'s error in a few names: its lists of keys run to hundreds of names on one line."""
+    expected = model.state_dict()
+    missing = [key for key in expected if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in expected]
+    shapes = [f'{key} {shape_text(state_dict[key].shape)} vs {shape_text(expected[key].shape)}'
+              for key in state_dict if key in expected and state_dict[key].shape != expected[key].shape]
+    if not (missing or unexpected or shapes):
+        return ' '.join(str(error).split())[:400]
+    parts = [counted_names(missing, 'missing key'), counted_names(unexpected, 'unexpected key')]
+    if shapes:
+        parts.append(counted_names(shapes, 'mis-shaped key', shown=2))
+    return '; '.join(parts)
+
+
+def _architecture(model: nn.Module) -> str:
+    """The registered architecture `model` was built as (its class name where timm recorded none)."""
+    return (getattr(model, 'pretrained_cfg', None) or {}).get('architecture') or type(model).__name__
+
+
+def _family(arch: str) -> str:
+    """`arch` without its pretrained tag, a mixture-BN model as the plain one its branches load into: the
+    architectures whose weights meet (`adapt_state_dict`) are one family."""
+    from ..models import base_architecture
+    name = arch.split('.', 1)[0]
+    try:
+        return base_architecture(name)
+    except ValueError:
+        return name
+
+
+def _classes_text(count: Optional[int]) -> str:
+    return f'{count} classes' if count is not None else 'no classifier found'
+
+
+def _architecture_clash(checkpoint: Checkpoint, weights: Mapping[str, torch.Tensor], model: nn.Module
+                        ) -> Optional[str]:
+    """Why weights that failed to load do not fit `model`, when the checkpoint records another architecture: both
+    architectures and their classes (the first error found, a missing classifier or a normalization layout, names
+    a symptom, not the cause). None when the checkpoint records none, or one of the model's family."""
+    recorded, built = checkpoint.arch, _architecture(model)
+    if not recorded or _family(recorded) == _family(built):
+        return None
+    found = state_dict_num_classes(weights, _registry_classifier(recorded, checkpoint.pretrained_cfg))
+    classifier = _classifier_name(model)
+    expected = int(model.get_submodule(classifier).weight.shape[0]) if classifier else None
+    return (f'{checkpoint.source} holds {recorded} weights ({_classes_text(found)}) but the model is {built} '
+            f'({_classes_text(expected)}): build it as {recorded} (--model {recorded}, or no --model: the checkpoint '
+            f'names it)')
+
+
+def plain_twin(arch: str) -> str:
+    """The plain-BN architecture one branch of the mixture-BN `arch` loads into (what ``--branch`` builds).
+
+    Raises:
+        ValueError: `arch` has no mixture BN, so there is no branch to choose.
+    """
+    from ..models import base_architecture
+    try:
+        return base_architecture(arch)
+    except ValueError:
+        raise ValueError(f'--branch: {arch} has no mixture BN (one set of batch-norm statistics), so --branch does '
+                         f'not apply; drop it') from None
 
 
 def _with_adversarial_copies(state_dict: StateDict, model: nn.Module) -> StateDict:
@@ -133,12 +202,23 @@ def adapt_state_dict(state_dict: StateDict, model: nn.Module, branch: Optional[s
     model_mbn = has_mixture_bn(model)
     if branch is not None:
         if not checkpoint_mbn:
-            raise ValueError(f'branch={branch!r} selects a mixture-BN branch but the checkpoint has plain BN.')
+            raise ValueError(f'--branch {branch}: the checkpoint has no mixture BN (one set of batch-norm statistics), '
+                             f'so --branch does not apply; drop it')
         if model_mbn:
-            raise ValueError(f'branch={branch!r} exports one branch into a plain-BN model; this model has mixture BN.')
+            raise ValueError(f'--branch {branch} loads one branch into a plain-BN model, but the model '
+                             f'({_architecture(model)}) has mixture BN: drop --branch, or build the plain-BN model')
         return branch_state_dict(state_dict, branch)
     if checkpoint_mbn and not model_mbn:
-        raise ValueError('The checkpoint has mixture BN and the model has plain BN: choose branch "clean" or "adv".')
+        one_branch, expected = branch_state_dict(state_dict, 'clean'), model.state_dict()
+        missing = [key for key in expected if key not in one_branch]
+        unexpected = [key for key in one_branch if key not in expected]
+        if missing or unexpected:  # not the plain twin: choosing a branch would not help
+            raise ValueError(f'the checkpoint has mixture BN and the model ({_architecture(model)}) plain BN, and not '
+                             f'even one branch fits it ({counted_names(missing, "missing key")}, '
+                             f'{counted_names(unexpected, "unexpected key")}): are these weights of another '
+                             f'architecture? Build the model they were trained as (--model)')
+        raise ValueError(f'the checkpoint has mixture BN and the model ({_architecture(model)}) plain BN: pass '
+                         f'--branch clean or --branch adv to load one branch, or build the mixture-BN model')
     if model_mbn and not checkpoint_mbn:
         _logger.info('Plain-BN weights into a mixture-BN model: both branches start from the same BN.')
         return _with_adversarial_copies(state_dict, model)
@@ -176,17 +256,24 @@ def load_weights(
         ValueError: Class counts differ, EMA weights are missing, or the normalization layouts do not meet.
     """
     checkpoint = _as_checkpoint(source)
-    state_dict = adapt_state_dict(checkpoint.weights(ema), model, branch)
-    check_num_classes(model, state_dict, checkpoint.source)
+    weights = checkpoint.weights(ema)
     try:
-        result = model.load_state_dict(state_dict, strict=strict)
-    except RuntimeError as e:  # keys or shapes that do not fit: the weights are not this model's
-        arch = (getattr(model, 'pretrained_cfg', None) or {}).get('architecture') or type(model).__name__
-        raise ValueError(f'{checkpoint.source} does not fit {arch}: '
-                         f'{" ".join(str(e).split())[:400]}') from e
+        state_dict = adapt_state_dict(weights, model, branch)
+        check_num_classes(model, state_dict, checkpoint.source)
+        try:
+            result = model.load_state_dict(state_dict, strict=strict)
+        except RuntimeError as e:  # keys or shapes that do not fit: the weights are not this model's
+            raise ValueError(f'{checkpoint.source} does not fit {_architecture(model)}: '
+                             f'{_load_error_summary(e, state_dict, model)}') from e
+    except ValueError as e:
+        clash = _architecture_clash(checkpoint, weights, model)
+        if clash is None:
+            raise
+        raise ValueError(clash) from e
     if result.missing_keys or result.unexpected_keys:
-        _logger.warning(f'Loaded {checkpoint.source} non-strictly: missing {result.missing_keys}, '
-                        f'unexpected {result.unexpected_keys}.')
+        _logger.warning(f'Loaded {checkpoint.source} non-strictly: '
+                        f'{counted_names(result.missing_keys, "missing key")}, '
+                        f'{counted_names(result.unexpected_keys, "unexpected key")}.')
     _logger.info(f'Loaded {"EMA " if ema else ""}weights from {checkpoint.source}.')
     return model
 
@@ -223,8 +310,10 @@ def _check_local_weights(model_name: str) -> None:
 def _check_registered(model_name: str) -> None:
     """Raise a ValueError, not timm's RuntimeError, for a registry name timm does not know (bad input, not a defect)."""
     if split_source(model_name)[0] == 'path' and not timm.is_model(model_name):
-        raise ValueError(f'Unknown model {model_name!r}: not registered with timm (timm.list_models() lists those that '
-                         f'are; this plugin registers its own on import timm_advnorm).')
+        close = difflib.get_close_matches(model_name.split('.', 1)[0], timm.list_models(), n=3)
+        hint = f'did you mean {" or ".join(close)}? ' if close else ''
+        raise ValueError(f'Unknown model {model_name!r}: not registered with timm ({hint}timm.list_models() lists '
+                         f'those that are; this plugin registers its own on import timm_advnorm).')
 
 
 def _hub_weights_file(model_name: str) -> Optional[Tuple[str, str]]:
@@ -368,15 +457,15 @@ def create_model_from_name_or_checkpoint(
         raise ValueError(f'{checkpoint} does not name its architecture: pass a model name.')
     _check_registered(arch)
     if branch is not None and not model_name:
-        from ..models import base_architecture
-        arch = base_architecture(arch)
+        arch = plain_twin(arch)
     pretrained_cfg = loaded.pretrained_cfg
     if pretrained_cfg is not None:
         pretrained_cfg['architecture'] = arch
     found = state_dict_num_classes(loaded.weights(ema), _registry_classifier(arch, pretrained_cfg))
     requested = kwargs.get('num_classes')
     if found is not None and requested is not None and found != requested:
-        raise ValueError(f'{checkpoint} has {found} classes but num_classes={requested} was requested.')
+        raise ValueError(f'{checkpoint} has {found} classes but num_classes={requested} was requested '
+                         f'(--num-classes): drop it, the checkpoint sets the classes')
     if found is not None:
         kwargs['num_classes'] = found
     recorded_args = loaded.model_args

@@ -273,7 +273,7 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     # a built-in data set is rendered at the image size, which the model checks first; the user's data, first of all
     rendered = builtin_dataset(data.dataset) is not None
     if not rendered:
-        dataset_name, root = resolve_dataset(data.dataset, data.data_dir)
+        dataset_name, root = resolve_dataset(data.dataset, data.data_dir, chosen_by=data.dataset_chosen_by)
         train_root, val_root, search = _data_roots(dataset_name, root, data)
     num_classes = dataset_num_classes(data.dataset, data.num_classes)
     img_size = data.img_size
@@ -291,7 +291,8 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     check_input_size(model, data_config)
 
     if rendered:
-        dataset_name, root = resolve_dataset(data.dataset, data.data_dir, img_size=img_size)
+        dataset_name, root = resolve_dataset(data.dataset, data.data_dir, img_size=img_size,
+                                             chosen_by=data.dataset_chosen_by)
         train_root, val_root, search = _data_roots(dataset_name, root, data)
     check_write_target(run_folder, '--output', {
         'the data folder': data.data_dir, 'the training data': root, 'the training split': train_root,

@@ -1,11 +1,12 @@
 """timm's `CheckpointSaver` with writes that never put a damaged file in the place of a good one, and fail as one
-line naming the file (a full disk used to end a run with torch's "unexpected pos ..." and nothing about space)."""
+line naming the file (a full disk used to end a run with torch's "unexpected pos ..." and nothing about space,
+whether torch raised the OS error or its own RuntimeError)."""
 import contextlib
 import os
 
 from timm.utils import CheckpointSaver
 
-from ..write_guard import reported_write
+from ..write_guard import library_write_error, reported_write
 
 __all__ = ['SafeCheckpointSaver']
 
@@ -27,11 +28,15 @@ class SafeCheckpointSaver(CheckpointSaver):
     """
 
     def _save(self, save_path, epoch, metric=None):
-        """timm's write of one checkpoint file, removing what a failed write left."""
+        """timm's write of one checkpoint file, removing what a failed write left. torch's writer reports a full
+        disk as a RuntimeError: raised as the OS error it stands for, so that it is reported like any other."""
         try:
             super()._save(save_path, epoch, metric)
-        except BaseException:
+        except BaseException as e:
+            failure = library_write_error(e, save_path)  # before the removal frees the space
             _remove_quietly(save_path)
+            if failure is not None:
+                raise failure from e
             raise
 
     def _duplicate(self, src, dst):

@@ -8,11 +8,14 @@ from typing import Optional
 import torch
 from timm.data import create_transform
 
-from ..data import same_split
+from ..data import BUILTIN_DATASETS, same_split
+from ..data.folders import check_class_map_file
+from ..data.names import check_dataset_name
 from ..hub.checkpoint import check_checkpoint_file
 from ..usage import check_device, check_normalization_lengths, one_line
 from ..write_guard import check_folder_name
 from .options import DataOptions, TrainOptions
+from .recorded import check_resume_path
 
 __all__ = ['check_options', 'check_auto_augment', 'resolve_device', 'check_steps', 'check_validation_split']
 
@@ -32,13 +35,14 @@ def check_options(options: TrainOptions) -> None:
         if low > high:
             raise ValueError(f'--{name.replace("_", "-")} is a range: its lower bound {low} is above its upper {high}.')
     data = options.data
+    check_dataset_name(data.dataset, BUILTIN_DATASETS)
+    check_class_map_file(data.class_map)
     check_normalization_lengths(data.mean, data.std, data.input_size)
     if options.augment.aa:
         check_auto_augment(options.augment.aa)
     resume = options.resume.resume
-    if resume and not os.path.isfile(resume):
-        raise FileNotFoundError(f'--resume checkpoint not found: {resume}')
-    if resume:  # timm's loader would blame the serialisation format for a damaged file
+    if resume:
+        check_resume_path(resume)  # timm's loader would blame the serialisation format for a damaged file
         check_checkpoint_file(resume)
 
 

@@ -15,6 +15,7 @@ from timm.utils.model import unwrap_model
 
 from ..attacks.base import Attack
 from ..layers.routing import route
+from ..messages import some_names
 from ..progress import progress_bar
 from ..signals import check_interrupted
 from ..task import AdversarialClassificationTask
@@ -275,7 +276,7 @@ def _nonfinite_names(named: List[Tuple[str, torch.Tensor]], what: str, distribut
     local = [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
     if not local:
         return f'{what} of another process'
-    return ', '.join(local[:3]) + (f' and {len(local) - 3} more' if len(local) > 3 else '')
+    return some_names(local)
 
 
 def _snapshot_buffers(task: AdversarialClassificationTask) -> List[torch.Tensor]:

@@ -78,6 +78,10 @@ class DataOptions:
     validation_batch_size: Optional[int]
     workers: int
     pin_mem: bool
+    #: What chose ``--dataset`` when it was not given (``'the default of --dataset'``, ``"the resumed run's record"``
+    #: with another ``--data-dir``); None when given (command line, ``-c`` file). Only a dataset given is rendered
+    #: into ``--data-dir`` (`data.resolve_dataset`).
+    dataset_chosen_by: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
 from ..hub.checkpoint import recorded_training_args
 
-__all__ = ['INVOCATION_ARGS', 'FREE_ARGS', 'FIXED_ARGS', 'read_recorded_args', 'apply_recorded_args',
-           'check_resume_args', 'changes_note', 'recorded_with']
+__all__ = ['INVOCATION_ARGS', 'FREE_ARGS', 'FIXED_ARGS', 'check_resume_path', 'read_recorded_args',
+           'apply_recorded_args', 'check_resume_args', 'changes_note', 'recorded_with']
 
 _logger = logging.getLogger('train_adv')
 
@@ -55,6 +55,20 @@ def _listing(changes: Dict[str, Tuple[Any, Any]]) -> str:
     return ', '.join(f'{_option(dest)}: {recorded!r} -> {given!r}' for dest, (recorded, given) in changes.items())
 
 
+def check_resume_path(checkpoint: str) -> None:
+    """Refuse a ``--resume`` that names no file: a folder (a run folder, most likely) or nothing.
+
+    Raises:
+        FileNotFoundError: Nothing at `checkpoint`.
+        ValueError: A folder.
+    """
+    if os.path.isdir(checkpoint):
+        raise ValueError(f'--resume {checkpoint} is a folder: give the checkpoint file to resume from '
+                         f'({os.path.join(checkpoint, "last.pth.tar")} of a run folder)')
+    if not os.path.isfile(checkpoint):
+        raise FileNotFoundError(f'--resume checkpoint not found: {checkpoint}')
+
+
 def read_recorded_args(checkpoint: str, dests: Collection[str]) -> Optional[Dict[str, Any]]:
     """The arguments `checkpoint` records for the options `dests` (`INVOCATION_ARGS` left out); None when it records
     none of ``train_adv.py`` (a state dict, another tool's checkpoint).
@@ -63,8 +77,7 @@ def read_recorded_args(checkpoint: str, dests: Collection[str]) -> Optional[Dict
         FileNotFoundError: No file at `checkpoint`.
         ValueError: A damaged file (`check_checkpoint_file`).
     """
-    if not os.path.isfile(checkpoint):
-        raise FileNotFoundError(f'--resume checkpoint not found: {checkpoint}')
+    check_resume_path(checkpoint)
     recorded = recorded_training_args(checkpoint)
     if recorded is None:
         return None
