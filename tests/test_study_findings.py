@@ -75,7 +75,7 @@ def test_a_finding_on_a_cell_that_did_not_train_is_not_testable_and_the_summary_
     trained = check_finding(_finding(value=40.0, se=2.0), cells, results, min_clean=30.0)
     unrun = check_finding(_finding(lower={'family': 'other'}), cells, results)
     assert summarize_findings([untrained, trained, unrun]) == (
-        '3 findings. Direction held in 1 of 1 with a direction (0 of them within noise); size held in 1 of 1 with a '
+        '3 findings. Direction held in 1 of 1 with a direction (0 of the 1 within noise); size held in 1 of 1 with a '
         'paper value; 1 not run, 1 not testable (a cell did not train).')
 
 
@@ -163,8 +163,8 @@ def test_a_document_block_is_generated_from_the_record_and_a_stale_one_is_found(
     text = page.read_text()
     assert text.startswith('intro\n<!-- study-results: spec/digits -->\nRecorded by `timm-advnorm-study s --scale '
                            'digits` in 1 invocation(s) from 2026-12-06T18:00:00Z, 1.5 min of wall time in all, at '
-                           'commit(s) 0123456789ab, on CPU (2 torch threads)') and text.endswith('after\n')
-    assert ('2 findings: direction held in 2 of 2 with a direction (1 of them within noise); size held in 0 of 1 with '
+                           'commit(s) 0123456789ab, on CPU (torch threads: 2)') and text.endswith('after\n')
+    assert ('2 findings: direction held in 2 of 2 with a direction (1 of the 2 within noise); size held in 0 of 1 with '
             'a paper value; 0 not run or not testable.') in text
     assert '| c | Table 6 | gap 42.0 ± 1.0 | 39.0 ± 1.0 (n=2) | yes | no |' in text
     assert '| d | §4 | Fig. 2 | 3.0 ± 0.5 (n=2) | yes (within noise) | — |' in text

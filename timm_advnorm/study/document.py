@@ -49,7 +49,7 @@ def _provenance(record: Path) -> str:
     commits = list(dict.fromkeys(i['commit'][:12] for i in provenance['invocations']))
     return (f'Recorded by `{provenance["command"]}` in {len(provenance["invocations"])} invocation(s) from '
             f'{provenance["started"]}, {provenance["wall_s"] / 60:.1f} min of wall time in all, at commit(s) '
-            f'{", ".join(commits)}, on {machine["cpu"]} ({machine["threads"]} torch threads), torch '
+            f'{", ".join(commits)}, on {machine["cpu"]} (torch threads: {machine["threads"]}), torch '
             f'{machine["torch"]}, timm {machine["timm"]}.')
 
 
@@ -59,7 +59,7 @@ def _summary(findings: List[Dict[str, str]]) -> str:
     within = sum('within noise' in d for d in direction)
     untested = sum(f['held_direction'] in ('not run', 'not testable') for f in findings)
     return (f'{len(findings)} findings: direction held in {sum(d.startswith("yes") for d in direction)} of '
-            f'{len(direction)} with a direction ({within} of them within noise); size held in '
+            f'{len(direction)} with a direction ({within} of the {len(direction)} within noise); size held in '
             f'{sum(s.startswith("yes") for s in size)} of {len(size)} with a paper value; {untested} not run or not '
             f'testable.')
 

@@ -193,8 +193,8 @@ def summarize_findings(findings: Sequence[FindingResult]) -> str:
     sized = [f.size_verdict for f in findings if f.size_verdict not in ('—', 'not run', 'not testable')]
     untested = [f for f in findings if f.verdict in ('not run', 'not testable')]
     return (f'{len(findings)} findings. Direction held in {count(directed, "yes")} of {len(directed)} with a '
-            f'direction ({count(directed, "yes (within noise)") + count(directed, "no (within noise)")} of them '
-            f'within noise); size held in {count(sized, "yes")} of {len(sized)} with a paper value; '
+            f'direction ({count(directed, "yes (within noise)") + count(directed, "no (within noise)")} of the '
+            f'{len(directed)} within noise); size held in {count(sized, "yes")} of {len(sized)} with a paper value; '
             f'{sum(f.verdict == "not run" for f in untested)} not run, '
             f'{sum(f.verdict == "not testable" for f in untested)} not testable (a cell did not train).')
 
