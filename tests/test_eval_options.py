@@ -35,7 +35,7 @@ def test_the_command_line_becomes_options_grouped_by_what_reads_them(tmp_path):
     assert options.attacks.attacks == () and options.attacks.share_budgets
     assert options.checks.sanity == 'budget' and options.checks.sanity_pinned == {'steps': 3}
     assert options.checks.metrics == ('margin',) and options.checks.amp_samples == 4
-    assert options.variants.gammas == (0.0, 0.5) and options.variants.interpolations == ('mix', 'logits')
+    assert options.variants.gammas == (0.0, 0.5) and options.variants.interpolations is None  # not given: the default
     assert options.outputs.results_file == str(tmp_path / 'r.json') and options.plan_only
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.runtime.seed = 0

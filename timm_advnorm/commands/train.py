@@ -500,6 +500,8 @@ def _warn_unused_options(args: argparse.Namespace, given: FrozenSet[str]) -> Non
     """Name the options given on the command line (`given`) that ``--method`` does not use (`task.unused_options`):
     another method's own, or the training attack's where the method runs none. They are accepted (see the module's
     docstring) and ignored; a warning keeps that from passing without a word."""
+    if args.method not in TASKS:  # refused later, with the registered methods named
+        return
     # the training attack's budget is the per-epoch robust validation's default, which every method runs
     validation = {name for name in _VALIDATION_DEFAULTS if getattr(args, f'val_{name}') is None}
     unused = sorted(given & unused_options(vars(args)) - validation)
