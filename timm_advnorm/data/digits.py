@@ -10,7 +10,7 @@ from typing import Union
 import numpy as np
 from PIL import Image
 
-from .rendered import default_cache_root, prepare_rendered, render_stratified_split
+from .rendered import default_cache_root, prepare_at_size, render_stratified_split
 
 __all__ = ['DIGITS_NUM_CLASSES', 'default_digits_root', 'prepare_digits']
 
@@ -50,7 +50,7 @@ def prepare_digits(root: Union[str, Path, None] = None, img_size: int = 32) -> P
         img_size: Side of the rendered square images.
 
     Raises:
+        ValueError: `img_size` is below 1.
         FileExistsError: ``root`` holds something else than a complete digits dataset.
     """
-    root = Path(root) if root is not None else default_digits_root() / f'{img_size}px'
-    return prepare_rendered(root, lambda folder: _render_split(folder, img_size), 'digits')
+    return prepare_at_size(root, default_digits_root(), img_size, _render_split, 'digits')

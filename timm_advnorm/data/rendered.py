@@ -9,7 +9,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Tuple
+from typing import Callable, Iterable, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -90,3 +90,19 @@ def prepare_rendered(root: Path, render: Callable[[Path], int], name: str) -> Pa
             return root
     _logger.info('Rendered the %s dataset (%d images) into %s', name, count, root)
     return root
+
+
+def prepare_at_size(root: Union[str, Path, None], cache_folder: Path, img_size: int,
+                    render: Callable[[Path, int], int], name: str) -> Path:
+    """Render the dataset `name` at side `img_size` into `root` (default: the per-size subfolder
+    ``<cache_folder>/<img_size>px``) once, with `render(folder, img_size)` (`prepare_rendered`), and return the
+    folder holding its splits: what every built-in dataset's ``prepare_*`` does.
+
+    Raises:
+        ValueError: `img_size` is below 1.
+        FileExistsError: `root` holds something else than a complete copy of the dataset.
+    """
+    if img_size < 1:
+        raise ValueError(f'img_size must be >= 1, got {img_size}.')
+    root = Path(root) if root is not None else cache_folder / f'{img_size}px'
+    return prepare_rendered(root, lambda folder: render(folder, img_size), name)
