@@ -61,6 +61,13 @@ def test_a_ratio_a_value_and_a_claim_without_direction():
     assert same.verdict == 'n/a' and same.size_verdict == 'no'
 
 
+def test_a_ratio_over_a_side_that_scored_zero_has_no_value_and_says_why():
+    cells, results = _results({**SEEDS, ('bn', 1): (0.0, 97.0)})
+    measured = check_finding(_finding('ratio', 2.5, 0.1), cells, results)
+    assert measured.ours is None and measured.format_ours() == '—' and measured.verdict == 'yes'
+    assert measured.size_verdict == 'no ratio (the lower side scored 0)'
+
+
 def test_unpaired_sides_combine_their_standard_errors():
     cells, results = _results({**SEEDS, ('bn', 2): (23.0, 97.0)})
     ours = check_finding(_finding(), cells, results).ours

@@ -55,7 +55,8 @@ def _provenance(record: Path) -> str:
 
 def _summary(findings: List[Dict[str, str]]) -> str:
     direction = [f['held_direction'] for f in findings if f['held_direction'] not in ('n/a', 'not run', 'not testable')]
-    size = [f['held_size'] for f in findings if f['held_size'] not in ('—', 'not run', 'not testable')]
+    size = [f['held_size'] for f in findings if f['held_size'] not in ('—', 'not run', 'not testable')
+            and not f['held_size'].startswith('no ratio')]
     within = sum('within noise' in d for d in direction)
     untested = sum(f['held_direction'] in ('not run', 'not testable') for f in findings)
     return (f'{len(findings)} findings: direction held in {sum(d.startswith("yes") for d in direction)} of '

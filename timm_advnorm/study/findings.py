@@ -89,9 +89,15 @@ class FindingResult:
         return bool(self.higher) and (self.finding.measure == 'value' or bool(self.lower))
 
     @property
+    def undefined(self) -> bool:
+        """Whether the measure is a ratio over a lower side that scored 0 (no ratio exists)."""
+        return self.finding.measure == 'ratio' and 0.0 in self.lower
+
+    @property
     def ours(self) -> Optional[Estimate]:
-        """Our value of the finding's measure, with its standard error."""
-        if not self.measured:
+        """Our value of the finding's measure, with its standard error (None before both sides are measured, or
+        for a ratio over a zero)."""
+        if not self.measured or self.undefined:
             return None
         measure = self.finding.measure
         if measure == 'value':
@@ -137,6 +143,8 @@ class FindingResult:
             return 'not run'
         if self.untrained:
             return 'not testable'
+        if self.undefined:
+            return 'no ratio (the lower side scored 0)'
         ours = self.ours
         off = abs(ours.value - expected.value)
         if off <= expected.se + ours.se:

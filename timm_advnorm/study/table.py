@@ -190,7 +190,8 @@ def summarize_findings(findings: Sequence[FindingResult]) -> str:
     def count(verdicts: List[str], word: str) -> int:
         return sum(v.startswith(word) for v in verdicts)
     directed = [f.verdict for f in findings if f.verdict not in ('n/a', 'not run', 'not testable')]
-    sized = [f.size_verdict for f in findings if f.size_verdict not in ('—', 'not run', 'not testable')]
+    sized = [f.size_verdict for f in findings if f.size_verdict not in ('—', 'not run', 'not testable')
+             and not f.undefined]
     untested = [f for f in findings if f.verdict in ('not run', 'not testable')]
     return (f'{len(findings)} findings. Direction held in {count(directed, "yes")} of {len(directed)} with a '
             f'direction ({count(directed, "yes (within noise)") + count(directed, "no (within noise)")} of the '
