@@ -53,8 +53,8 @@ def _combine(measure: str, higher: Estimate, lower: Estimate) -> Estimate:
     n = min(higher.n, lower.n)
     if measure == 'gap':
         return Estimate(higher.value - lower.value, math.hypot(higher.se, lower.se), n)
-    ratio = higher.value / lower.value
-    return Estimate(ratio, abs(ratio) * math.hypot(higher.se / higher.value, lower.se / lower.value), n)
+    ratio = higher.value / lower.value  # the delta method's |r|·√((σh/h)² + (σl/l)²), defined at h = 0 too
+    return Estimate(ratio, math.hypot(higher.se, ratio * lower.se) / abs(lower.value), n)
 
 
 @dataclass(frozen=True)
