@@ -171,8 +171,8 @@ def test_a_document_block_is_generated_from_the_record_and_a_stale_one_is_found(
     assert text.startswith('intro\n<!-- study-results: spec/digits -->\nRecorded by `timm-advnorm-study s --scale '
                            'digits` in 1 invocation(s) from 2026-12-06T18:00:00Z, 1.5 min of wall time in all, at '
                            'commit(s) 0123456789ab, on CPU (torch threads: 2)') and text.endswith('after\n')
-    assert ('2 findings: direction held in 2 of 2 with a direction (1 of the 2 within noise); size held in 0 of 1 with '
-            'a paper value; 0 not run or not testable.') in text
+    assert ('2 findings. Direction held in 2 of 2 with a direction (1 of the 2 within noise); size held in 0 of 1 with '
+            'a paper value; 0 not run, 0 not testable (a cell did not train).') in text
     assert '| c | Table 6 | gap 42.0 ± 1.0 | 39.0 ± 1.0 (n=2) | yes | no |' in text
     assert '| d | §4 | Fig. 2 | 3.0 ± 0.5 (n=2) | yes (within noise) | — |' in text
     assert '| bn | 2 | 97.0 ± 0.0 | 23.0 ± 3.0 |' in text  # the study's spread is se: ± the standard error

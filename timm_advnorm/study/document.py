@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from .findings import is_loss
+from .findings import is_loss, number_digits, summarize_verdicts
 from .spec import load_study
 from .table import SPREADS, metric_title
 
@@ -53,35 +53,24 @@ def _provenance(record: Path) -> str:
             f'{machine["torch"]}, timm {machine["timm"]}.')
 
 
-def _summary(findings: List[Dict[str, str]]) -> str:
-    direction = [f['held_direction'] for f in findings if f['held_direction'] not in ('n/a', 'not run', 'not testable')]
-    size = [f['held_size'] for f in findings if f['held_size'] not in ('—', 'not run', 'not testable')
-            and not f['held_size'].startswith('no ratio')]
-    within = sum('within noise' in d for d in direction)
-    untested = sum(f['held_direction'] in ('not run', 'not testable') for f in findings)
-    return (f'{len(findings)} findings: direction held in {sum(d.startswith("yes") for d in direction)} of '
-            f'{len(direction)} with a direction ({within} of the {len(direction)} within noise); size held in '
-            f'{sum(s.startswith("yes") for s in size)} of {len(size)} with a paper value; {untested} not run or not '
-            f'testable.')
-
-
 def render_record(record: Path, study: str) -> str:
     """The Markdown of a recorded study result folder `record` (of study `study`)."""
     spec = load_study(study)
     spread = spec.spread
     findings = _rows(record / 'findings.csv')
-    lines = [_provenance(record), '', _summary(findings), '']
+    verdicts = [(f['held_direction'], f['held_size']) for f in findings]
+    lines = [_provenance(record), '', summarize_verdicts(verdicts), '']
 
     def ours(row: Dict[str, str]) -> str:
         if row['ours'] == '':
             return '—'
-        digits = 3 if is_loss(row['metric']) or row['measure'] == 'ratio' else 1
+        digits = number_digits(row['metric'], row['measure'])
         return f'{float(row["ours"]):.{digits}f} ± {float(row["ours_se"]):.{digits}f} (n={row["n"]})'
 
     def paper(row: Dict[str, str]) -> str:
         if row['paper'] == '':
             return row['paper_printed']
-        digits = 3 if is_loss(row['metric']) or row['measure'] == 'ratio' else 1
+        digits = number_digits(row['metric'], row['measure'])
         return f'{row["measure"]} {float(row["paper"]):.{digits}f} ± {float(row["paper_se"]):.{digits}f}'
 
     lines += _markdown(['finding', 'source', 'paper', 'ours (± standard error)', 'direction held', 'size held'],
@@ -111,7 +100,7 @@ def render_record(record: Path, study: str) -> str:
                 cells = []
                 for metric in table.metrics:
                     r = values.get((point, metric))
-                    digits = 3 if point[-1] == 'ratio' or is_loss(metric) else 1
+                    digits = number_digits(metric, point[-1])
                     cells.append('—' if r is None or r['mean'] == '' else
                                  f'{float(r["mean"]):.{digits}f} ± {float(r[column]):.{digits}f}')
                 body.append([*point[:-1], 'measured' if point[-1] == 'measured' else 'ratio', *cells])

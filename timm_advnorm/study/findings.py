@@ -23,7 +23,8 @@ from .spec import Finding
 if TYPE_CHECKING:
     from .table import CellResult
 
-__all__ = ['Estimate', 'FindingResult', 'check_finding', 'is_loss', 'NOISE_IMAGES']
+__all__ = ['Estimate', 'FindingResult', 'check_finding', 'is_loss', 'number_digits', 'summarize_verdicts',
+           'NOISE_IMAGES']
 
 #: Gaps of this many images or fewer are noise whatever the seeds say.
 NOISE_IMAGES = 2
@@ -32,6 +33,26 @@ NOISE_IMAGES = 2
 def is_loss(metric: str) -> bool:
     """Whether `metric` is a mean loss (else an accuracy in percent)."""
     return metric.startswith('loss:')
+
+
+def number_digits(metric: str, measure: str) -> int:
+    """Decimals a finding's numbers are written with: three for losses and ratios, one for accuracies (points)."""
+    return 3 if is_loss(metric) or measure == 'ratio' else 1
+
+
+def summarize_verdicts(verdicts: Sequence[Tuple[str, str]]) -> str:
+    """The findings' (direction, size) verdicts counted, each count with its denominator: direction (of the findings
+    with one), size (of those with a paper value and a defined measure), and the findings not run or not testable."""
+    def count(values: Sequence[str], word: str) -> int:
+        return sum(v.startswith(word) for v in values)
+    directions = [d for d, _ in verdicts]
+    directed = [d for d in directions if d not in ('n/a', 'not run', 'not testable')]
+    sized = [s for _, s in verdicts if s not in ('—', 'not run', 'not testable') and not s.startswith('no ratio')]
+    within = count(directed, 'yes (within noise)') + count(directed, 'no (within noise)')
+    return (f'{len(verdicts)} findings. Direction held in {count(directed, "yes")} of {len(directed)} with a '
+            f'direction ({within} of the {len(directed)} within noise); size held in {count(sized, "yes")} of '
+            f'{len(sized)} with a paper value; {directions.count("not run")} not run, '
+            f'{directions.count("not testable")} not testable (a cell did not train).')
 
 
 @dataclass(frozen=True)
@@ -81,8 +102,8 @@ class FindingResult:
 
     @property
     def digits(self) -> int:
-        """Decimals the finding's numbers are written with: three for losses and ratios, one for accuracies."""
-        return 3 if is_loss(self.finding.metric) or self.finding.measure == 'ratio' else 1
+        """Decimals the finding's numbers are written with (`number_digits`)."""
+        return number_digits(self.finding.metric, self.finding.measure)
 
     @property
     def measured(self) -> bool:

@@ -57,8 +57,8 @@ def _line(ax, spec: PlotSpec, groups: Sequence[GroupResult], spread: str) -> Non
         for metric in spec.y:
             stats = [g.stat(metric) for g in members]
             label = ' '.join(str(p) for p in (name, metric if len(spec.y) > 1 else '') if p != '')
-            ax.errorbar([g.labels[spec.x] for g in members], [s.mean for s in stats], yerr=[getattr(s, spread) for s in stats],
-                        marker='o', capsize=3, label=label or None)
+            ax.errorbar([g.labels[spec.x] for g in members], [s.mean for s in stats],
+                        yerr=[getattr(s, spread) for s in stats], marker='o', capsize=3, label=label or None)
     ax.set_xlabel(spec.x.replace('_', ' '))
     ax.set_ylabel(metric_title(spec.y[0]) if len(spec.y) == 1 else 'top-1 (%)')
 
@@ -67,7 +67,8 @@ def _tradeoff(ax, spec: PlotSpec, groups: Sequence[GroupResult], spread: str) ->
     for name, members in _series(groups, spec.series).items():
         clean, robust = [g.stat('clean') for g in members], [g.stat(spec.y[0]) for g in members]
         ax.errorbar([s.mean for s in clean], [s.mean for s in robust], xerr=[getattr(s, spread) for s in clean],
-                    yerr=[getattr(s, spread) for s in robust], marker='o', linestyle='', capsize=3, label=str(name) or None)
+                    yerr=[getattr(s, spread) for s in robust], marker='o', linestyle='', capsize=3,
+                    label=str(name) or None)
         for group, c, r in zip(members, clean, robust):
             if spec.x in group.labels:
                 ax.annotate(f'{spec.x.replace("_", " ")}={group.labels[spec.x]}', (c.mean, r.mean),
@@ -88,7 +89,8 @@ def _bar(ax, spec: PlotSpec, groups: Sequence[GroupResult], spread: str) -> None
         positions = [i + (index - (len(bars) - 1) / 2) * width for i, c in enumerate(categories) if c in by_category]
         stats = [by_category[c] for c in categories if c in by_category]
         label = ' '.join(str(p) for p in (name, metric_title(metric) if len(spec.y) > 1 else '') if p != '')
-        ax.bar(positions, [s.mean for s in stats], width, yerr=[getattr(s, spread) for s in stats], capsize=3, label=label or None)
+        ax.bar(positions, [s.mean for s in stats], width, yerr=[getattr(s, spread) for s in stats], capsize=3,
+               label=label or None)
     ax.set_xticks(range(len(categories)), [str(c) for c in categories])
     ax.set_xlabel(spec.x.replace('_', ' '))
     ax.set_ylabel(metric_title(spec.y[0]) if len(spec.y) == 1 else 'top-1 (%)')

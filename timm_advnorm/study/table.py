@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..eval.plots import robust_text
 from ..eval.schema import EvalResults
 from .cells import Cell
-from .findings import FindingResult, check_finding, is_loss
+from .findings import FindingResult, check_finding, is_loss, summarize_verdicts
 from .runner import TIMING_FILE
 from .spec import RatioTable, StudySpec
 
@@ -185,19 +185,8 @@ def _table_metrics(spec: StudySpec) -> List[str]:
 
 
 def summarize_findings(findings: Sequence[FindingResult]) -> str:
-    """The verdicts counted, each count with its denominator: direction (of the findings with one), size (of those
-    with a paper value), and the findings not run or not testable."""
-    def count(verdicts: List[str], word: str) -> int:
-        return sum(v.startswith(word) for v in verdicts)
-    directed = [f.verdict for f in findings if f.verdict not in ('n/a', 'not run', 'not testable')]
-    sized = [f.size_verdict for f in findings if f.size_verdict not in ('—', 'not run', 'not testable')
-             and not f.undefined]
-    untested = [f for f in findings if f.verdict in ('not run', 'not testable')]
-    return (f'{len(findings)} findings. Direction held in {count(directed, "yes")} of {len(directed)} with a '
-            f'direction ({count(directed, "yes (within noise)") + count(directed, "no (within noise)")} of the '
-            f'{len(directed)} within noise); size held in {count(sized, "yes")} of {len(sized)} with a paper value; '
-            f'{sum(f.verdict == "not run" for f in untested)} not run, '
-            f'{sum(f.verdict == "not testable" for f in untested)} not testable (a cell did not train).')
+    """The findings' verdicts counted with their denominators (`findings.summarize_verdicts`)."""
+    return summarize_verdicts([(f.verdict, f.size_verdict) for f in findings])
 
 
 def _blank(value: Optional[float]) -> Any:
