@@ -232,7 +232,7 @@ def test_plan_prints_the_plan_and_evaluates_nothing_else(digits_dir, checkpoint,
     state = tmp_path / 'state.jsonl'
     _mark_attacks(monkeypatch)
     # one batch's passes (2 x 12 rows) measured at an hour: the warning, before any attack
-    monkeypatch.setattr(cost_module, 'timed_seconds', lambda work, device, warmup=0: 3600.0)
+    monkeypatch.setattr(cost_module, 'timed_seconds', lambda work, device, warmup=0, repeat=1: 3600.0)
     with caplog.at_level(logging.INFO):
         assert validate_adv.run('validate_adv.py', _argv(digits_dir, checkpoint, tmp_path, '--plan',
                                                           '--resume-state', state)) == 0

@@ -14,18 +14,23 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_seconds(work: Callable[[], object], device: torch.device, warmup: int = 0) -> float:
-    """Seconds one call of `work` takes on `device`, after `warmup` untimed calls.
+def timed_seconds(work: Callable[[], object], device: torch.device, warmup: int = 0, repeat: int = 1) -> float:
+    """Seconds one call of `work` takes on `device`, after `warmup` untimed calls: the fastest of `repeat` timed
+    calls (as `timeit` reports), the least disturbed by other work on a shared machine.
 
     Args:
         work: What to time (its result is dropped).
-        device: Where it runs, waited for before and after the timed call.
+        device: Where it runs, waited for before and after each timed call.
         warmup: Untimed calls first, so that one-time work (kernel selection, allocator growth) is not timed.
+        repeat: Timed calls.
     """
     for _ in range(warmup):
         work()
-    synchronize(device)
-    start = time.perf_counter()
-    work()
-    synchronize(device)
-    return time.perf_counter() - start
+    fastest = float('inf')
+    for _ in range(max(repeat, 1)):
+        synchronize(device)
+        start = time.perf_counter()
+        work()
+        synchronize(device)
+        fastest = min(fastest, time.perf_counter() - start)
+    return fastest

@@ -51,7 +51,7 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                              '13-15 min on a 2-core CPU) or, for galloway-mnist, Galloway et al.\'s MNIST models at '
                              '28-112 px (50 epochs, about an hour); '
                              'paper: a paper\'s own data, models and training length on a CPU (galloway-mnist: full '
-                             'MNIST, five seeds; see --dry-run); '
+                             'MNIST, five seeds; see --plan); '
                              'imagenet: the papers\' recipes and models (--data-dir).')
     DATA_DIR.add(parser, help='ImageNet root (train/, val/).')
     parser.add_argument('--output', default='output/studies', metavar='DIR',
@@ -61,8 +61,13 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     DEVICE.add(parser, default=None, help='--device of every command (default: theirs).')
     parser.add_argument('--dry-run', action='store_true',
                         help='List the cells, their commands and planned budgets (passes, FLOPs); train nothing.')
+    parser.add_argument('--plan', action='store_true',
+                        help='--dry-run, and each grid point\'s training step, validation and evaluation pass measured '
+                             'on synthetic batches here: the time of every cell and of the cells not yet evaluated, '
+                             'projected on this machine (seconds per grid point; once cells have run, scaled by what '
+                             'they took against their projection); train nothing.')
     parser.add_argument('--world-size', type=int, default=1, metavar='N',
-                        help='Processes per cell that --dry-run plans the budget for.')
+                        help='Processes per cell that --dry-run and --plan plan the budget for.')
     parser.add_argument('--max-cells', type=int, default=None, metavar='N',
                         help='Run at most N cells not yet evaluated, then write the table of what is done (0: only '
                              'write it).')
@@ -107,15 +112,15 @@ def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
         parser.error('--launch-prefix starts child processes: use --launcher subprocess or submitit')
     if args.launcher != 'submitit' and (args.submitit_cluster or args.submitit_params):
         parser.error('--submitit-cluster and --submitit-params need --launcher submitit')
-    if args.record and args.dry_run:
-        parser.error('--record copies the results of a run: --dry-run runs nothing')
+    if args.record and (args.dry_run or args.plan):
+        parser.error(f'--record copies the results of a run: {"--plan" if args.plan else "--dry-run"} runs nothing')
 
 
 def study_options(args: argparse.Namespace) -> StudyOptions:
     """The typed options of the study run `args` (as the parser returns them, checked) describe."""
     return StudyOptions(
         study=args.study, scale=args.scale, data_dir=args.data_dir, output=args.output, seeds=tuple(args.seeds or ()),
-        device=args.device, dry_run=args.dry_run, world_size=args.world_size, max_cells=args.max_cells,
+        device=args.device, dry_run=args.dry_run or args.plan, plan=args.plan, world_size=args.world_size, max_cells=args.max_cells,
         launcher=args.launcher, launch_prefix=args.launch_prefix, submitit_cluster=args.submitit_cluster,
         submitit_params=dict(args.submitit_params), record=args.record)
 

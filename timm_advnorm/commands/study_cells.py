@@ -6,6 +6,7 @@ given these, so that it parses nothing itself.
 import argparse
 from typing import Any, Dict, List, Mapping, Sequence
 
+from ..eval.options import EvalOptions
 from ..study.options import CellCommands
 from ..train.options import TrainOptions
 from . import train, validate
@@ -63,6 +64,13 @@ def train_options_of(argv: Sequence[str]) -> TrainOptions:
     return train.train_options(args)
 
 
+def validate_options_of(argv: Sequence[str]) -> EvalOptions:
+    """The typed options of the ``timm-advnorm-validate`` evaluation `argv` describes (its checkpoint need not exist
+    yet)."""
+    return validate.eval_options(validate.parse_args(list(argv)))
+
+
 #: The commands every study's cells run.
 CELL_COMMANDS = CellCommands(train_argv=train_argv, validate_argv=validate_argv, train_options=train_options_of,
-                             train_main=train.main, validate_main=validate.main)
+                             validate_options=validate_options_of, train_main=train.main,
+                             validate_main=validate.main)

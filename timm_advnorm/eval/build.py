@@ -42,8 +42,8 @@ from .state import EvalState, evaluation_fingerprint, open_state, state_path, we
 from .subsets import named_subset_order
 from .variants import Variant, model_variants
 
-__all__ = ['EvalSetup', 'DataRun', 'build_evaluation', 'create_eval_model', 'build_protocol', 'create_eval_dataset',
-           'select_subset', 'create_runs', 'REDUCED_ROOT']
+__all__ = ['EvalSetup', 'DataRun', 'build_evaluation', 'create_eval_model', 'build_protocol', 'evaluation_plan',
+           'create_eval_dataset', 'select_subset', 'create_runs', 'REDUCED_ROOT']
 
 _logger = logging.getLogger(LOGGER)
 
@@ -320,6 +320,18 @@ def _warn_training_split(data: EvalDataOptions) -> None:
                     f'on, so they are optimistic; evaluate a held-out split')
 
 
+def evaluation_plan(options: EvalOptions, space: InputSpace) -> Tuple[Protocol, EvalPlan]:
+    """The protocol `options` name, its budgets resolved for the model's input `space`, and its stages with the
+    complete battery of sanity probes (`fit_sanity` sizes them to the evaluated subset)."""
+    checks = options.checks
+    protocol = build_protocol(options.attacks, space)
+    probes = SanityBudget(**checks.sanity_pinned) if checks.sanity != 'off' else SanityBudget(samples=0)
+    return protocol, build_plan(protocol, sanity_samples=probes.samples, sanity_steps=probes.steps,
+                                sanity_queries=probes.queries, metrics=checks.metrics,
+                                metric_samples=checks.metric_samples, amp_samples=checks.amp_samples,
+                                share_budgets=options.attacks.share_budgets, reduced_sanity=options.attacks.reduced)
+
+
 def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSetup:
     """Everything the evaluation `options` describe needs, each part checked as it is built.
 
@@ -351,15 +363,10 @@ def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSe
         _logger.warning(against + '.')
     preprocessing.update(record)
     space = InputSpace.from_data_config(data_config)
-    protocol = build_protocol(options.attacks, space)
+    protocol, plan = evaluation_plan(options, space)
     if protocol.dataset is None:  # not an out-of-distribution set: the evaluation data's split
         _warn_training_split(options.data)
     variants = model_variants(model, options.variants.gammas, options.variants.interpolations)
-    probes = SanityBudget(**checks.sanity_pinned) if checks.sanity != 'off' else SanityBudget(samples=0)
-    plan = build_plan(protocol, sanity_samples=probes.samples, sanity_steps=probes.steps,
-                      sanity_queries=probes.queries, metrics=checks.metrics, metric_samples=checks.metric_samples,
-                      amp_samples=checks.amp_samples, share_budgets=options.attacks.share_budgets,
-                      reduced_sanity=options.attacks.reduced)
     ctx = EvalContext(space=space, input_size=tuple(data_config['input_size']),
                       autocast_dtype=AMP_DTYPES[runtime.amp] if runtime.amp else None, fold_bn=runtime.fold_bn)
     plan.check_attacks(ctx)

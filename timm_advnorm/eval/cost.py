@@ -310,7 +310,8 @@ def _seconds_text(seconds: float) -> str:
 
 
 def time_passes(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                autocast_dtype: Optional[torch.dtype] = None, fold_bn: bool = True) -> Tuple[float, int]:
+                autocast_dtype: Optional[torch.dtype] = None, fold_bn: bool = True, repeat: int = 1
+                ) -> Tuple[float, int]:
     """Seconds per pass of `model` on `x`'s device, and the passes timed: one forward and one backward to the input
     over the batch `x` (what an attack iteration runs, under `attack_context` and with BN folded as the attacks fold
     it), timed after an untimed warm-up; it makes 2 passes per row in the plan's unit.
@@ -321,11 +322,12 @@ def time_passes(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
         y: Its labels.
         autocast_dtype: The evaluation's autocast dtype (None: full precision).
         fold_bn: Fold BN into the convolutions, as the evaluation's attacks do.
+        repeat: Timed calls, the fastest taken (`timed_seconds`).
     """
     with attack_context(model):
         net = BatchNormFolder()(model, x) if fold_bn else model
         seconds = timed_seconds(lambda: input_gradient(net, x, y, cross_entropy_per_sample, autocast_dtype),
-                                x.device, warmup=1)
+                                x.device, warmup=1, repeat=repeat)
     passes = 2 * x.shape[0]
     return seconds / passes, passes
 

@@ -10,11 +10,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
+import torch
+
+from ..durations import duration_text
 from ..write_guard import check_folder_writable, check_names
 from .cells import Cell, expand_cells
 from .options import CellCommands, StudyOptions
 from .plan import plan_cell_budget
 from .plot import plot_study
+from .projection import CellTime, measured_factor, time_cell
 from .provenance import code_commit, record_invocation
 from .record import record_study
 from .runner import InProcessCommands, SubmititLauncher, SubprocessCommands, cell_state, run_cells
@@ -34,23 +38,60 @@ def _with_seeds(spec: StudySpec, scale: str, seeds: Optional[Sequence[int]]) -> 
     return replace(spec, scales={**spec.scales, scale: replace(spec.scale(scale), seeds=tuple(seeds))})
 
 
-def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int) -> None:
-    """Log every cell: its state, commands and counted budget (once per grid point: the seeds cost the same)."""
+def _time_left(cell: Cell, projected: CellTime) -> float:
+    """The projected seconds `cell` still needs: none once evaluated, its evaluation once trained."""
+    state = cell_state(cell)
+    if state == 'evaluated':
+        return 0.0
+    return (projected.after_training if state == 'trained' else projected).total
+
+
+def _time_summary(cells: Sequence[Cell], projected: Dict[str, CellTime]) -> str:
+    """The line that projects the study's remaining time, scaled by what the cells that ran here took."""
+    left = [cell for cell in cells if cell_state(cell) != 'evaluated']
+    seconds = sum(_time_left(cell, projected[cell.id]) for cell in cells)
+    threads = torch.get_num_threads()
+    where = f'this machine ({threads} thread{"s" if threads > 1 else ""})'
+    cells_left = f'the {len(left)} cells' if len(left) != 1 else 'the cell'
+    line = f'Projected time of {cells_left} not yet evaluated: {duration_text(seconds)} of compute on {where}'
+    factor = measured_factor(cells, projected)
+    if factor is None:
+        return line + ('; loading and decoding images, checkpoints and starting each command are not counted (no '
+                       'cell has run here yet to measure them).\n')
+    ratio, count = factor
+    ran = f'the {count} cells run here took {ratio:.2f}x their' if count > 1 else f'the cell run here took {ratio:.2f}x its'
+    return line + f'; {ran} projection (data, checkpoints, start-up), so {duration_text(seconds * ratio)} in all.\n'
+
+
+def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, timed: bool) -> None:
+    """Log every cell: its state, commands and counted budget (once per grid point: the seeds cost the same) and,
+    when `timed`, its projected time on this machine and the study's."""
     budgets: Dict[tuple, object] = {}
+    times: Dict[tuple, CellTime] = {}
     total_passes = total_flops = 0.0
     for cell in cells:
         key = tuple(cell.labels.items())
         if key not in budgets:
             budgets[key] = plan_cell_budget(commands.train_options(cell.train_argv), world_size=world_size)
+            if timed:
+                times[key] = time_cell(commands.train_options(cell.train_argv),
+                                       commands.validate_options(cell.validate_argv))
         budget = budgets[key]
         total_passes += budget.passes_total
         total_flops += budget.flops_total
         lines = [f'{cell.id} [{cell_state(cell)}]', *(f'  {c}' for c in cell.commands()),
                  f'  budget: {budget.passes_per_image:g} passes/image x {budget.images_per_epoch:,} images x '
                  f'{budget.epochs} epochs = {budget.passes_total:,.0f} passes, {budget.flops_total:.3g} FLOPs']
+        if timed:
+            cell_time = times[key]
+            lines.append(f'  time: {duration_text(cell_time.training)} training, '
+                         f'{duration_text(cell_time.validation)} validation, {duration_text(cell_time.evaluation)} '
+                         f'evaluation (projected here, compute only)')
         sys.stdout.write('\n'.join(lines) + '\n')
     sys.stdout.write(f'{len(cells)} cells: {total_passes:,.0f} forward+backward passes, {total_flops:.3g} FLOPs in all '
                      f'(training; evaluation not counted)\n')
+    if timed:
+        sys.stdout.write(_time_summary(cells, {cell.id: times[tuple(cell.labels.items())] for cell in cells}))
 
 
 def _runner(options: StudyOptions, commands: CellCommands) -> Union[InProcessCommands, SubprocessCommands]:
@@ -96,7 +137,7 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     study_dir = Path(options.output) / f'{spec.name}-{options.scale}'
     cells = expand_cells(spec, options.scale, study_dir, commands, data_dir=options.data_dir, device=options.device)
     if options.dry_run:
-        _dry_run(cells, commands, options.world_size)
+        _dry_run(cells, commands, options.world_size, options.plan)
         return
     check_folder_writable(study_dir)  # its name and every cell's, and the file system: before the first cell runs
     for cell in cells:

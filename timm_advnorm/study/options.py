@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
+    from ..eval.options import EvalOptions
     from ..train.options import TrainOptions
 
 __all__ = ['CellCommands', 'StudyOptions']
@@ -25,6 +26,7 @@ class StudyOptions:
         seeds: The seeds each cell is trained with instead of the study's (empty: the study's).
         device: ``--device`` of every cell's commands (None: theirs).
         dry_run: Only list the cells, their commands and planned budgets; train nothing.
+        plan: With `dry_run`, also measure each grid point on this machine and project the study's time.
         world_size: Processes per cell that the dry run plans the budget for.
         max_cells: Run at most this many cells not yet evaluated (None: all; 0: only write the table).
         launcher: Where the cells' commands run (one of `timm_advnorm.study.launch.LAUNCHERS`).
@@ -49,6 +51,7 @@ class StudyOptions:
     submitit_cluster: Optional[str]
     submitit_params: Mapping[str, Any]
     record: Optional[str] = None
+    plan: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class CellCommands:
             ``timm-advnorm-train`` arguments; raises ValueError on an option the command does not have.
         validate_argv: A cell's evaluation options as ``timm-advnorm-validate`` arguments, likewise.
         train_options: ``timm-advnorm-train`` arguments parsed and checked into the run's typed options.
+        validate_options: ``timm-advnorm-validate`` arguments parsed and checked into the evaluation's typed options
+            (a checkpoint that does not exist yet is not read).
         train_main: ``timm-advnorm-train`` run in this process on its arguments; returns its exit status.
         validate_main: ``timm-advnorm-validate`` run in this process on its arguments; returns its exit status.
     """
@@ -69,5 +74,6 @@ class CellCommands:
     train_argv: Callable[[Mapping[str, Any]], List[str]]
     validate_argv: Callable[[Mapping[str, Any]], List[str]]
     train_options: Callable[[Sequence[str]], 'TrainOptions']
+    validate_options: Callable[[Sequence[str]], 'EvalOptions']
     train_main: Callable[[List[str]], int]
     validate_main: Callable[[List[str]], int]

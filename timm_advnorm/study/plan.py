@@ -19,18 +19,20 @@ from ..train.model_options import architecture_kwargs
 from ..train.optimization import epoch_schedule
 from ..train.options import TrainOptions
 
-__all__ = ['IMAGENET_TRAIN_IMAGES', 'plan_cell_budget']
+__all__ = ['IMAGENET_SPLIT_IMAGES', 'plan_cell_budget', 'split_images']
 
-#: Images in ImageNet-1k's training split, the ImageNet scale's data (counted without reading the folder).
-IMAGENET_TRAIN_IMAGES = 1_281_167
+#: Images in ImageNet-1k's splits, the ImageNet scale's data (counted without reading the folder).
+IMAGENET_SPLIT_IMAGES = {'train': 1_281_167, 'validation': 50_000}
 
 
-def _train_images(dataset: str, img_size: int) -> int:
+def split_images(dataset: str, img_size: int, split: str = 'train') -> int:
+    """Images of `split` (``train`` or ``validation``): the built-in dataset's (rendered at `img_size` if not yet),
+    or ImageNet-1k's."""
     builtin = builtin_dataset(dataset)
     if builtin is not None:
-        root = Path(builtin.prepare(img_size=img_size)) / 'train'
+        root = Path(builtin.prepare(img_size=img_size)) / split
         return sum(1 for path in root.rglob('*.png'))
-    return IMAGENET_TRAIN_IMAGES
+    return IMAGENET_SPLIT_IMAGES[split]
 
 
 def plan_cell_budget(options: TrainOptions, world_size: int = 1, train_images: Optional[int] = None) -> RunBudget:
@@ -49,6 +51,6 @@ def plan_cell_budget(options: TrainOptions, world_size: int = 1, train_images: O
                            device='cpu', verbose=False)
     epochs = epoch_schedule(options.schedule, task.passes_per_image).epochs
     batch_size = int(round(data.batch_size * task.batch_scale))
-    images = train_images if train_images is not None else _train_images(data.dataset, img_size or 224)
+    images = train_images if train_images is not None else split_images(data.dataset, img_size or 224)
     return count_budget(task, (batch_size, *data_config['input_size']), train_images=images, epochs=epochs,
                         world_size=world_size, model_name=options.model.model, device='cpu')

@@ -388,6 +388,7 @@ def plan_budget(
         clip_mode: str = 'norm',
         channels_last: bool = False,
         loss_scaler: Optional[LossScaler] = None,
+        repeat: int = 1,
 ) -> RunBudget:
     """The run's budget (`count_budget`) with one training step measured on this device and projected to the run.
 
@@ -405,6 +406,7 @@ def plan_budget(
         world_size: Processes to project the run to, each on a device like this one.
         model_name: The model's name, for the record.
         amp_dtype, clip_grad, clip_mode, channels_last, loss_scaler: The run's, as `train_one_epoch` takes them.
+        repeat: Timed steps, the fastest taken (`timed_seconds`): more for a step too short to time once.
     """
     input, _ = batch
     device = input.device
@@ -418,7 +420,7 @@ def plan_budget(
     step()
     synchronize(device)
     reset_peak_memory(device)
-    seconds = timed_seconds(step, device)
+    seconds = timed_seconds(step, device, repeat=repeat)
     peak = peak_memory_bytes(device)
     with flop_counter() as counter:
         step()
@@ -441,6 +443,7 @@ def plan_validation(
         models: int = 1,
         amp_dtype: Optional[torch.dtype] = None,
         channels_last: bool = False,
+        repeat: int = 1,
 ) -> RunBudget:
     """`budget` with the validation each epoch runs measured on this device and projected to the run.
 
@@ -464,13 +467,15 @@ def plan_validation(
         branches: The branches validated.
         models: Models validated each epoch: 2 with an EMA, else 1.
         amp_dtype, channels_last: The run's.
+        repeat: Timed calls of each, the fastest taken (`timed_seconds`).
     """
     device = clean_batch[0].device
 
     def seconds(clean: List[Tuple[torch.Tensor, torch.Tensor]],
                 robust: List[Tuple[torch.Tensor, torch.Tensor]]) -> float:
         return timed_seconds(lambda: validate(model, clean, device, attack, robust_loader=robust, branches=branches,
-                                              amp_dtype=amp_dtype, channels_last=channels_last), device)
+                                              amp_dtype=amp_dtype, channels_last=channels_last), device,
+                             repeat=repeat)
 
     if getattr(attack, 'best_iterate', False):
         attack = copy.copy(attack)

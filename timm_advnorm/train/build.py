@@ -49,7 +49,7 @@ from .run_folder import planned_run_folder
 from .tracking import import_wandb
 
 __all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'create_run_task', 'plan_training', 'prepare_training',
-           'ranked_branch']
+           'ranked_branch', 'validation_attack']
 
 _logger = logging.getLogger('train_adv')
 
@@ -135,7 +135,7 @@ def create_run_task(options: TrainOptions, model: torch.nn.Module, space: InputS
         model, options.method_options, options.attack, context, mixup_fn=mixup_fn, device=device, verbose=verbose)
 
 
-def _val_attack(validation: ValidationOptions, space: InputSpace, amp_dtype: Optional[torch.dtype],
+def validation_attack(validation: ValidationOptions, space: InputSpace, amp_dtype: Optional[torch.dtype],
                 seed: int) -> Attack:
     """The PGD attack of the robust validation: ``--val-attack-steps`` steps, in the training attack's norm, with
     its ε, step size and targeting where no ``--val-attack-*`` option sets another (`ValidationOptions`)."""
@@ -410,7 +410,7 @@ def plan_training(run: TrainingRun) -> RunBudget:
                          clip_mode=options.optimizer.clip_mode, channels_last=options.model.channels_last,
                          loss_scaler=run.loss_scaler)
     val_images = len(run.loader_val.dataset)
-    val_attack = _val_attack(options.validation, run.space, run.amp_dtype, runtime.seed + runtime.rank)
+    val_attack = validation_attack(options.validation, run.space, run.amp_dtype, runtime.seed + runtime.rank)
     return plan_validation(
         budget, run.model, val_attack, _first_batch(run.loader_val, run.device),
         _first_batch(run.loader_robust, run.device), batch_size=run.loader_val.batch_size, val_images=val_images,
@@ -428,5 +428,5 @@ def prepare_training(run: TrainingRun) -> TrainingStart:
     if runtime.distributed:
         task.prepare_distributed(device_ids=[run.device.index] if run.device.type == 'cuda' else None)
 
-    val_attack = _val_attack(options.validation, run.space, run.amp_dtype, runtime.seed + runtime.rank)
+    val_attack = validation_attack(options.validation, run.space, run.amp_dtype, runtime.seed + runtime.rank)
     return TrainingStart(budget=budget, val_attack=val_attack, branches=task.validated_branches)
