@@ -156,7 +156,9 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--attacks', nargs='+', default=None, metavar='NAME',
                        help='Registered attack names to run instead of a protocol.')
     ATTACK_EPS.add(group, default=None, metavar='EPS',
-                   help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks). '
+                   help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks, '
+                        'but bim-linf and bim-l2 at the galloway protocol\'s 0.03 of the standardized input, '
+                        'resolved from the model\'s std). '
                         'A value in (0, 1) is refused as one of the [0, 1] scale.')
     ATTACK_STEP.add(group, type=pixel_step, default=None, metavar='STEP',
                     help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s). A value in '
