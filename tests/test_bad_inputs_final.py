@@ -68,7 +68,8 @@ NOT_UTF8_CASES: List[Case] = [
 # (the method's options, the split, a state file) leaves neither the copy nor the folder the command made for it
 RENDERED_CASES: List[Case] = [
     ('train', lambda tmp, ctx: ['--dataset', 'digits', '--data-dir', tmp / 'new', '--output', ctx.out, '--epochs', '1',
-                                '--workers', '0', '--mixup', '0.5', '-b', '3'], 'the 3 rows mixed per batch must be even'),
+                                '--workers', '0', '--mixup', '0.5', '-b', '3'],
+     'the 3 rows mixed per batch must be even'),
     ('validate', lambda tmp, ctx: ['--model', 'test_mbn_resnet', '--dataset', 'digits', '--data-dir', tmp / 'new',
                                    '--workers', '0', '--attacks', 'fgsm', '--num-samples', '4', '--split', 'nosuch',
                                    '--results-file', ctx.out / 'r.json'], "no folder of split 'nosuch'"),
