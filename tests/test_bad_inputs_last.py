@@ -34,11 +34,6 @@ FRACTION_CASES: List[Case] = [
      'give 16'),
     ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--eps', '8/255'),
      'argument --eps: 8/255 looks like a fraction'),
-    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--attack-kwargs', 'step=2/255'),
-     '--attack-kwargs step=2/255: 2/255 looks like a fraction of the [0, 1] scale; steps are on the 0-255 scale: '
-     'give 2'),
-    ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--attack-kwargs', 'step=0.0078'),
-     'steps are on the 0-255 scale; did you mean 2 (= 2/255)?'),
     ('validate', lambda tmp, ctx: ctx.validate('--model', 'test_mbn_resnet', '--step', '0.5 / 255'),
      'argument --step: 0.5 / 255 looks like a fraction of the [0, 1] scale; steps are on the 0-255 scale: give 0.5'),
 ]

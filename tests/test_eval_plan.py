@@ -231,23 +231,44 @@ def test_plan_prints_the_plan_and_evaluates_nothing_else(digits_dir, checkpoint,
                                                          monkeypatch):
     state = tmp_path / 'state.jsonl'
     _mark_attacks(monkeypatch)
-    # one batch's passes (2 x 12 rows) measured at an hour: the warning, before any attack
+    # one batch's passes (2 x 12 rows) measured at an hour: the warning
     monkeypatch.setattr(cost_module, 'timed_seconds', lambda work, device, warmup=0, repeat=1: 3600.0)
     with caplog.at_level(logging.INFO):
         assert validate_adv.run('validate_adv.py', _argv(digits_dir, checkpoint, tmp_path, '--plan',
                                                           '--resume-state', state)) == 0
-    said = _before_first_attack(caplog)
-    assert any(line.startswith('Projected time: ') and 'a projection from 24 measured forward+backward passes '
-               'of the model on cpu (150 s per pass x ' in line for line in said)
+    said = [record.getMessage() for record in caplog.records]
+    assert not any(line.startswith('attack ') for line in said)  # no stage runs: the time is a projection
     (warning,) = [line for line in said if line.startswith('The evaluation is projected to take ')]
     assert 'over an hour; shorter: ' in warning and '--reduced' in warning
     printed = capsys.readouterr().out
     assert printed.startswith('Plan of the evaluation of tiny_bn_resnet (protocol custom, 1 variant x 24 samples')
     assert '  pgd-2 (read off pgd-5)' in printed and 'share' in printed and '  sanity/gradient' in printed
     assert "of the requested attacks' " in printed and '(--sanity budget)' in printed
-    assert '  time: ' in printed and 'projected for the whole evaluation (the first batch of 12 samples took' in printed
-    assert '  projected time: ' in printed
+    assert ('  projected time: ' in printed and 'a projection from 24 measured forward+backward passes of the model '
+            'on cpu (150 s per pass x ' in printed)
+    assert '  time: ' not in printed and 'first batch' not in printed
     assert not (tmp_path / 'results.json').exists() and not state.exists()
+
+
+def test_plan_of_a_huge_attack_times_a_few_passes_and_runs_no_attack(digits_dir, checkpoint, tmp_path, capsys):
+    """--plan of PGD-100000 (xie2020's PGD-2000 alike) costs what timing the model's passes costs: the stem runs once
+    per forward pass of the model, a handful of times, not the attack's 100,000 iterations."""
+    forwards = []
+
+    def count_stem(module, args):
+        if isinstance(module, torch.nn.Conv2d) and module.in_channels == 3:
+            forwards.append(args[0].shape[0])
+
+    argv = [str(a) for a in _argv(digits_dir, checkpoint, tmp_path, '--plan')]
+    argv[argv.index('--attack-steps') + 1:argv.index('--attack-step')] = ['100000']
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(count_stem)
+    try:
+        assert validate_adv.run('validate_adv.py', argv) == 0
+    finally:
+        hook.remove()
+    assert 0 < len(forwards) <= 4, forwards
+    assert 'pgd  ' in capsys.readouterr().out
+    assert not (tmp_path / 'results.json').exists()
 
 
 class _Bar:

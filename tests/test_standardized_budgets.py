@@ -6,10 +6,11 @@ import pytest
 import timm
 
 import timm_advnorm  # noqa: F401  (registers the models)
-from timm_advnorm.attacks import InputSpace
+from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.commands.validate import eval_options
 from timm_advnorm.eval.build import build_protocol
+from timm_advnorm.eval.options import AttackOptions
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (
     PROTOCOLS, STANDARDIZED_RULES, get_protocol, override_protocol, resolve_eps, resolve_protocol, scalar_std,
@@ -42,6 +43,23 @@ def test_galloway_budgets_are_003_times_the_models_std(std):
     for spec in (bim_linf, bim_l2):
         assert (spec.eps_standardized, spec.input_std) == (0.03, std)
     assert specs['gaussian-noise'] == get_protocol('galloway').attacks[0]  # noise is on the normalized input already
+
+
+@pytest.mark.parametrize('std', [0.3081, 1.0])
+def test_bim_from_the_attack_list_runs_the_galloway_protocols_budget(std):
+    """``--attacks bim-linf bim-l2 pgd`` without ``--attack-eps``: BIM at the galloway protocol's ε (0.03 of the
+    standardized input, 7.65 for inputs of std 1 as the Python default), PGD at the list's 16; a given ε is kept."""
+    galloway = _galloway(_space(std))
+    options = AttackOptions(attacks=('bim-linf', 'bim-l2', 'pgd'))
+    specs = {spec.label: spec for spec in build_protocol(options, _space(std)).attacks}
+    for label in ('bim-linf', 'bim-l2'):
+        assert (specs[label].eps, specs[label].eps_rule, specs[label].eps_standardized) == (
+            galloway[label].eps, galloway[label].eps_rule, 0.03)
+        assert resolve_eps(specs[label], INPUT_SIZE) == pytest.approx(resolve_eps(galloway[label], INPUT_SIZE))
+    assert specs['pgd'].eps == 16.0
+    assert std != 1.0 or specs['bim-linf'].eps == pytest.approx(create_attack('bim-linf', space=_space(1.0)).eps)
+    given = AttackOptions(attacks=('bim-linf',), eps=8.0)
+    assert [(spec.eps, spec.eps_rule) for spec in build_protocol(given, _space(std)).attacks] == [(8.0, 'fixed')]
 
 
 def test_channels_of_different_stds_take_their_mean_and_a_shared_std_is_exact():

@@ -4,8 +4,10 @@ Kurakin, Goodfellow & Bengio, *Adversarial examples in the physical world* (ICLR
 steps from the clean image (no random start), each projected onto the ε-ball and the image box. Galloway et al.,
 *Batch normalization is a cause of adversarial vulnerability* (ICML workshop 2019), §3: 20 iterations of step ε/20
 with ε∞ = 0.03, and BIM-L2 with ε2 = ε∞·√d for input dimension d (`galloway_l2_eps`). The paper standardizes the
-inputs and does not say on which scale ε∞ = 0.03 is measured; we read it on the [0, 1] pixel scale (0.03·255 = 7.65
-on the 0-255 scale used here), the usual CIFAR-10 budget (≈ 8/255).
+inputs, so the evaluation reads ε∞ = 0.03 in units of the standardized input, resolved from the model's std: the
+``galloway`` protocol, and ``--attacks bim-linf``/``bim-l2`` without ``--attack-eps`` (0.03·std·255: 2.357 with
+MNIST's std, 1.729 with ImageNet's). An attack built here without `eps` does not know which input std the
+budget is of, and takes the [0, 1] pixel reading, 0.03·255 = 7.65 on the 0-255 scale (the same for inputs of std 1).
 
 L2 budgets are norms on the [0, 1] pixel scale, given times 255 (`space.py`). Evaluation semantics (`pgd` with
 ``best_iterate``): per sample the first fooling iterate, else the highest-loss one; fooled samples leave the batch;
@@ -115,7 +117,8 @@ class BIMLinf(_BIM):
     """BIM-L∞ (see `bim`); defaults: Galloway et al. (ε∞ = 0.03 on the [0, 1] scale, 20 iterations of step ε/20).
 
     Args:
-        eps: L∞ budget on the 0-255 scale (7.65).
+        eps: L∞ budget on the 0-255 scale (7.65: the [0, 1] reading of 0.03; the evaluation's ``galloway`` protocol
+            and ``--attacks bim-linf`` read it of the standardized input, see the module docstring).
         steps: Iterations (20).
         step: Step on the 0-255 scale (default ``eps / steps``).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Set, Tuple, Union
 
+from ..messages import read_utf8
 from ..signals import Interrupted, signals_as_interrupts
 from ..strict_yaml import YAMLFileError, load_yaml
 from ..usage import USER_ERRORS, one_line
@@ -218,9 +219,11 @@ def parse_with_config(
         if not path.is_file():
             parser.fail(f'config file {config_args.config} not found')
         try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            parser.fail(f'cannot read config file {path}: {getattr(e, "strerror", None) or one_line(e)}')
+            text = read_utf8(path, f'config file {path}')
+        except OSError as e:
+            parser.fail(f'cannot read config file {path}: {e.strerror or one_line(e)}')
+        except ValueError as e:
+            parser.fail(str(e))
         config = _read_config(parser, path, text)
         parser.set_defaults(**config)
     return parser.parse_args(argv), config

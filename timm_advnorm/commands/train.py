@@ -44,6 +44,7 @@ from ..arg_types import (
     positive_int, positive_pixel_step, probability)
 from ..attacks import check_training_attack, training_attacks
 from ..attacks.pgd import CLEAN_START_MODES
+from ..data import rendered_kept_on_success
 from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import (
     TASKS, MethodOptions, TrainingAttackOptions, declared_options, get_task_class, list_tasks, options_from_values,
@@ -552,7 +553,9 @@ def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> 
     if not logging.root.handlers:  # a host application (or pytest) may have configured logging already
         setup_default_logging()
     args, args_text, dataset_chosen_by = parse_invocation(argv, prog)
-    training = build_training(train_options(args, dataset_chosen_by), args_text)
+    options = train_options(args, dataset_chosen_by)
+    with rendered_kept_on_success(options.data.data_dir):  # a refusal after the rendering leaves no copy behind
+        training = build_training(options, args_text)
     if args.plan:  # one measured step, on the task before it is wrapped for distributed training
         budget = plan_training(training)
         if training.options.runtime.rank == 0:

@@ -144,10 +144,10 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     NO_PROGRESS.add(group, help='No progress bar (the evaluation\'s, in passes, which shows where the running attack '
                                 'is: sub-attack, target, restart, iteration or query).')
     PLAN.add(group,
-             help='Do not evaluate: build the evaluation, time the model\'s passes on one batch, run its first '
-                  'batch on this device and print the plan (each stage\'s forward/backward passes and share of the '
-                  'cost, the sanity probes\' cost against the attacks\', the time projected from the measured passes '
-                  'and from the first batch). Every evaluation prints the plan before it runs, its time projected '
+             help='Do not evaluate: build the evaluation, time the model\'s forward+backward passes on one batch '
+                  'on this device and print the plan (each stage\'s forward/backward passes and share of the '
+                  'cost, the sanity probes\' cost against the attacks\', the time projected from the measured '
+                  'passes); no attack runs. Every evaluation prints the plan before it runs, its time projected '
                   'from the measured passes (with a warning when over an hour), and records it in the results (plan).')
 
     group = parser.add_argument_group('Attacks')
@@ -156,7 +156,9 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--attacks', nargs='+', default=None, metavar='NAME',
                        help='Registered attack names to run instead of a protocol.')
     ATTACK_EPS.add(group, default=None, metavar='EPS',
-                   help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks). '
+                   help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks, '
+                        'but bim-linf and bim-l2 at the galloway protocol\'s 0.03 of the standardized input, '
+                        'resolved from the model\'s std). '
                         'A value in (0, 1) is refused as one of the [0, 1] scale.')
     ATTACK_STEP.add(group, type=pixel_step, default=None, metavar='STEP',
                     help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s). A value in '
@@ -176,7 +178,9 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--cascade', action='store_true',
                        help='With --attacks: each attack only sees the samples the previous ones did not break.')
     group.add_argument('--attack-kwargs', nargs='*', default={}, action=ParseKwargs,
-                       help='With --attacks: extra constructor arguments of every attack (key=value).')
+                       help='With --attacks: extra constructor arguments of every attack (key=value), such as '
+                            'step_rule=fixed; not those an option sets (eps, step, steps, norm, targeted: give '
+                            '--attack-eps, ...; seed, fold_bn, autocast_dtype, space).')
     group.add_argument('--reduced', action='store_true',
                        help='Smoke-test budgets: the cube root of every iteration and query budget (2000 -> 13); '
                             'results name the budgets that ran and say "reduced".')
@@ -228,6 +232,15 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     return parser
 
 
+# Attack arguments that an option of their own or the evaluation itself sets: given again in --attack-kwargs, the
+# attack got them twice (Python's "multiple values for keyword argument 'eps'") or one of the two silently won.
+_OWNED_ATTACK_KWARGS = {
+    'eps': '--attack-eps (0-255 scale)', 'step': '--attack-step (0-255 scale)', 'steps': '--attack-steps',
+    'norm': '--attack-norm', 'targeted': '--attack-targeted', 'seed': '--seed', 'fold_bn': '--no-fold-bn',
+    'autocast_dtype': '--amp and --amp-dtype', 'space': "the model's normalization (--mean, --std)",
+}
+
+
 def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argparse.Namespace:
     """Parse `argv`, with defaults from the ``-c`` YAML file if given (command-line values win).
 
@@ -245,12 +258,10 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
                         if args.checkpoint and not _runs_on_ood(args) else DataRecord())
     if (args.attack_kwargs or args.attack_targeted or args.cascade) and not args.attacks:
         parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')
-    for key, kind in (('eps', pixel_budget), ('step', pixel_step)):  # read as the budget options are: 0-255 scale
-        if key in (args.attack_kwargs or {}):
-            try:
-                args.attack_kwargs[key] = kind(str(args.attack_kwargs[key]))
-            except argparse.ArgumentTypeError as e:
-                parser.error(f'--attack-kwargs {key}={args.attack_kwargs[key]}: {e}')
+    for key, value in (args.attack_kwargs or {}).items():
+        if key in _OWNED_ATTACK_KWARGS:
+            parser.error(f'--attack-kwargs {key}={value}: {key} is set by {_OWNED_ATTACK_KWARGS[key]}, not by '
+                         f'--attack-kwargs')
     if isinstance(args.attack_steps, int):  # a single count from a YAML config
         args.attack_steps = [args.attack_steps]
     if args.attack_steps and (len(set(args.attack_steps)) != len(args.attack_steps) or min(args.attack_steps) < 1):

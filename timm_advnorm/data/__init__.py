@@ -9,12 +9,12 @@ from torch.utils.data import Dataset, Subset
 from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
 from .mnist import MNIST_NUM_CLASSES, MNIST_SIZE, default_mnist_root, prepare_mnist
 from .mnist5k import MNIST5K_NUM_CLASSES, MNIST5K_SIZE, default_mnist5k_root, prepare_mnist5k
-from .rendered import is_rendered
+from .rendered import is_rendered, rendered_kept_on_success
 
 __all__ = ['BUILTIN_DATASETS', 'SPLIT_SYNONYMS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'MNIST_NUM_CLASSES',
            'BuiltinDataset', 'builtin_dataset', 'dataset_img_size', 'dataset_num_classes', 'default_digits_root',
            'default_mnist5k_root', 'default_mnist_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k',
-           'prepare_mnist', 'resolve_dataset', 'same_split', 'split_folder']
+           'prepare_mnist', 'rendered_kept_on_success', 'resolve_dataset', 'same_split', 'split_folder']
 
 _logger = logging.getLogger(__name__)
 

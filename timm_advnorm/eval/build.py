@@ -34,7 +34,8 @@ from .ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_datas
 from .options import LOGGER, AttackOptions, EvalDataOptions, EvalModelOptions, EvalOptions, EvalRuntimeOptions
 from .plan import EvalPlan, SanityBudget, build_plan, ood_stage
 from .protocols import (
-    Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol, resolve_protocol)
+    Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol, resolve_protocol,
+    with_paper_budgets)
 from .recorded import describe_record
 from .sanity_budget import fit_sanity
 from .stages import EvalContext, Stage
@@ -113,6 +114,8 @@ def build_protocol(options: AttackOptions, space: InputSpace) -> Protocol:
         eps = 16.0 if options.eps is None else options.eps
         protocol = protocol_from_attacks(list(options.attacks), eps, attack_kwargs,
                                          'cascade' if options.cascade else 'independent', steps=options.steps)
+        if options.eps is None:  # BIM at the galloway protocol's budget, resolved from the model's std
+            protocol = resolve_protocol(with_paper_budgets(protocol), space)
     else:
         protocol = override_protocol(resolve_protocol(get_protocol(options.protocol or 'xie2020'), space),
                                      options.eps, options.step, options.steps[0] if options.steps else None,

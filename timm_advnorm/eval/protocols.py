@@ -73,7 +73,7 @@ __all__ = [
     'register_protocol', 'unregister_protocol',
     'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES', 'budget_label',
     'LAST_ITERATE_ATTACKS', 'Stepping', 'stepping', 'resolve_protocol', 'EPS_RULES',
-    'STANDARDIZED_RULES', 'SQRT_DIM_RULES', 'check_resolved', 'scalar_std',
+    'STANDARDIZED_RULES', 'SQRT_DIM_RULES', 'check_resolved', 'scalar_std', 'with_paper_budgets',
 ]
 
 AGGREGATIONS = ('independent', 'cascade')
@@ -560,6 +560,21 @@ def protocol_from_attacks(
     several = len(specs) > 1
     return Protocol('custom', f'Attacks {", ".join(attacks)} at eps={eps:g}.', 'command line', specs,
                     aggregation=aggregation, worst_case=several, headline='worst-case' if several else 'last')
+
+
+def with_paper_budgets(protocol: Protocol) -> Protocol:
+    """An attack list's protocol (`protocol_from_attacks`, no ε given) with BIM at the budget of the ``galloway``
+    protocol, whose attacks they are: ε∞ = 0.03 of the standardized input (BIM-L2: times √d), to resolve from the
+    model's std (`resolve_protocol`), and not the list's one 0-255 budget. Stand-alone, ``--attacks bim-linf`` ran
+    at that budget (16/255), neither Galloway's reading nor the protocol's."""
+    paper = {spec.attack: spec for spec in get_protocol('galloway').attacks if spec.threat != 'noise'}
+    specs = tuple(replace(spec, eps=paper[spec.attack].eps, eps_rule=paper[spec.attack].eps_rule)
+                  if spec.attack in paper else spec for spec in protocol.attacks)
+    if specs == protocol.attacks:
+        return protocol
+    names = ', '.join(spec.label for spec in specs if spec.attack in paper)
+    return replace(protocol, attacks=specs, description=f'{protocol.description} {names}: eps=0.03 of the '
+                                                        f"standardized input (Galloway et al.'s, as in galloway).")
 
 
 def _takes(spec: AttackSpec, option: str) -> bool:

@@ -7,8 +7,9 @@ done, not as computed (`RunOutcome.units_computed`).
 Before it runs, the evaluation states its plan (`evaluation_cost`: each stage's passes and share, the sanity probes'
 cost against the attacks') with its time projected from one batch's forward and backward passes of the model on this
 device (`cost.time_passes`), warned about when over an hour (`LONG_EVALUATION_SECONDS`, naming the options that
-shorten it); then the first batch is timed and the plan's time projected again from its stages, which is all that
-``--plan`` runs. One progress bar covers the whole evaluation, every data run, in passes of the model; the running
+shorten it), which is all that ``--plan`` runs: it runs no stage (a protocol's first batch would run its whole
+attacks, xie2020's PGD-2000 included); an evaluation then times its first batch and projects the plan's time again
+from its stages. One progress bar covers the whole evaluation, every data run, in passes of the model; the running
 attack reports its progress in it (`RobustEvaluator`).
 """
 import logging
@@ -119,24 +120,24 @@ def _evaluator(options: EvalOptions, setup: EvalSetup, run: DataRun, dist_info: 
 
 
 def evaluate_runs(options: EvalOptions, setup: EvalSetup, dist_info: DistributedInfo,
-                  first_batch_only: bool = False) -> RunOutcome:
+                  plan_only: bool = False) -> RunOutcome:
     """Evaluate this process's shard of every data run of `setup`, run after run; log the plan first (rank 0), with
     the time its passes take projected from one batch's forward and backward passes (and a warning when that is over
     an hour), and the time the first batch projects after it.
 
     Args:
-        first_batch_only: Evaluate the first batch alone, without the state file (``--plan``): the outcome's `cost`
-            is then the plan with its times, and only the time projected from the passes is logged before.
+        plan_only: ``--plan``: time the model's passes on the first batch and stop there, evaluating nothing;
+            the outcome's `cost` is then the plan with the time projected from those passes, and no record.
     """
     branch, runtime = get_inference_branch(setup.model), options.runtime
     cost = evaluation_cost(options, setup, dist_info)
-    if not first_batch_only:
+    if not plan_only:
         _logger.info('Evaluating %s (%s%s): protocol %s, variants %s.', setup.model_name,
                      options.model.checkpoint or 'no checkpoint', f', loaded on its {branch} branch' if branch else '',
                      setup.protocol.name, ', '.join(v.name for v in setup.variants))
     started = time.perf_counter()
     records, computed = [], 0
-    state = None if first_batch_only else setup.state
+    state = setup.state
     first_run = setup.runs[0]
     evaluator = _evaluator(options, setup, first_run, dist_info, state, bar=None)
     batches = iter(_loader(runtime, first_run, _shard(runtime.batch_size, first_run, dist_info)))
@@ -145,35 +146,31 @@ def evaluate_runs(options: EvalOptions, setup: EvalSetup, dist_info: Distributed
         x, y, _ = first[0]
         cost = cost.with_pass_time(*evaluator.time_passes(x, y), dist_info.device.type)
     if dist_info.is_primary:
-        if first_batch_only:
-            if cost.pass_seconds is not None:
-                _logger.info('Projected time: %s.', cost.pass_time_text())
-        else:
+        if not plan_only:
             _logger.info('%s', cost.format(plan_title(options, setup, dist_info)))
         warning = _over_an_hour(options, setup, cost)
         if warning:
             _logger.warning('%s', warning)
+    if plan_only:  # the plan is projected from the timed passes: no stage runs (xie2020's PGD-2000 would)
+        return RunOutcome([], 0, time.perf_counter() - started, cost)
     total = evaluation_cost(options, setup, dist_info, shard=True).total
     with tqdm(total=total, desc='robust eval', unit='pass', unit_scale=True, dynamic_ncols=True,
-              disable=not (show_progress() and runtime.progress) or first_batch_only) as bar:
+              disable=not (show_progress() and runtime.progress)) as bar:
         for run in setup.runs:
             positions = _shard(runtime.batch_size, run, dist_info)
             if run is not first_run:
                 evaluator = _evaluator(options, setup, run, dist_info, state, bar)
                 batches = iter(_loader(runtime, run, positions))
             evaluator.bar = bar
-            if not first_batch_only:
-                _logger.info('%s: %d samples (%d on this rank)%s.', get_ood_dataset(run.name).title if run.name else
-                             'Evaluation data', len(run.indices), len(positions),
-                             f', scored on its {run.num_classes} classes' if run.classes else '')
+            _logger.info('%s: %d samples (%d on this rank)%s.', get_ood_dataset(run.name).title if run.name else
+                         'Evaluation data', len(run.indices), len(positions),
+                         f', scored on its {run.num_classes} classes' if run.classes else '')
             if run is first_run:
                 records += evaluator.run(first)
                 if evaluator.rows:  # nothing to time when the first batch was read back from the state file
                     cost = cost.measured(evaluator.seconds, evaluator.rows, min(runtime.batch_size, len(positions)))
-                    if not first_batch_only and dist_info.is_primary:
+                    if dist_info.is_primary:
                         _logger.info('Time: %s.', cost.time_text())
-                if first_batch_only:
-                    return RunOutcome(records, evaluator.computed, time.perf_counter() - started, cost)
             records += evaluator.run(batches)
             computed += evaluator.computed
     return RunOutcome(records, computed, time.perf_counter() - started, cost)

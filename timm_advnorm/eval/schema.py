@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from ..messages import read_utf8
 from .describe import describe_attack, eps_rule_note, standardized_phrase
 
 __all__ = ['EvalResults', 'VariantResult', 'AttackResult', 'ProtocolInfo', 'SanityResult', 'SanityCheck',
@@ -805,8 +806,9 @@ def read_results(path: Union[str, Path]) -> EvalResults:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'Results file not found: {path}')
+    text = read_utf8(path)
     try:
-        return EvalResults.from_dict(json.loads(path.read_text()))
+        return EvalResults.from_dict(json.loads(text))
     except json.JSONDecodeError as e:
         raise ValueError(f'{path} is not JSON: {e}') from None
     except ValueError as e:

@@ -7,6 +7,7 @@ SIGINT and SIGTERM stop it with one line that says what the ``--resume-state`` f
 import time
 from typing import Optional
 
+from ..data import rendered_kept_on_success
 from ..signals import Interrupted
 from .assemble import assemble_results
 from .build import build_evaluation
@@ -32,14 +33,15 @@ def _resume_hint(state: Optional[EvalState]) -> str:
 
 def validate(options: EvalOptions) -> Optional[EvalResults]:
     """Run the evaluation `options` describe; returns its results on rank 0 (None on other ranks, and under
-    ``--plan``, which prints the plan with the time its first batch projects and evaluates nothing else)."""
+    ``--plan``, which prints the plan with the time projected from the model's timed passes and evaluates nothing)."""
     started = time.perf_counter()
     dist_info = init_distributed(options.runtime.device)
     check_outputs(options, dist_info)
-    setup = build_evaluation(options, dist_info)
+    with rendered_kept_on_success(options.data.data_dir):  # a refusal after the rendering leaves no copy behind
+        setup = build_evaluation(options, dist_info)
 
     try:
-        outcome = evaluate_runs(options, setup, dist_info, first_batch_only=options.plan_only)
+        outcome = evaluate_runs(options, setup, dist_info, plan_only=options.plan_only)
     except Interrupted as e:
         raise e.with_detail(_resume_hint(setup.state)) from e
     if options.plan_only:

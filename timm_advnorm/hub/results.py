@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..eval import schema
+from ..messages import read_utf8
 
 __all__ = ['CardEntry', 'CardResults', 'parse_eval_results', 'read_eval_results', 'WORST_CASE']
 
@@ -373,8 +374,9 @@ def read_eval_results(path: Union[str, Path]) -> CardResults:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f'Results file not found: {path}')
+    text = read_utf8(path)
     try:
-        return parse_eval_results(json.loads(path.read_text()))
+        return parse_eval_results(json.loads(text))
     except json.JSONDecodeError as e:
         raise ValueError(f'{path} is not JSON: {e}') from None
     except ValueError as e:

@@ -6,6 +6,7 @@ file by path; ``--list-recipes`` lists them. Each file's leading comment says wh
 from pathlib import Path
 from typing import List
 
+from ..messages import read_utf8
 from ..strict_yaml import load_yaml
 
 __all__ = ['list_recipes', 'recipe_path', 'describe_recipe', 'resolve_config']
@@ -45,7 +46,7 @@ def resolve_config(name_or_path: str) -> Path:
 def describe_recipe(name: str) -> str:
     """One line saying what the packaged recipe `name` trains: model, method, data set and epochs."""
     path = recipe_path(name)
-    config = load_yaml(path.read_text(), f'recipe {path}') or {}
+    config = load_yaml(read_utf8(path, f'recipe {path}'), f'recipe {path}') or {}
     data = config.get('dataset') or 'image folder (--data-dir)'
     return (f"--model {config.get('model')} --method {config.get('method')}, {data}, {config.get('epochs')} epochs, "
             f"batch {config.get('batch_size')} per process")

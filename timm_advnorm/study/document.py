@@ -13,11 +13,13 @@ verdicts counted and tabled (``findings.csv``), every grid point (``grid.csv``) 
 changes is a changed file in a commit.
 """
 import csv
+import io
 import json
 import re
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from ..messages import read_utf8
 from .findings import is_loss, number_digits, summarize_verdicts
 from .spec import load_study
 from .table import SPREADS, metric_title
@@ -30,8 +32,7 @@ BLOCK = re.compile(r'(<!-- study-results: (?P<study>[\w-]+)/(?P<scale>[\w-]+) --
 
 
 def _rows(path: Path) -> List[Dict[str, str]]:
-    with path.open(newline='') as f:
-        return list(csv.DictReader(f))
+    return list(csv.DictReader(io.StringIO(read_utf8(path))))
 
 
 def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
@@ -44,7 +45,7 @@ def _number(text: str, digits: int) -> str:
 
 
 def _provenance(record: Path) -> str:
-    provenance = json.loads((record / 'provenance.json').read_text())
+    provenance = json.loads(read_utf8(record / 'provenance.json'))
     machine = provenance['machine']
     commits = list(dict.fromkeys(i['commit'][:12] for i in provenance['invocations']))
     return (f'Recorded by `{provenance["command"]}` in {len(provenance["invocations"])} invocation(s) from '
@@ -118,7 +119,7 @@ def update_document(path: Path, record_root: Path, check: bool = False) -> List[
     Raises:
         ValueError: A block names a study or scale with no record under `record_root`.
     """
-    text = path.read_text()
+    text = read_utf8(path)
     changed: List[str] = []
 
     def fill(match: re.Match) -> str:

@@ -16,6 +16,8 @@ from typing import Any, Dict, List
 import timm
 import torch
 
+from ..messages import read_utf8
+
 __all__ = ['PROVENANCE_FILE', 'code_commit', 'machine', 'record_invocation']
 
 PROVENANCE_FILE = 'provenance.json'
@@ -66,7 +68,7 @@ def record_invocation(study_dir: Path, commit: str, command: str, started: float
         cells_run: Ids of the cells it trained or evaluated.
     """
     path = study_dir / PROVENANCE_FILE
-    invocations = json.loads(path.read_text())['invocations'] if path.is_file() else []
+    invocations = json.loads(read_utf8(path))['invocations'] if path.is_file() else []
     invocations.append({'commit': commit, 'command': command,
                         'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started)),
                         'wall_s': round(wall_s, 1), 'cells_run': cells_run, 'machine': machine()})

@@ -14,6 +14,7 @@ The commands run in this process (`InProcessCommands`), or each in a child proce
 executors), never through a scheduler of our own.
 """
 import csv
+import io
 import json
 import logging
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
+from ..messages import read_utf8
 from ..strict_yaml import load_yaml
 from ..train.run_folder import BUDGET_FILE
 from .cells import Cell
@@ -92,9 +94,8 @@ def _training_complete(run_dir: Path) -> bool:
     summary, budget_file = run_dir / 'summary.csv', run_dir / BUDGET_FILE
     if not summary.is_file() or not budget_file.is_file():
         return False
-    with summary.open(newline='') as f:
-        rows = list(csv.DictReader(f))
-    return len(rows) >= int(load_yaml(budget_file.read_text(), str(budget_file))['epochs'])
+    rows = list(csv.DictReader(io.StringIO(read_utf8(summary))))
+    return len(rows) >= int(load_yaml(read_utf8(budget_file), str(budget_file))['epochs'])
 
 
 def cell_state(cell: Cell) -> str:
@@ -122,7 +123,7 @@ def _clear_unsaved_run(run_dir: Path) -> None:
 
 def _add_timing(run_dir: Path, key: str, seconds: float) -> None:
     path = run_dir / TIMING_FILE
-    timing: Dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+    timing: Dict[str, float] = json.loads(read_utf8(path)) if path.is_file() else {}
     timing[key] = timing.get(key, 0.0) + seconds
     path.write_text(json.dumps(timing, indent=2))
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from ..messages import read_utf8
 from ..strict_yaml import load_yaml
 
 __all__ = [
@@ -353,7 +354,7 @@ def load_study(name_or_path: Union[str, Path]) -> StudySpec:
         ValueError: Unknown study, or a file that does not describe one (the message says what is wrong).
     """
     path = _study_path(name_or_path)
-    raw = load_yaml(path.read_text(), f'study {path}')
+    raw = load_yaml(read_utf8(path, f'study {path}'), f'study {path}')
     raw = _mapping(raw, str(path))
     unknown = set(raw) - {'title', 'paper', 'scales', 'grid', 'findings', 'plot', 'metric_variant', 'ratios',
                           'metrics', 'spread', 'min_clean'}

@@ -6,6 +6,7 @@ Numbers that do not hold are shown as they are. Accuracies are in percent with o
 study whose ``spread`` is ``se``.
 """
 import csv
+import io
 import json
 import math
 import statistics
@@ -15,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..eval.plots import robust_text
 from ..eval.schema import EvalResults
+from ..messages import read_utf8
 from .cells import Cell
 from .findings import FindingResult, check_finding, is_loss, summarize_verdicts
 from .runner import TIMING_FILE
@@ -86,8 +88,7 @@ def _summary_budget(run_dir: Path) -> Optional[float]:
     summary = run_dir / 'summary.csv'
     if not summary.is_file():
         return None
-    with summary.open(newline='') as f:
-        rows = list(csv.DictReader(f))
+    rows = list(csv.DictReader(io.StringIO(read_utf8(summary))))
     return sum(float(row['train_passes_per_image']) for row in rows) if rows else None
 
 
@@ -96,7 +97,7 @@ def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]
     clean branch) where the evaluation has it, else of its primary variant."""
     if not cell.results_file.is_file():
         return None
-    results = json.loads(cell.results_file.read_text())
+    results = json.loads(read_utf8(cell.results_file))
     chosen = _variant(results, variant)
     metrics = {'clean': chosen['clean'], 'robust': chosen['robust']}
     if chosen.get('clean_loss') is not None:
@@ -108,7 +109,7 @@ def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]
                 if attack.get('loss') is not None:
                     metrics[f'loss:{attack[key]}'] = attack['loss']
     timing_file = cell.run_dir / TIMING_FILE
-    timing = json.loads(timing_file.read_text()) if timing_file.is_file() else {}
+    timing = json.loads(read_utf8(timing_file)) if timing_file.is_file() else {}
     evaluated = EvalResults.from_dict(results)
     robust = robust_text(evaluated, next(v for v in evaluated.variants if v.name == chosen['name']))
     return CellResult(cell=cell, metrics=metrics, samples=int(chosen['samples']), robust=robust,

@@ -13,6 +13,7 @@ Recovery checkpoints (``--recovery-interval``) carry the number of updates of th
 (`ResumePosition`), so that a run resumed from one finishes that epoch, its row and its checkpoints included.
 """
 import csv
+import io
 import logging
 import os
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from timm.utils.checkpoint_saver import load_checkpoint_metadata
 
+from ..messages import read_utf8
 from ..write_guard import reported_write
 from .checkpoint_saver import SafeCheckpointSaver
 
@@ -67,8 +69,7 @@ def summary_row(epoch: int, train_metrics: Mapping[str, float], eval_metrics: Ma
 def _read_rows(path: Path) -> List[Dict[str, str]]:
     if not path.exists():
         return []
-    with open(path, newline='') as f:
-        return list(csv.DictReader(f))
+    return list(csv.DictReader(io.StringIO(read_utf8(path))))
 
 
 def write_summary_row(path: Path, row: Mapping[str, Any]) -> None:

@@ -9,6 +9,7 @@ the resumed checkpoint and the later checkpoints go, so that no file of the aban
 import contextlib
 import csv
 import glob
+import io
 import logging
 import os
 import shutil
@@ -16,6 +17,7 @@ from typing import List, NamedTuple, Optional
 
 from timm.utils.checkpoint_saver import load_checkpoint_metadata
 
+from ..messages import read_utf8
 from .epoch_record import SUMMARY_FILE, ResumePosition, checkpoint_position
 
 __all__ = ['SavedCheckpoint', 'latest_checkpoint', 'resume_position', 'record_missing', 'rewind_run']
@@ -93,8 +95,7 @@ def record_missing(checkpoint: str, position: ResumePosition) -> bool:
     path = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), SUMMARY_FILE)
     if not os.path.exists(path):
         return True
-    with open(path, newline='') as f:
-        return all(int(float(row['epoch'])) != position.epoch - 1 for row in csv.DictReader(f))
+    return all(int(float(row['epoch'])) != position.epoch - 1 for row in csv.DictReader(io.StringIO(read_utf8(path))))
 
 
 def rewind_run(run_dir: str, resumed: str, position: ResumePosition) -> None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Tuple
 
+from ..messages import read_utf8
 from ..strict_yaml import load_yaml
 from ..write_guard import reported_write
 from .budget import RunBudget
@@ -143,4 +144,4 @@ def resumed_budget(output_dir: str, budget: RunBudget, start_epoch: int) -> RunB
     path = os.path.join(output_dir, BUDGET_FILE)
     if not os.path.exists(path):
         return budget
-    return budget.with_measured(load_yaml(Path(path).read_text(), str(path)) or {}, start_epoch)
+    return budget.with_measured(load_yaml(read_utf8(path), str(path)) or {}, start_epoch)
