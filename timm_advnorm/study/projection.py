@@ -24,6 +24,7 @@ from ..eval.cost import count_cost, time_passes
 from ..eval.options import EvalOptions
 from ..eval.sanity_budget import fit_sanity
 from ..eval.variants import model_variants
+from ..messages import read_utf8
 from ..train.budget import plan_budget, plan_validation
 from ..train.build import create_run_task, validation_attack
 from ..train.model_options import architecture_kwargs
@@ -129,7 +130,7 @@ def measured_factor(cells: Sequence[Cell], projected: Dict[str, CellTime]) -> Op
         if cell.id not in projected or not path.is_file():
             continue
         try:
-            timing = json.loads(path.read_text())
+            timing = json.loads(read_utf8(path))
             seconds = float(timing['train_seconds']) + float(timing['validate_seconds'])
         except (ValueError, KeyError, TypeError):  # a cell interrupted between its commands, or a damaged file
             continue
