@@ -75,7 +75,7 @@ def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, tim
             budgets[key] = plan_cell_budget(commands.train_options(cell.train_argv), world_size=world_size)
             if timed:
                 times[key] = time_cell(commands.train_options(cell.train_argv),
-                                       commands.validate_options(cell.validate_argv))
+                                       commands.validate_options(cell.validate_argv), world_size)
         budget = budgets[key]
         total_passes += budget.passes_total
         total_flops += budget.flops_total

@@ -73,9 +73,9 @@ def _synthetic_batch(batch_size: int, input_size: Sequence[int], num_classes: in
     return inputs.to(device), labels.to(device)
 
 
-def time_cell(train: TrainOptions, evaluation: EvalOptions) -> CellTime:
-    """The projected seconds of the cell whose commands `train` and `evaluation` describe, on the training device,
-    one process.
+def time_cell(train: TrainOptions, evaluation: EvalOptions, world_size: int = 1) -> CellTime:
+    """The projected seconds of the cell whose commands `train` and `evaluation` describe, on `world_size`
+    processes side by side, each on a device like the training device here.
 
     The model is built as the training command builds it (no weights, no data read); it trains three steps on a
     synthetic batch while being timed, and is evaluated as it then is.
@@ -96,8 +96,8 @@ def time_cell(train: TrainOptions, evaluation: EvalOptions) -> CellTime:
     train_images, val_images = (split_images(data.dataset, side, split) for split in ('train', 'validation'))
     budget = plan_budget(task, create_run_optimizer(model, train.optimizer),
                          _synthetic_batch(batch_size, input_size, num_classes, device),
-                         train_images=train_images, epochs=epochs, model_name=train.model.model,
-                         repeat=TIMED_REPEATS)
+                         train_images=train_images, epochs=epochs, world_size=world_size,
+                         model_name=train.model.model, repeat=TIMED_REPEATS)
     val_batch_size = data.validation_batch_size or data.batch_size
     val_batch = _synthetic_batch(val_batch_size, input_size, num_classes, device)
     budget = plan_validation(
@@ -112,7 +112,7 @@ def time_cell(train: TrainOptions, evaluation: EvalOptions) -> CellTime:
     if evaluation.checks.sanity == 'budget':
         plan = fit_sanity(plan, samples, pinned=evaluation.checks.sanity_pinned)
     variants = model_variants(model, evaluation.variants.gammas, evaluation.variants.interpolations)
-    cost = count_cost([(plan.stages, range(samples))], len(variants))
+    cost = count_cost([(plan.stages, range(samples))], len(variants), world_size)
     pass_seconds, passes = time_passes(model, *_synthetic_batch(evaluation.runtime.batch_size, input_size,
                                                                 num_classes, device),
                                        fold_bn=evaluation.runtime.fold_bn, repeat=TIMED_REPEATS)
