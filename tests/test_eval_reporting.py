@@ -364,3 +364,31 @@ def test_attack_title_adds_the_budget_a_label_does_not_carry():
     assert attack_title('pgd-t-13', steps=13) == 'pgd-t-13'
     assert attack_title('square', steps=None, queries=400) == 'square (400 queries)'
     assert attack_title('gaussian-noise') == 'gaussian-noise'
+
+
+def _boxes(fig, artists):
+    renderer = fig.canvas.get_renderer()
+    return [artist.get_window_extent(renderer) for artist in artists]
+
+
+def test_the_gamma_plot_s_title_fits_its_figure_and_labels_of_points_that_meet_do_not_overlap():
+    """A smoke run's plot (issue #38): every variant scored alike, so every γ label sat on one point, and a title of
+    wide characters ran over both edges; the note the demo gives (``--plot-note``) comes first."""
+    pytest.importorskip('matplotlib')
+    same = dict(clean=40.6, robust=15.6, samples=32)
+    variants = [dict(same, name=name, kind=kind, gamma=gamma) for name, kind, gamma in (
+        ('clean', 'clean', 0.0), ('mix@0.5', 'mix', 0.5), ('logits@0.5', 'logits', 0.5), ('adv', 'adv', 1.0))]
+    attack = dict(_pgd('pgd', 2, 15.6, samples=32), step=8.0, step_rule='sign step, max(2/255, ε/N)', iterate='best')
+    results = EvalResults.from_dict(dict(model='test_mbn_resnet', dataset='digits', split='validation',
+                                         protocol=dict(name='custom', headline='last'),
+                                         variants=[dict(v, attacks=[attack]) for v in variants]))
+    note = 'SMOKE RUN (--SMOKE): ONE EPOCH, TINY ATTACKS; THESE NUMBERS MEAN NOTHING ABOUT ROBUSTNESS AT ALL'  # wide
+    fig = figure_tradeoff(results, note=note)
+    assert fig.get_layout_engine() is not None
+    title = fig._suptitle.get_text()
+    assert title.replace('\n', ' ').startswith(note) and 'digits (validation), 32 samples' in title
+    (box,) = _boxes(fig, [fig._suptitle])
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+    labels = _boxes(fig, fig.axes[0].texts)
+    assert len(labels) == 4
+    assert not any(a.overlaps(b) for i, a in enumerate(labels) for b in labels[i + 1:])

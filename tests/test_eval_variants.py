@@ -130,6 +130,9 @@ def test_bn_statistics_plot_labels_every_axis_with_one_quantity_per_panel(mbn_mo
     assert 'ln(' in ratio.get_ylabel() and '(%)' in share.get_ylabel()
     for ax in (ratio, share):  # depth by module name, not by index
         assert [t.get_text() for t in ax.get_xticklabels()] == list(stats)
+    title = figure_bn_stats(stats, summary, 'm', run='custom protocol, digits (validation), 32 samples',
+                            note='SMOKE RUN')._suptitle.get_text()
+    assert title.startswith('SMOKE RUN\n') and 'evaluated on: custom protocol, digits (validation), 32 samples' in title
 
 
 def test_bn_statistics_plot_names_every_kth_layer_of_a_deep_model():

@@ -95,9 +95,16 @@ def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
                 tmp_path, env)
     report = (tmp_path / 'demo' / 'report.md').read_text()
     assert demo.stdout.endswith(report)
-    assert [row.split(' | ')[:2] for row in report.splitlines()[2:]] == [
+    head, table = report.split('\n\n| training |')
+    assert [row.split(' | ')[:2] for row in table.splitlines()[2:]] == [
         ['| adversarial (mbn)', variant] for variant in ('clean', 'mix@0.5', 'logits@0.5', 'adv')] + [
         ['| clean (vanilla)', 'clean']]
+    # what ran, read from the runs' records (issue #38): smoke first, then data, samples, epochs, attacks, plots
+    assert head.splitlines()[2].startswith('**Smoke run') and 'mean nothing about robustness' in head
+    assert head.count('1 epoch of method') == 2 and head.count('1,438 images of digits (training split)') == 2
+    assert head.count('evaluated on 32 images of digits (validation split, seed 42)') == 2
+    assert 'PGD-1 L∞, ε = 16/255' in head and 'PGD-2 L∞, ε = 16/255' in head
+    assert '`adversarial/plots/gamma_tradeoff.png`' in head
     assert '$ timm-advnorm-train -c digits_demo_mbn' in demo.stderr and '_adv.py' not in demo.stdout + demo.stderr
     results = json.loads((tmp_path / 'demo' / 'adversarial' / 'robust.json').read_text())
     assert results['num_samples'] == 32

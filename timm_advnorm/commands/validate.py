@@ -223,6 +223,9 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--results-file', default='', metavar='PATH',
                        help='Results: JSON at PATH with suffix .json, CSV with suffix .csv.')
     group.add_argument('--plot-dir', default='', metavar='DIR', help='Write PNG plots here.')
+    group.add_argument('--plot-note', default='', metavar='TEXT',
+                       help='A line atop every plot\'s title, saying what the run was for (e.g. "smoke run: the '
+                            'numbers mean nothing").')
     group.add_argument('--resume-state', default='', metavar='PATH',
                        help='Append finished work here and resume from it (one file per rank under torchrun).')
     group.add_argument('--overwrite', action='store_true',
@@ -399,8 +402,9 @@ def eval_options(args: argparse.Namespace) -> EvalOptions:
                             amp_tolerance=args.amp_tolerance),
         variants=VariantOptions(gammas=None if args.gammas is None else tuple(args.gammas),
                                 interpolations=None if args.interpolations is None else tuple(args.interpolations)),
-        outputs=EvalOutputOptions(results_file=args.results_file, plot_dir=args.plot_dir, bn_layer=args.bn_layer,
-                              resume_state=args.resume_state, overwrite=args.overwrite, config_file=args.config),
+        outputs=EvalOutputOptions(results_file=args.results_file, plot_dir=args.plot_dir, plot_note=args.plot_note,
+                                  bn_layer=args.bn_layer, resume_state=args.resume_state, overwrite=args.overwrite,
+                                  config_file=args.config),
         plan_only=args.plan)
 
 

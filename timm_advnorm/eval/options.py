@@ -190,6 +190,7 @@ class EvalOutputOptions:
     Attributes:
         results_file: Results path: JSON with suffix .json, CSV with suffix .csv ('' for none).
         plot_dir: Folder of the PNG plots ('' for none).
+        plot_note: A line atop every plot's title, saying what the run was for ('' for none).
         bn_layer: Layer of the BN statistics plot (None: the plot's choice).
         resume_state: State file that makes the evaluation resumable ('' for none).
         overwrite: Replace existing results and plots.
@@ -198,6 +199,7 @@ class EvalOutputOptions:
 
     results_file: str = ''
     plot_dir: str = ''
+    plot_note: str = ''
     bn_layer: Optional[str] = None
     resume_state: str = ''
     overwrite: bool = False

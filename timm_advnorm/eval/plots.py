@@ -10,9 +10,11 @@
 
 Every figure says what was run: its title names the model, the attacks with their budgets (targeted or not,
 iterations or queries, the step as recorded, ε as k/255, the names being those of the budgets that ran), the
-variants, the dataset and number of samples, and whether the protocol (or the probe) was reduced. Every accuracy
-carries its 95 % Wilson interval (`intervals.wilson_interval`), as a band or error bars, and the axes include
-those intervals: a difference of one image, 0.5 points on 200 images, looks as small as it is.
+variants, the dataset and number of samples, and whether the protocol (or the probe) was reduced; a note given with
+``--plot-note`` (a smoke run's: the numbers mean nothing) comes first. Titles are wrapped to fit the figure as drawn,
+and the γ labels of points that meet are moved apart. Every accuracy carries its 95 % Wilson interval
+(`intervals.wilson_interval`), as a band or error bars, and the axes include those intervals: a difference of one
+image, 0.5 points on 200 images, looks as small as it is.
 
 The `figure_*` functions build a matplotlib `Figure` with the object API on an Agg canvas (no pyplot global state,
 no display needed), or return None when there is nothing to plot, so that its axes can be read back; `write_plots`
@@ -45,8 +47,13 @@ PathLike = Union[str, Path]
 PLOT_NAMES = ('accuracy_vs_iterations.png', 'accuracy_vs_eps.png', 'gamma_tradeoff.png', 'bn_stats.png')
 #: A suite with more attacks than this is named by its size in titles, not by its attacks.
 MAX_NAMED_ATTACKS = 6
-#: Title characters per inch of figure width (matplotlib's 'medium' font), where title lines are wrapped.
+#: Title characters per inch of figure width (matplotlib's 'medium' font) where title lines are first wrapped; a
+#: title that is still wider than the figure as drawn is wrapped shorter until it fits.
 TITLE_CHARS_PER_INCH = 14
+#: Share of the figure's width a title may take: the rest is its margin.
+TITLE_WIDTH = 0.96
+#: Title lines are never wrapped shorter than this many characters.
+MIN_TITLE_CHARS = 20
 #: At most this many layer names label the depth axis of the BN plot (every k-th layer beyond).
 MAX_LAYER_TICKS = 40
 #: How the figures name their intervals.
@@ -64,10 +71,18 @@ def _figure(nrows: int = 1, ncols: int = 1, width: float = 5.5, height: float = 
     return fig, axes
 
 
-def _title(fig, *lines: str) -> None:
-    """The figure's title: `lines`, each wrapped to the figure's width."""
-    width = int(fig.get_figwidth() * TITLE_CHARS_PER_INCH)
-    fig.suptitle('\n'.join(textwrap.fill(line, width, break_on_hyphens=False) for line in lines), fontsize='medium')
+def _title(fig, *lines: str, note: str = '') -> None:
+    """The figure's title: `note` (what the run was for, ``--plot-note``) first when given, then `lines`, each
+    wrapped so that the title as drawn fits the figure's width (characters differ in width: a count per inch alone
+    lets a line of wide ones run over both edges)."""
+    lines = (note, *lines) if note else lines
+    renderer, chars = fig.canvas.get_renderer(), int(fig.get_figwidth() * TITLE_CHARS_PER_INCH)
+    while True:
+        title = fig.suptitle('\n'.join(textwrap.fill(line, chars, break_on_hyphens=False) for line in lines),
+                             fontsize='medium')
+        if chars <= MIN_TITLE_CHARS or title.get_window_extent(renderer).width <= TITLE_WIDTH * fig.bbox.width:
+            return
+        chars -= 2
 
 
 def _save(fig, path: PathLike, outputs: OutputFiles) -> Path:
@@ -276,9 +291,9 @@ def _iteration_curves(results: EvalResults) -> Dict[Tuple, List[Tuple[str, List[
     return curves
 
 
-def figure_accuracy_vs_iterations(results: EvalResults):
+def figure_accuracy_vs_iterations(results: EvalResults, note: str = ''):
     """Accuracy (left) and, for targeted attacks, attack-success rate (right) against iterations, for attacks that
-    differ only in them, each with its 95 % band; None when there are none."""
+    differ only in them, each with its 95 % band, `note` atop the title (`_title`); None when there are none."""
     curves = _iteration_curves(results)
     if not curves:
         return None
@@ -311,13 +326,13 @@ def figure_accuracy_vs_iterations(results: EvalResults):
     _title(fig, f"{results.model}: accuracy{' and attack-success rate' if success else ''} vs iterations of {kinds}",
            suite_text(_distinct(plotted)),
            f'{_protocol_text(results)}, {_data_text(results, variants)}, {_variants_text(variants)}',
-           _resolution_text('shaded', [a.samples for a in plotted]))
+           _resolution_text('shaded', [a.samples for a in plotted]), note=note)
     return fig
 
 
-def figure_accuracy_vs_eps(results: EvalResults):
-    """Accuracy against the L∞ budget of the sanity probe's PGD, from ε = 0, each with its 95 % band; None when the
-    probes did not run."""
+def figure_accuracy_vs_eps(results: EvalResults, note: str = ''):
+    """Accuracy against the L∞ budget of the sanity probe's PGD, from ε = 0, each with its 95 % band, `note` atop the
+    title (`_title`); None when the probes did not run."""
     variants = [v for v in results.variants if len(v.eps_sweep) >= 2 and v.sanity_probe]
     if not variants:
         return None
@@ -338,7 +353,7 @@ def figure_accuracy_vs_eps(results: EvalResults):
            f'untargeted PGD-{probe.steps} from the clean image, step {SANITY_STEP_FACTOR:g}ε/N, '
            f"{_data_text(results, probes)} (the subset's first)",
            f'{_protocol_text(results)}, {_variants_text(variants)}',
-           _resolution_text('shaded', [p.samples for p in probes]))
+           _resolution_text('shaded', [p.samples for p in probes]), note=note)
     return fig
 
 
@@ -371,16 +386,17 @@ def _errorbar(ax, variants: Sequence[VariantResult], **style) -> None:
     ax.errorbar(x, y, xerr=xerr, yerr=yerr, capsize=2, elinewidth=0.8, **style)
 
 
-def figure_tradeoff(results: EvalResults):
+def figure_tradeoff(results: EvalResults, note: str = ''):
     """Robust vs clean accuracy of a mixture-BN model as γ goes from the clean (0) to the adversarial branch (1), with
-    95 % intervals on both axes; None without a variant between the branches (0 < γ < 1) or without robust accuracy
-    (a protocol whose headline is the clean accuracy)."""
+    95 % intervals on both axes and each point's γ beside it, `note` atop the title (`_title`); None without a variant
+    between the branches (0 < γ < 1) or without robust accuracy (a protocol whose headline is the clean accuracy)."""
     variants = [v for v in results.variants if v.gamma is not None and v.robust is not None and v.clean is not None]
     if results.protocol.headline == 'clean' or not any(_interpolates(v) for v in variants):
         return None
     ends = [v for v in variants if v.kind in ('clean', 'adv')]
-    fig, (ax,) = _figure(width=6.5, height=4.5)
+    fig, (ax,) = _figure(width=7.0, height=5.0)
     curves = (('mix', 'feature interpolation (mix route)'), ('logits', 'logit interpolation'))
+    labels = []
     for index, (kind, label) in enumerate(curves):
         interior = [v for v in variants if v.kind == kind and _interpolates(v)]
         if not interior:
@@ -389,13 +405,13 @@ def figure_tradeoff(results: EvalResults):
         line, = ax.plot([v.clean for v in points], [v.robust for v in points], label=label)
         _errorbar(ax, interior, fmt='o', color=line.get_color())
         for v in interior:  # one curve's labels above its points, the other's below
-            ax.annotate(f'γ={v.gamma:g}', (v.clean, v.robust), textcoords='offset points',
-                        xytext=(5, 5 if index == 0 else -12), fontsize='small', color=line.get_color())
+            labels.append(ax.annotate(f'γ={v.gamma:g}', (v.clean, v.robust), textcoords='offset points',
+                                      xytext=(5, 5 if index == 0 else -12), fontsize='small', color=line.get_color()))
     if ends:
         _errorbar(ax, ends, fmt='s', color='black', label='branches (γ = 0, 1)')
         for v in ends:  # the adversarial branch's label above, the clean one's below: apart where they meet
-            ax.annotate(f'γ={v.gamma:g} ({v.kind} BN)', (v.clean, v.robust), textcoords='offset points',
-                        xytext=(5, 5 if v.kind == 'adv' else -12), fontsize='small')
+            labels.append(ax.annotate(f'γ={v.gamma:g} ({v.kind} BN)', (v.clean, v.robust), textcoords='offset points',
+                                      xytext=(5, 5 if v.kind == 'adv' else -12), fontsize='small'))
     ax.margins(0.1)  # room for the annotations
     ax.set_xlabel('clean accuracy (%)')
     ax.set_ylabel('robust accuracy (%)')
@@ -404,8 +420,24 @@ def figure_tradeoff(results: EvalResults):
     _title(fig, f'{results.model}: clean vs robust accuracy over γ (0: clean branch, 1: adversarial branch)',
            f'robust: {robust_text(results, variants[0])}',
            f'{_protocol_text(results)}, {_data_text(results, variants)}, {_variants_text(variants)}',
-           _resolution_text('bars', [v.samples for v in variants]))
+           _resolution_text('bars', [v.samples for v in variants]), note=note)
+    _separate(fig, labels)
     return fig
+
+
+def _separate(fig, labels: Sequence[Any]) -> None:
+    """Move each of `labels` (annotations offset in points) down, a line at a time, until it overlaps none before it:
+    the labels of points that meet (a smoke run's variants often score alike) would otherwise print over each other.
+    The figure is laid out first, so that the labels are measured where they will be drawn."""
+    fig.draw_without_rendering()
+    renderer, placed = fig.canvas.get_renderer(), []
+    for label in labels:
+        box = label.get_window_extent(renderer)
+        while any(box.overlaps(other) for other in placed):
+            x, y = label.xyann
+            label.xyann = (x, y - box.height * 72.0 / fig.dpi - 1.0)
+            box = label.get_window_extent(renderer)
+        placed.append(box)
 
 
 def _layer_axis(ax, layers: Sequence[str]) -> None:
@@ -423,10 +455,14 @@ def figure_bn_stats(
         layer: Optional[str] = None,
         channels: int = 20,
         seed: int = 0,
+        run: str = '',
+        note: str = '',
 ):
     """Xie & Yuille Fig. 5 for one layer (running mean and variance of random channels, clean vs adversarial BN),
     and across depth, by layer name, the mean log variance ratio and the share of channels whose adversarial variance
-    is larger, one quantity per panel; None for a model without mixture BN."""
+    is larger, one quantity per panel; None for a model without mixture BN. `run` (the evaluation of the checkpoint
+    whose statistics these are: they come from its training, not from the evaluated samples) and `note` go in the
+    title (`_title`)."""
     if not stats:
         return None
     layer = layer or default_bn_layer(stats)
@@ -456,8 +492,9 @@ def figure_bn_stats(
     for ax in axes[2:]:
         _layer_axis(ax, layers)
         ax.grid(alpha=0.3)
-    _title(fig, f'{model}: running statistics of the clean and adversarial BN branches',
-           f'top: {layer}; bottom: every mixture-BN layer ({len(summary)})')
+    _title(fig, f'{model}: running statistics of the clean and adversarial BN branches, as trained',
+           f'top: {layer}; bottom: every mixture-BN layer ({len(summary)})',
+           *([f'checkpoint evaluated on: {run}'] if run else []), note=note)
     return fig
 
 
@@ -467,8 +504,10 @@ def write_plots(
         bn_stats: Optional[Mapping[str, Any]] = None,
         bn_layer: Optional[str] = None,
         outputs: Optional[OutputFiles] = None,
+        note: str = '',
 ) -> List[str]:
-    """Every applicable plot of `results` into `plot_dir`; returns the names of the written files.
+    """Every applicable plot of `results` into `plot_dir`, each titled with `note` first; returns the names of the
+    written files.
 
     Args:
         results: The results of ``validate_adv.py``.
@@ -477,14 +516,17 @@ def write_plots(
         bn_layer: Layer of the BN plot (default: `default_bn_layer`).
         outputs: Publishes the files; default: one that replaces existing plots. A run that must not replace
             another's passes its own, and gets back the names it kept its plots under.
+        note: What the run was for, atop every title (``--plot-note``: ``smoke run: the numbers mean nothing``).
     """
     plot_dir = Path(plot_dir)
     outputs = outputs or OutputFiles(overwrite=True)
     iterations, eps, tradeoff, bn = PLOT_NAMES
-    figures = [(iterations, figure_accuracy_vs_iterations(results)), (eps, figure_accuracy_vs_eps(results)),
-               (tradeoff, figure_tradeoff(results))]
+    figures = [(iterations, figure_accuracy_vs_iterations(results, note)), (eps, figure_accuracy_vs_eps(results, note)),
+               (tradeoff, figure_tradeoff(results, note))]
     if bn_stats:
-        figures.append((bn, figure_bn_stats(bn_stats, results.bn_stats.layers, results.model, bn_layer)))
+        run = f'{_protocol_text(results)}, {_data_text(results, results.variants)}'
+        figures.append((bn, figure_bn_stats(bn_stats, results.bn_stats.layers, results.model, bn_layer, run=run,
+                                            note=note)))
     written = []
     for name, fig in figures:
         if fig is not None:

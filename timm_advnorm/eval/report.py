@@ -104,7 +104,7 @@ def write_outputs(files: EvalOutputOptions, results: EvalResults, bn_stats: Dict
             results.bn_stats.file = bn_written.name
     try:
         if files.plot_dir:
-            results.plots = write_plots(results, files.plot_dir, bn_stats, files.bn_layer, outputs)
+            results.plots = write_plots(results, files.plot_dir, bn_stats, files.bn_layer, outputs, files.plot_note)
     finally:
         if json_path is not None:
             json_written = outputs.publish(json_path, lambda tmp: tmp.write_text(json_text(results.to_dict())))
