@@ -10,8 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
-import torch
-
 from ..durations import duration_text
 from ..write_guard import check_folder_writable, check_names
 from .cells import Cell, expand_cells
@@ -50,8 +48,7 @@ def _time_summary(cells: Sequence[Cell], projected: Dict[str, CellTime]) -> str:
     """The line that projects the study's remaining time, scaled by what the cells that ran here took."""
     left = [cell for cell in cells if cell_state(cell) != 'evaluated']
     seconds = sum(_time_left(cell, projected[cell.id]) for cell in cells)
-    threads = torch.get_num_threads()
-    where = f'this machine ({threads} thread{"s" if threads > 1 else ""})'
+    where = f'this machine ({", ".join(sorted({projected[cell.id].device for cell in cells}))})'
     cells_left = f'the {len(left)} cells' if len(left) != 1 else 'the cell'
     line = f'Projected time of {cells_left} not yet evaluated: {duration_text(seconds)} of compute on {where}'
     factor = measured_factor(cells, projected)

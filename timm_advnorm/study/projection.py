@@ -27,6 +27,7 @@ from ..eval.variants import model_variants
 from ..messages import read_utf8
 from ..train.budget import plan_budget, plan_validation
 from ..train.build import create_run_task, validation_attack
+from ..train.checks import resolve_device
 from ..train.model_options import architecture_kwargs
 from ..train.optimization import create_run_optimizer, epoch_schedule
 from ..train.options import TrainOptions
@@ -34,7 +35,7 @@ from .cells import Cell
 from .plan import split_images
 from .runner import TIMING_FILE
 
-__all__ = ['CellTime', 'measured_factor', 'time_cell', 'TIMED_REPEATS']
+__all__ = ['CellTime', 'device_text', 'measured_factor', 'time_cell', 'TIMED_REPEATS']
 
 #: Timed calls of each measurement, the fastest taken: what the work takes when the machine is not busy elsewhere.
 TIMED_REPEATS = 5
@@ -48,11 +49,13 @@ class CellTime:
         training: The training steps of every epoch.
         validation: The validation of every epoch (clean split and robust subset).
         evaluation: Its ``timm-advnorm-validate`` evaluation.
+        device: Where it was timed, in words (``cpu, 2 threads``, ``cuda, NVIDIA H100 80GB HBM3``).
     """
 
     training: float
     validation: float
     evaluation: float
+    device: str = ''
 
     @property
     def total(self) -> float:
@@ -61,7 +64,15 @@ class CellTime:
     @property
     def after_training(self) -> 'CellTime':
         """What is left of a cell that has trained: its evaluation."""
-        return CellTime(0.0, 0.0, self.evaluation)
+        return CellTime(0.0, 0.0, self.evaluation, self.device)
+
+
+def device_text(device: torch.device) -> str:
+    """`device` in words: the CPU's threads or the GPU's name."""
+    if device.type == 'cuda':
+        return f'cuda, {torch.cuda.get_device_name(device)}'
+    threads = torch.get_num_threads()
+    return f'{device.type}, {threads} thread{"s" if threads > 1 else ""}'
 
 
 def _synthetic_batch(batch_size: int, input_size: Sequence[int], num_classes: int,
@@ -81,7 +92,7 @@ def time_cell(train: TrainOptions, evaluation: EvalOptions, world_size: int = 1)
     synthetic batch while being timed, and is evaluated as it then is.
     """
     data = train.data
-    device = torch.device(train.runtime.device or 'cpu')
+    device = torch.device(resolve_device(train.runtime.device))
     num_classes = dataset_num_classes(data.dataset, data.num_classes)
     img_size = dataset_img_size(data.dataset, data.img_size)
     model = timm.create_model(train.model.model, num_classes=num_classes, **architecture_kwargs(train.model))
@@ -117,7 +128,8 @@ def time_cell(train: TrainOptions, evaluation: EvalOptions, world_size: int = 1)
                                                                 num_classes, device),
                                        fold_bn=evaluation.runtime.fold_bn, repeat=TIMED_REPEATS)
     evaluated = cost.with_pass_time(pass_seconds, passes, device.type).pass_projected_seconds
-    return CellTime(budget.projected_run_seconds, budget.projected_validation_seconds, evaluated)
+    return CellTime(budget.projected_run_seconds, budget.projected_validation_seconds, evaluated,
+                    device_text(device))
 
 
 def measured_factor(cells: Sequence[Cell], projected: Dict[str, CellTime]) -> Optional[Tuple[float, int]]:
