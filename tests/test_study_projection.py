@@ -94,3 +94,14 @@ def test_plan_projects_each_process_of_a_distributed_cell(tmp_path, digits_dir, 
                  '--world-size', '2']) == 0
     # 11 of the 22 steps per process; 3 clean and 1 robust validation batches; half the 288 evaluation passes
     assert '  time: 5.50 s training, 2.00 s validation, 0.14 s evaluation' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('mode', ['--plan', '--dry-run'])
+@pytest.mark.parametrize('flags, named', [(['--max-cells', '2'], '--max-cells'),
+                                          (['--launcher', 'subprocess'], '--launcher')])
+def test_a_plan_refuses_the_options_of_a_run(tmp_path, digits_dir, capsys, mode, flags, named):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(_study(tmp_path, digits_dir)), '--output', str(tmp_path / 'out'), mode, *flags])
+    assert exit_info.value.code == 2
+    assert f'error: {mode} runs no cell: {named} would not be used' in capsys.readouterr().err
+    assert not (tmp_path / 'out').exists()

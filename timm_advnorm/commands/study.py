@@ -112,8 +112,14 @@ def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
         parser.error('--launch-prefix starts child processes: use --launcher subprocess or submitit')
     if args.launcher != 'submitit' and (args.submitit_cluster or args.submitit_params):
         parser.error('--submitit-cluster and --submitit-params need --launcher submitit')
-    if args.record and (args.dry_run or args.plan):
-        parser.error(f'--record copies the results of a run: {"--plan" if args.plan else "--dry-run"} runs nothing')
+    if args.dry_run or args.plan:
+        mode = '--plan' if args.plan else '--dry-run'
+        if args.record:
+            parser.error(f'--record copies the results of a run: {mode} runs nothing')
+        unused = [flag for flag, given in (('--max-cells', args.max_cells is not None),
+                                           ('--launcher', args.launcher != 'local')) if given]
+        if unused:
+            parser.error(f'{mode} runs no cell: {" and ".join(unused)} would not be used')
 
 
 def study_options(args: argparse.Namespace) -> StudyOptions:
