@@ -1,13 +1,19 @@
 """Shared fixtures: the rendered digits dataset, offline defaults, one-thread set-up, tiny training loops; the
 ``cuda`` marker's skip where no CUDA device is present."""
+import atexit
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.pop('HF_TOKEN', None)  # uploads are faked in the tests; a real token must never be used
+if 'TIMM_ADVNORM_DECODE_CACHE' not in os.environ:  # the tests' decode checks never fill the user's cache
+    os.environ['TIMM_ADVNORM_DECODE_CACHE'] = tempfile.mkdtemp(prefix='timm-advnorm-decode-check-')
+    atexit.register(shutil.rmtree, os.environ['TIMM_ADVNORM_DECODE_CACHE'], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -304,7 +304,7 @@ def _decode_check_worker(rank: int, port: int, root: str) -> None:
     dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
     try:
         dataset = ImageDataset(str(Path(root) / 'train'))
-        found = readable.find_unreadable_across_ranks(dataset, range(len(dataset)))
+        found, _ = readable.find_unreadable_across_ranks(dataset, range(len(dataset)))
     finally:
         dist.destroy_process_group()
     record = dict(decoded=decoded, found={str(i): name for i, (name, _) in found.items()})

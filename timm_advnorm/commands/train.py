@@ -49,7 +49,7 @@ from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import (
     TASKS, MethodOptions, TrainingAttackOptions, declared_options, get_task_class, list_tasks, options_from_values,
     unused_options)
-from ..train.build import build_training, plan_training, prepare_training
+from ..train.build import build_training, plan_text, plan_training, prepare_training
 from ..train.distribute_bn import DIST_BN_MODES
 from ..train.lr_scaling import LR_BASE_SCALES
 from ..train.options import (
@@ -559,7 +559,7 @@ def main(argv: Optional[List[str]] = None, prog: str = 'timm-advnorm-train') -> 
     if args.plan:  # one measured step, on the task before it is wrapped for distributed training
         budget = plan_training(training)
         if training.options.runtime.rank == 0:
-            print(budget.format())
+            print(plan_text(training, budget))
         return 0
     return run_training(training, prepare_training(training))
 

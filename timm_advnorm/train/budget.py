@@ -283,8 +283,9 @@ class RunBudget:
             measured_epochs=len(measured), measured_epoch_seconds=sum(measured) / len(measured) if measured else None)
         return record
 
-    def format(self) -> str:
-        """The budget as a block of aligned lines, for the log or the terminal."""
+    def format(self, extra: Sequence[Tuple[str, str]] = ()) -> str:
+        """The budget as a block of aligned lines, for the log or the terminal, with the `extra` ``(name, text)``
+        lines last (what a plan states beside the budget: the decode check)."""
         size = 'x'.join(str(n) for n in self.input_size)
         lines = [
             (f'Budget of {self.method} on {self.model}', f'{self.world_size} process(es) on {self.device}, '
@@ -324,6 +325,7 @@ class RunBudget:
                 ('measured epoch time', f'{duration_text(mean)} (mean of {len(self.measured_epoch_seconds)} epoch(s))'),
                 ('measured peak memory', _megabytes(self.measured_peak_memory_bytes)),
             ]
+        lines += extra
         width = max(len(name) for name, _ in lines[1:])
         head, *rest = lines
         return '\n'.join([f'{head[0]} ({head[1]})'] + [f'  {name:<{width}}  {text}' for name, text in rest])

@@ -26,6 +26,7 @@ from ..data import (
     builtin_dataset, dataset_img_size, dataset_num_classes, fixed_subset, is_folder_dataset, resolve_dataset,
     split_folder)
 from ..data.preprocessing import check_input_channels, check_input_size, record_preprocessing
+from ..data.readable import DecodeReport
 from ..hub import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..hub.checkpoint import check_finite_weights
 from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
@@ -48,8 +49,8 @@ from .resume import record_missing, resume_position
 from .run_folder import planned_run_folder
 from .tracking import import_wandb
 
-__all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'create_run_task', 'plan_training', 'prepare_training',
-           'ranked_branch', 'validation_attack']
+__all__ = ['TrainingRun', 'TrainingStart', 'build_training', 'create_run_task', 'plan_text', 'plan_training',
+           'prepare_training', 'ranked_branch', 'validation_attack']
 
 _logger = logging.getLogger('train_adv')
 
@@ -84,6 +85,8 @@ class TrainingRun:
         epochs: The epochs to train (``--same-budget`` applied, the schedule's cool-down and warm-up prefix
             included).
         running_stats_epochs: The last epochs trained on running BN statistics.
+        decode_checks: What the up-front decode check of each split cost (under ``--plan``: on a sample, the rest
+            projected).
     """
 
     options: TrainOptions
@@ -107,6 +110,7 @@ class TrainingRun:
     start_updates: int
     epochs: int
     running_stats_epochs: int
+    decode_checks: Tuple[DecodeReport, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -357,9 +361,10 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     if mixup_fn is not None and mixed_rows % 2:
         raise ValueError(f'Mixup/CutMix mix pairs of images: the {mixed_rows} rows mixed per batch must be even '
                          f'(change --batch-size).')
-    train_set, val_set = memoized_splits(
-        *create_split_datasets(data, runtime.seed, dataset_name, (train_root, val_root), search, batch_size,
-                               class_map, num_classes), data, options.augment.no_aug)
+    train_set, val_set, decode_checks = create_split_datasets(
+        data, runtime.seed, dataset_name, (train_root, val_root), search, batch_size, class_map, num_classes,
+        plan=options.plan)
+    train_set, val_set = memoized_splits(train_set, val_set, data, options.augment.no_aug)
     common = dict(input_size=data_config['input_size'], mean=data_config['mean'], std=data_config['std'],
                   num_workers=data.workers, distributed=runtime.distributed, crop_pct=data_config['crop_pct'],
                   device=device, use_prefetcher=False, persistent_workers=False, pin_memory=data.pin_mem)
@@ -396,7 +401,7 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
         loader_train=loader_train, loader_val=loader_val, loader_robust=loader_robust, train_images=len(train_set),
         step_shape=(batch_size, *data_config['input_size']), start_epoch=start_epoch,
         start_updates=start.updates, epochs=epochs,
-        running_stats_epochs=schedule.running_stats_epochs)
+        running_stats_epochs=schedule.running_stats_epochs, decode_checks=decode_checks)
 
 
 def plan_training(run: TrainingRun) -> RunBudget:
@@ -417,6 +422,12 @@ def plan_training(run: TrainingRun) -> RunBudget:
         robust_images=min(options.validation.num_samples or val_images, val_images),
         branches=run.task.validated_branches, models=2 if run.task.has_ema() else 1, amp_dtype=run.amp_dtype,
         channels_last=options.model.channels_last)
+
+
+def plan_text(run: TrainingRun, budget: RunBudget) -> str:
+    """What ``--plan`` prints: the `budget` (`plan_training`), and what the decode check of each split will cost
+    (the files it decodes and those unchanged since an earlier check, the measured or projected time)."""
+    return budget.format([('decode check', report.text()) for report in run.decode_checks])
 
 
 def prepare_training(run: TrainingRun) -> TrainingStart:

@@ -2,8 +2,9 @@
 
 An image-folder dataset's splits are scanned first (`timm_advnorm.data.folders`): symbolic-link loops and images
 reached twice are refused, both splits get the training split's class indices (or the ``--class-map``'s), and the
-model's classes must be the data's. Once made, every image of both splits is decoded (`keep_readable`): an unreadable
-one is an error naming it, or with ``--skip-bad-images`` it is left out with a warning naming it. A built-in dataset
+model's classes must be the data's. Once made, every image of both splits is decoded (`keep_readable`; of an image
+folder, only the files new or changed since an earlier check, `DecodeCache`): an unreadable one is an error naming it,
+or with ``--skip-bad-images`` it is left out with a warning naming it. A built-in dataset
 read without loader workers is held in memory once transformed (`memoized_splits`).
 """
 from pathlib import Path
@@ -15,7 +16,7 @@ from torch.utils.data import Dataset
 from ..data import builtin_dataset
 from ..data.folders import check_num_classes, scan_image_folder, split_class_map
 from ..data.memoized import MemoizedDataset
-from ..data.readable import keep_readable
+from ..data.readable import DecodeReport, keep_readable
 from .data_options import dataset_kwargs
 from .options import DataOptions
 
@@ -44,10 +45,10 @@ def folder_class_map(data: DataOptions, train_root: str, val_root: str, search_s
 
 
 def create_split_datasets(data: DataOptions, seed: int, dataset_name: str, roots: Tuple[str, str], search_split: bool,
-                          batch_size: int, class_map: Optional[Dict[str, int]],
-                          num_classes: int) -> Tuple[Dataset, Dataset]:
+                          batch_size: int, class_map: Optional[Dict[str, int]], num_classes: int,
+                          plan: bool = False) -> Tuple[Dataset, Dataset, Tuple[DecodeReport, ...]]:
     """The training and validation datasets, with the class map of `folder_class_map` (when not None), their images
-    decoded (`keep_readable`).
+    decoded (`keep_readable`; under `plan`, a sample of them, to time the check), and what the checks cost.
 
     A dataset whose reader numbers its classes otherwise (a tar file) must have `num_classes` too. `seed` seeds
     the training split's shuffling where timm's reader shuffles (iterable datasets).
@@ -66,9 +67,9 @@ def create_split_datasets(data: DataOptions, seed: int, dataset_name: str, roots
     found = getattr(getattr(train_set, 'reader', None), 'class_to_idx', None)
     if class_map is None and found:
         check_num_classes(num_classes, found, bool(data.class_map), _model_classes(data))
-    keep_readable(train_set, data.skip_bad_images, data.workers, 'train on')
-    keep_readable(val_set, data.skip_bad_images, data.workers, 'validate on')
-    return train_set, val_set
+    reports = (keep_readable(train_set, data.skip_bad_images, data.workers, 'train on', plan),
+               keep_readable(val_set, data.skip_bad_images, data.workers, 'validate on', plan))
+    return train_set, val_set, tuple(report for report in reports if report is not None)
 
 
 def memoized_splits(train_set: Dataset, val_set: Dataset, data: DataOptions,
