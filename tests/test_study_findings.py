@@ -47,6 +47,10 @@ def test_a_gap_is_paired_by_seed_with_its_standard_error_and_judged_against_the_
     assert check_finding(_finding(value=44.0, tolerance=0.15), cells, results).size_verdict == 'yes (within 15%)'
     assert check_finding(_finding(), cells, results).size_verdict == '—'  # no paper value: no size verdict
     assert measured.format_ours() == '39.0 ± 1.0 (n=2)' and measured.format_paper() == '42.0 ± 1.0'
+    # a paper value without an uncertainty is written alone, a stated tolerance beside it
+    assert check_finding(_finding(value=44.0, tolerance=0.5), cells, results).format_paper() == '44.0 (tolerance 50%)'
+    assert check_finding(_finding(value=44.0, se=1.0, tolerance=0.5), cells, results).format_paper() == \
+        '44.0 ± 1.0 (tolerance 50%)'
 
 
 def test_a_ratio_a_value_and_a_claim_without_direction():
@@ -145,7 +149,8 @@ def _record(folder: Path) -> Path:
         'finding,source,metric,measure,paper,paper_se,ours,ours_se,n,held_direction,held_size,tolerance,'
         'paper_printed\n'
         'c,Table 6,attack:bim,gap,42.0,1.0,39.0,1.0,2,yes,no,,66.7 vs 22.9\n'
-        'd,§4,attack:bim,gap,,,3.0,0.5,2,yes (within noise),—,,Fig. 2\n')
+        'd,§4,attack:bim,gap,,,3.0,0.5,2,yes (within noise),—,,Fig. 2\n'
+        'e,§3,attack:bim,gap,18.3,0.0,39.0,1.0,2,yes,no,0.5,39.2 vs 20.9\n')
     (folder / 'grid.csv').write_text(
         'family,seeds_done,seeds,clean_mean,clean_std,clean_se,attack:bim_mean,attack:bim_std,attack:bim_se,'
         'vanilla_epochs,train_seconds\n'
@@ -171,9 +176,10 @@ def test_a_document_block_is_generated_from_the_record_and_a_stale_one_is_found(
     assert text.startswith('intro\n<!-- study-results: spec/digits -->\nRecorded by `timm-advnorm-study s --scale '
                            'digits` in 1 invocation(s) from 2026-12-06T18:00:00Z, 1.5 min of wall time in all, at '
                            'commit(s) 0123456789ab, on CPU (torch threads: 2)') and text.endswith('after\n')
-    assert ('2 findings. Direction held in 2 of 2 with a direction (1 of the 2 within noise); size held in 0 of 1 with '
+    assert ('3 findings. Direction held in 3 of 3 with a direction (1 of the 3 within noise); size held in 0 of 2 with '
             'a paper value; 0 not run, 0 not testable (a cell did not train).') in text
     assert '| c | Table 6 | gap 42.0 ± 1.0 | 39.0 ± 1.0 (n=2) | yes | no |' in text
+    assert '| e | §3 | gap 18.3 (tolerance 50%) | 39.0 ± 1.0 (n=2) | yes | no |' in text  # no paper SE: none written
     assert '| d | §4 | Fig. 2 | 3.0 ± 0.5 (n=2) | yes (within noise) | — |' in text
     assert '| bn | 2 | 97.0 ± 0.0 | 23.0 ± 3.0 |' in text  # the study's spread is se: ± the standard error
     assert document.update_document(page, tmp_path / 'results', check=True) == []

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from ..messages import read_utf8
-from .findings import is_loss, number_digits, summarize_verdicts
+from .findings import format_paper_value, is_loss, number_digits, summarize_verdicts
 from .spec import load_study
 from .table import SPREADS, metric_title
 
@@ -72,7 +72,8 @@ def render_record(record: Path, study: str) -> str:
         if row['paper'] == '':
             return row['paper_printed']
         digits = number_digits(row['metric'], row['measure'])
-        return f'{row["measure"]} {float(row["paper"]):.{digits}f} ± {float(row["paper_se"]):.{digits}f}'
+        tolerance = float(row['tolerance']) if row.get('tolerance') else None
+        return f'{row["measure"]} {format_paper_value(float(row["paper"]), float(row["paper_se"]), tolerance, digits)}'
 
     lines += _markdown(['finding', 'source', 'paper', 'ours (± standard error)', 'direction held', 'size held'],
                        [[f['finding'], f['source'] or '—', paper(f), ours(f), f['held_direction'], f['held_size']]

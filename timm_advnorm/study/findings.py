@@ -23,8 +23,8 @@ from .spec import Finding
 if TYPE_CHECKING:
     from .table import CellResult
 
-__all__ = ['Estimate', 'FindingResult', 'check_finding', 'is_loss', 'number_digits', 'summarize_verdicts',
-           'NOISE_IMAGES']
+__all__ = ['Estimate', 'FindingResult', 'check_finding', 'format_paper_value', 'is_loss', 'number_digits',
+           'summarize_verdicts', 'NOISE_IMAGES']
 
 #: Gaps of this many images or fewer are noise whatever the seeds say.
 NOISE_IMAGES = 2
@@ -38,6 +38,13 @@ def is_loss(metric: str) -> bool:
 def number_digits(metric: str, measure: str) -> int:
     """Decimals a finding's numbers are written with: three for losses and ratios, one for accuracies (points)."""
     return 3 if is_loss(metric) or measure == 'ratio' else 1
+
+
+def format_paper_value(value: float, se: float, tolerance: Optional[float], digits: int) -> str:
+    """The paper's value of a measure as the size verdict reads it: ``value ± standard error`` (the value alone where
+    the paper gives no uncertainty, se 0), then the relative tolerance where the finding states one."""
+    text = f'{value:.{digits}f}' + (f' ± {se:.{digits}f}' if se else '')
+    return text if tolerance is None else f'{text} (tolerance {tolerance:.0%})'
 
 
 def summarize_verdicts(verdicts: Sequence[Tuple[str, str]]) -> str:
@@ -183,11 +190,11 @@ class FindingResult:
         return f'{ours.value:.{self.digits}f} ± {ours.se:.{self.digits}f} (n={ours.n})'
 
     def format_paper(self) -> str:
-        """The paper's value of the measure as ``value ± standard error``, or its numbers as it prints them."""
+        """The paper's value of the measure (`format_paper_value`), or its numbers as it prints them."""
         expected = self.finding.expected
         if expected is None:
             return self.finding.paper
-        return f'{expected.value:.{self.digits}f} ± {expected.se:.{self.digits}f}'
+        return format_paper_value(expected.value, expected.se, self.finding.tolerance, self.digits)
 
 
 def check_finding(finding: Finding, cells: Sequence[Cell], results: Mapping[str, 'CellResult'],
