@@ -112,6 +112,39 @@ def test_the_validation_bar_counts_every_pass_and_ends_full(monkeypatch):
     assert seen == {'total': 2 * (3 + 2 * (3 + 1)), 'n': 22, 'desc': 'validate 7'}
 
 
+class _RecordingBar:
+    """Stands in for the validation bar: records, in order, what it is advanced by and the postfixes it shows."""
+
+    def __init__(self):
+        self.events = []
+
+    def update(self, n):
+        self.events.append(n)
+
+    def set_postfix_str(self, text, refresh=True):
+        self.events.append(text)
+
+
+def test_a_long_attack_advances_the_validation_bar_at_each_iteration(monkeypatch):
+    """Inside an attacked batch the bar moves one pass per PGD iteration, its postfix saying where the attack is, and
+    the final forward completes the batch's iterations + 1; without a bar the attack reports to nothing."""
+    bars = []
+
+    @contextmanager
+    def recording_bar(iterable=None, *, show, **kwargs):
+        bars.append(_RecordingBar())
+        yield bars[-1]
+
+    monkeypatch.setattr(loop, 'progress_bar', recording_bar)
+    attack = _attack(3, best_iterate=False)  # the last iterate: every image attacked for all iterations
+    loop.validate(_model(), _batches(2, 2), CPU, attack, robust_loader=_batches(2, 2, seed=1), progress=True)
+    assert bars[0].events == ['clean', 1, 'attacked', 'attacked | pgd, 0/3 it', 1, 'attacked | pgd, 1/3 it',
+                              1, 'attacked | pgd, 2/3 it', 1, 'attacked | pgd, 3/3 it', 1]
+    assert attack.progress is None, "the run's own attack is left as it is"
+    loop.validate(_model(), _batches(2, 2), CPU, attack, robust_loader=_batches(2, 2, seed=1), progress=False)
+    assert bars[1].events == ['clean', 1, 'attacked', 4], 'no report without a bar: the batch at once'
+
+
 # Console output around an open bar -----------------------------------------------------------------------------------
 
 def _console_logger() -> logging.Handler:
