@@ -120,7 +120,9 @@ def test_the_planned_step_flops_are_what_a_short_real_run_counts(method):
     """The step the planner counts (at 1 and 2 attack iterations, extrapolated to 3) costs, per image, what every
     step of a real PGD-3 run costs once warm: a real run's first step also checks its attack's BN-folded model once,
     on one sample (`BatchNormFolder`)."""
-    budget = _plan(_task(method, steps=3))
+    task = _task(method, steps=3)
+    budget = _plan(task)
+    assert task.attack_steps == (0 if method == 'vanilla' else 3), 'the plan gives the attack its iterations back'
     flops, images = _real_run(_task(method, steps=3))
     images_per_epoch = images // EPOCHS
     assert flops[1:] == pytest.approx([budget.step_flops_per_image * images_per_epoch] * (EPOCHS - 1), rel=1e-12)
