@@ -36,10 +36,11 @@ METHODS = {'vanilla': (), 'madry': (), 'mbn': (), 'fast_advprop': ('--attack-eps
 CPU = torch.device('cpu')
 
 
-def _task(method: str) -> AdversarialClassificationTask:
-    """The method's task on a fresh, seeded ``test_mbn_resnet``, built from the training command's options."""
-    args = get_args_parser().parse_args(['--method', method, '--attack-steps', '2', '--attack-clean-start-prob', '0',
-                                         '--seed', '0', *METHODS[method]])
+def _task(method: str, steps: int = 2) -> AdversarialClassificationTask:
+    """The method's task on a fresh, seeded ``test_mbn_resnet`` with a PGD-`steps` training attack, built from the
+    training command's options."""
+    args = get_args_parser().parse_args(['--method', method, '--attack-steps', str(steps),
+                                         '--attack-clean-start-prob', '0', '--seed', '0', *METHODS[method]])
     args.rank, args.distributed = 0, False
     torch.manual_seed(0)
     model = timm.create_model('test_mbn_resnet', num_classes=NUM_CLASSES)
@@ -116,10 +117,13 @@ def test_the_flops_per_pass_are_a_real_vanilla_steps_per_image(method, vanilla_f
 
 @pytest.mark.parametrize('method', METHODS)
 def test_the_planned_step_flops_are_what_a_short_real_run_counts(method):
-    """The step the planner counts costs, per image, what every step of a real run costs once warm: a real run's
-    first step also checks its attack's BN-folded model once, on one sample (`BatchNormFolder`)."""
-    budget = _plan(_task(method))
-    flops, images = _real_run(_task(method))
+    """The step the planner counts (at 1 and 2 attack iterations, extrapolated to 3) costs, per image, what every
+    step of a real PGD-3 run costs once warm: a real run's first step also checks its attack's BN-folded model once,
+    on one sample (`BatchNormFolder`)."""
+    task = _task(method, steps=3)
+    budget = _plan(task)
+    assert task.attack_steps == (0 if method == 'vanilla' else 3), 'the plan gives the attack its iterations back'
+    flops, images = _real_run(_task(method, steps=3))
     images_per_epoch = images // EPOCHS
     assert flops[1:] == pytest.approx([budget.step_flops_per_image * images_per_epoch] * (EPOCHS - 1), rel=1e-12)
     assert flops[0] >= budget.step_flops_per_image * images_per_epoch * (1 - 1e-12)
@@ -137,14 +141,17 @@ def test_a_vanilla_step_costs_its_cost_model_and_an_attack_iteration_less_than_a
             assert training_passes * budget.flops_per_pass < budget.step_flops_per_image < model_flops
 
 
-def test_the_plan_measures_a_step_and_projects_the_run_to_the_world_size():
+def test_the_plan_projects_a_step_from_measured_passes_and_the_run_to_the_world_size():
     budget = _plan(_task('madry'), world_size=2)
-    assert budget.step_seconds > 0 and budget.peak_memory_bytes > 0
+    assert budget.pass_seconds > 0 and budget.update_seconds > 0 and budget.peak_memory_bytes > 0
+    assert budget.timed_passes == BATCH_SIZE
+    assert budget.step_seconds == pytest.approx(3 * BATCH_SIZE * budget.pass_seconds + budget.update_seconds)
     assert budget.steps_per_epoch == math.ceil(TRAIN_IMAGES / 2) // BATCH_SIZE == 1
     assert budget.images_per_epoch == BATCH_SIZE * 2
     assert budget.projected_epoch_seconds == budget.step_seconds * budget.steps_per_epoch
     assert budget.projected_run_seconds == budget.projected_epoch_seconds * EPOCHS
-    assert 'projection' in budget.format()
+    assert f'(projection from {BATCH_SIZE} measured forward+backward passes of the model on cpu: 3 passes x ' \
+           f'{BATCH_SIZE} images x ' in budget.format()
 
 
 @pytest.mark.parametrize('images, batch_size, world_size', [(14, 4, 1), (14, 4, 2), (17, 3, 4), (5, 2, 3)])

@@ -112,6 +112,39 @@ def test_the_validation_bar_counts_every_pass_and_ends_full(monkeypatch):
     assert seen == {'total': 2 * (3 + 2 * (3 + 1)), 'n': 22, 'desc': 'validate 7'}
 
 
+class _RecordingBar:
+    """Stands in for the validation bar: records, in order, what it is advanced by and the postfixes it shows."""
+
+    def __init__(self):
+        self.events = []
+
+    def update(self, n):
+        self.events.append(n)
+
+    def set_postfix_str(self, text, refresh=True):
+        self.events.append(text)
+
+
+def test_a_long_attack_advances_the_validation_bar_at_each_iteration(monkeypatch):
+    """Inside an attacked batch the bar moves one pass per PGD iteration, its postfix saying where the attack is, and
+    the final forward completes the batch's iterations + 1; without a bar the attack reports to nothing."""
+    bars = []
+
+    @contextmanager
+    def recording_bar(iterable=None, *, show, **kwargs):
+        bars.append(_RecordingBar())
+        yield bars[-1]
+
+    monkeypatch.setattr(loop, 'progress_bar', recording_bar)
+    attack = _attack(3, best_iterate=False)  # the last iterate: every image attacked for all iterations
+    loop.validate(_model(), _batches(2, 2), CPU, attack, robust_loader=_batches(2, 2, seed=1), progress=True)
+    assert bars[0].events == ['clean', 1, 'attacked', 'attacked | pgd, 0/3 it', 1, 'attacked | pgd, 1/3 it',
+                              1, 'attacked | pgd, 2/3 it', 1, 'attacked | pgd, 3/3 it', 1]
+    assert attack.progress is None, "the run's own attack is left as it is"
+    loop.validate(_model(), _batches(2, 2), CPU, attack, robust_loader=_batches(2, 2, seed=1), progress=False)
+    assert bars[1].events == ['clean', 1, 'attacked', 4], 'no report without a bar: the batch at once'
+
+
 # Console output around an open bar -----------------------------------------------------------------------------------
 
 def _console_logger() -> logging.Handler:
@@ -195,22 +228,29 @@ def test_the_plan_projects_validation_beside_training():
     assert record['projected_total_seconds'] == budget.projected_total_seconds
 
 
-def test_the_projection_times_each_kind_of_batch_alone_with_every_image_attacked_to_the_end(monkeypatch):
-    """On a clock that a clean batch advances by 1 and an attacked one by its attack's iterations: an epoch is the
-    models x (clean time x clean batches + attacked time x attacked batches), and the attacked batch runs without
-    the early stop that an untrained model's images would take at once (the projection is an upper bound)."""
-    clock, early_stops = [0.0], []
+def test_the_projection_times_a_clean_batch_and_one_attack_iteration_and_runs_no_attack(monkeypatch):
+    """On a clock that a clean batch advances by 1 per branch and an attack iteration (a forward and a backward to the
+    input over the 8 rows) by 1: an attacked batch is K + 1 forwards and K backwards per image on each branch, every
+    image attacked to the end (the projection is an upper bound), and an epoch is the models x (clean time x clean
+    batches + attacked time x attacked batches); the validation attack itself never runs."""
+    clock = [0.0]
 
     def timed_validate(model, loader, device, attack, robust_loader, branches, **kwargs):
-        early_stops.append(attack.best_iterate)
-        clock[0] += len(branches) * (len(loader) + attack.steps * len(robust_loader))
+        assert not robust_loader, 'no attacked batch is validated'
+        clock[0] += len(branches) * len(loader)
+
+    def timed_iteration(*args):
+        clock[0] += 1
 
     monkeypatch.setattr(budget_module, 'validate', timed_validate)
+    monkeypatch.setattr(budget_module, 'input_gradient', timed_iteration)
     monkeypatch.setattr(timing, 'time', SimpleNamespace(perf_counter=lambda: clock[0]))
     attack = _attack(10)
+    monkeypatch.setattr(attack, 'perturb', lambda *args: pytest.fail('the validation attack ran'))
     budget = _plan_validation(_budget(), attack, models=2)
-    assert budget.validation_epoch_seconds == 2 * (2 * 1 * 5 + 2 * 10 * 2)
-    assert early_stops == [False, False, False] and attack.best_iterate, 'the run\'s own attack is left as it is'
+    assert budget.validation_pass_seconds == 1 / (2 * 8) and budget.validation_timed_passes == 16
+    assert budget.validation_epoch_seconds == 2 * (2 * 1 * 5 + 2 * (10 + 1 + 10) * 8 / 16 * 2)
+    assert 'attacked batches from 16 measured passes of an attack iteration, 62.5 ms per pass' in budget.format()
 
 
 def test_the_validation_of_an_ema_and_more_processes_is_projected_as_the_run_shards_it():
@@ -236,3 +276,25 @@ def test_plan_on_the_digits_prints_training_validation_and_total(digits_dir, tmp
                                                        abs=0.11)
     assert '2 clean + 1 attacked batches of 16 per process, pgd1 ε=16/255, 2 branch(es)' in printed
     assert not (tmp_path / 'runs').exists()
+
+
+@pytest.mark.parametrize('flag', ['--attack-steps', '--val-attack-steps'])
+def test_plan_of_a_huge_attack_runs_it_for_a_few_iterations_at_most(digits_dir, tmp_path, capsys, flag):
+    """--plan of PGD-100000 (training or validation attack) costs a handful of the model's forward calls, not the
+    attack's 100,000 iterations: the step and the validation are projected from timed passes."""
+    forwards = []
+
+    def count_stem(module, args):
+        if isinstance(module, torch.nn.Conv2d) and module.in_channels == 3:
+            forwards.append(args[0].shape[0])
+
+    data = tiny_digits(digits_dir, tmp_path / 'tiny')
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(count_stem)
+    try:
+        assert main(tiny_train_argv(data, tmp_path / 'runs', '--epochs', '2', flag, '100000', '--plan')) == 0
+    finally:
+        hook.remove()
+    assert 0 < len(forwards) <= 40, forwards
+    printed = capsys.readouterr().out
+    assert ('pgd100000 ε=16/255' in printed) == (flag == '--val-attack-steps')
+    assert ('passes per image  100002 ' in printed) == (flag == '--attack-steps'), printed

@@ -39,7 +39,7 @@ def test_plan_prints_the_budget_and_trains_nothing(tmp_path, digits_dir, capsys)
     for line in ('passes per image', 'FLOPs per pass', 'peak memory', 'step time', 'epoch time', 'validation',
                  'training time', 'validation time', 'total time'):
         assert f'\n  {line} ' in printed
-    assert printed.count('(projection') == 5
+    assert printed.count('(projection') == 6  # the step too: projected from its measured passes
     assert not out.exists()
 
 

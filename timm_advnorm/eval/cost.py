@@ -23,7 +23,7 @@ from ..attacks import InputSpace, attack_context, cross_entropy_per_sample, inpu
 from ..attacks.autoattack import AutoAttack
 from ..attacks.fab import FABT
 from ..attacks.fold_bn import BatchNormFolder
-from ..durations import duration_text
+from ..durations import duration_text, seconds_text
 from ..timing import timed_seconds
 from .metrics import THICKNESS_POINTS
 from .stages import (
@@ -292,21 +292,13 @@ class EvalCost:
         processes = f' per process, {self.world_size} processes side by side' if self.world_size > 1 else ''
         return (f'{duration_text(self.pass_projected_seconds)} for the whole evaluation{processes}, a projection from '
                 f'{self.timed_passes:,} measured forward+backward passes of the model on {self.timed_on} '
-                f'({_seconds_text(self.pass_seconds)} per pass x {self.total:,.0f} passes)')
+                f'({seconds_text(self.pass_seconds)} per pass x {self.total:,.0f} passes)')
 
     def time_text(self) -> str:
         """The projected time and what it was measured on (once measured)."""
         processes = f' per process, {self.world_size} processes side by side' if self.world_size > 1 else ''
         return (f'{duration_text(self.projected_seconds)} projected for the whole evaluation{processes} (the first '
                 f'batch of {self.first_batch} samples took {duration_text(self.first_batch_seconds)})')
-
-
-def _seconds_text(seconds: float) -> str:
-    """A time per pass in s, ms or µs, 3 significant digits (``1.23 ms``)."""
-    for unit, size in (('s', 1.0), ('ms', 1e-3)):
-        if seconds >= size:
-            return f'{seconds / size:.3g} {unit}'
-    return f'{seconds * 1e6:.3g} µs'
 
 
 def time_passes(model: nn.Module, x: torch.Tensor, y: torch.Tensor,

@@ -2,9 +2,11 @@
 
 Each grid point is timed once (its seeds cost the same) on synthetic batches of its own shape, each measurement the
 fastest of `TIMED_REPEATS` (a shared machine's other work makes single timings noisy), as the commands' own plans
-time a run: `timm_advnorm.train.budget.plan_budget` measures one training step and `plan_validation` an
-epoch's validation; the evaluation's passes are counted from its protocol's plan (sanity probes sized as the command
-sizes them) and timed per pass as the evaluation times them before its first attack (`eval.cost.time_passes`).
+time a run: `timm_advnorm.train.budget.plan_budget` projects a training step from a timed pass of the model and
+`plan_validation` an epoch's validation from a timed clean batch and attack iteration (neither runs an attack in
+full, so a grid point of a long attack plans as fast as a short one); the evaluation's passes are counted from its
+protocol's plan (sanity probes sized as the command sizes them) and timed per pass as the evaluation times them
+before its first attack (`eval.cost.time_passes`).
 What the projection leaves out (loading and decoding images, checkpoints, the processes' start) is what the cells
 that already ran measured: their timing files (`runner.TIMING_FILE`) against their projection give the factor that
 the remaining cells' projection is scaled by, and the plan says so.
@@ -88,8 +90,8 @@ def time_cell(train: TrainOptions, evaluation: EvalOptions, world_size: int = 1)
     """The projected seconds of the cell whose commands `train` and `evaluation` describe, on `world_size`
     processes side by side, each on a device like the training device here.
 
-    The model is built as the training command builds it (no weights, no data read); it trains three steps on a
-    synthetic batch while being timed, and is evaluated as it then is.
+    The model is built as the training command builds it (no weights, no data read); it trains a few steps (its
+    attack cut short) and passes on a synthetic batch while being timed, and is evaluated as it then is.
     """
     data = train.data
     device = torch.device(resolve_device(train.runtime.device))

@@ -20,12 +20,13 @@ with `register_task`:
   and the run's `TrainingContext`: the training attack, the method's options (`method_kwargs`), the shared
   criterion settings.
 * **Run**: `batch_scale` (loader rows per configured batch row), `mixed_rows`, `passes_per_image` (the cost model),
-  `validated_branches`, `default_eval_metric`, `finalize_gradients`, and `prepare_distributed` (which tells DDP
-  whether some parameters go unused in a step).
+  `attack_steps_at_most` (the short attack a plan measures with), `validated_branches`, `default_eval_metric`,
+  `finalize_gradients`, and `prepare_distributed` (which tells DDP whether some parameters go unused in a step).
 """
+import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, Optional, Protocol, Tuple, Type
+from typing import Any, Callable, ClassVar, Dict, Iterator, Optional, Protocol, Tuple, Type
 
 import torch
 import torch.nn as nn
@@ -195,6 +196,23 @@ class AdversarialClassificationTask(ClassificationTask):
     def attack_steps(self) -> int:
         """Forward+backward passes the attack spends per attacked image (0 without an attack)."""
         return 0 if self.attack is None else int(getattr(self.attack, 'steps', 1))
+
+    @contextlib.contextmanager
+    def attack_steps_at_most(self, steps: int) -> Iterator[None]:
+        """Within the block, the training attack runs at most `steps` iterations, the method otherwise unchanged; its
+        own count is restored after. A plan (``--plan``) measures a step's memory and counts its FLOPs so, without
+        paying for a long attack: every iteration costs the same and frees its graph before the next."""
+        saved = self.attack_steps
+        self._set_attack_steps(min(saved, steps))
+        try:
+            yield
+        finally:
+            self._set_attack_steps(saved)
+
+    def _set_attack_steps(self, steps: int) -> None:
+        """Make the attack run `steps` iterations (an attack without iterations, FGSM, is left as it is)."""
+        if self.attack is not None and hasattr(self.attack, 'steps'):
+            self.attack.steps = steps
 
     @property
     def passes_per_image(self) -> float:

@@ -235,6 +235,9 @@ class FastAdvPropTask(AdversarialClassificationTask):
     def attack_steps(self) -> int:
         return self.steps
 
+    def _set_attack_steps(self, steps: int) -> None:
+        self.steps = steps
+
     @property
     def passes_per_image(self) -> float:
         return self.p_adv * self.steps + 1.0

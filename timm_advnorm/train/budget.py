@@ -6,13 +6,17 @@ unit times the images it trains: passes per image × images per epoch × epochs,
 the model costs per image (torch's `FlopCounterMode` on one forward+backward at the batch's shape, counted on a
 meta-device copy of the model: no compute, nothing of the model touched).
 
-`plan_budget` adds what only running shows: one real training step of the method, counted (its FLOPs per image: an
-attack iteration computes no parameter gradients, so it costs less than the papers' pass) and timed (seconds and peak
-memory), and projects the wall time of an epoch and of the run on ``world_size`` processes of this device. It trains
-the task on the batch it is given, so it is for a run that stops there (``--plan``). A real run records the counted
-part (`count_budget`) in its folder, ``budget.yaml``, and its measured epochs beside it (`RunBudget.record_epoch`).
-`plan_validation` measures the validation each epoch runs (a clean and an attacked batch, timed) and projects it too:
-on the digits, robust validation can cost more than the training it validates.
+`plan_budget` adds what only running shows, and runs no attack in full, so that planning a PGD-100000 run costs what
+planning PGD-1 does: the time of a step is projected from one batch's forward+backward pass of the model, timed, times
+the step's passes (the cost model), plus the optimizer's update, timed alone; the FLOPs a real step counts (an attack
+iteration computes no parameter gradients, so it costs less than the papers' pass) and its peak memory come from real
+steps with the attack cut to one and two iterations (`AdversarialClassificationTask.attack_steps_at_most`). It
+projects the wall time of an epoch and of the run on ``world_size`` processes of this device. It trains the task on
+the batch it is given, so it is for a run that stops there (``--plan``). A real run records the counted part
+(`count_budget`) in its folder, ``budget.yaml``, and its measured epochs beside it (`RunBudget.record_epoch`).
+`plan_validation` projects the validation each epoch runs (a clean batch timed, an attacked one from one timed
+iteration of the validation attack times its iterations): on the digits, robust validation can cost more than the
+training it validates.
 
 Peak memory is what the device's allocator had handed out at most during the step (CUDA), or the process's peak
 resident memory (CPU; on Linux the peak is reset before the step through ``/proc/self/clear_refs``).
@@ -24,23 +28,26 @@ import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import yaml
+from timm.utils.model import unwrap_model
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..attacks import cross_entropy_per_sample, input_gradient
 from ..attacks.base import Attack
-from ..durations import duration_text
+from ..durations import duration_text, seconds_text
+from ..layers.routing import route
 from ..task import AdversarialClassificationTask
 from ..timing import synchronize, timed_seconds
 from .console import attack_label
 from .loop import LossScaler, train_one_epoch, validate
 
-__all__ = ['RunBudget', 'count_budget', 'flop_counter', 'flops_per_pass', 'memory_in_use_bytes', 'peak_memory_bytes',
-           'plan_budget', 'plan_validation', 'reset_peak_memory', 'steps_per_epoch', 'validation_batches',
-           'write_budget']
+__all__ = ['RunBudget', 'attack_pass_seconds', 'count_budget', 'flop_counter', 'flops_per_pass', 'memory_in_use_bytes',
+           'peak_memory_bytes', 'plan_budget', 'plan_validation', 'reset_peak_memory', 'steps_per_epoch',
+           'training_pass_seconds', 'validation_batches', 'write_budget']
 
 Record = Dict[str, Union[str, int, float, None]]
 
@@ -176,15 +183,24 @@ class RunBudget:
         epochs: Epochs of the run.
         passes_per_image: The method's cost model, forward+backward passes per training image.
         flops_per_pass: FLOPs of one forward+backward of the model per image (`flops_per_pass`).
-        step_flops_per_image: FLOPs a real training step of the method counted, per loader image; None unless a step
-            was counted (`plan_budget`).
-        step_seconds: Seconds one measured training step took; None unless measured.
-        peak_memory_bytes: Peak memory of that step (see the module docstring); None unless measured.
+        step_flops_per_image: FLOPs a real training step of the method counts, per loader image (counted with the
+            attack cut short and extrapolated, `plan_budget`); None unless counted.
+        pass_seconds: Seconds of one forward+backward pass of the model per image, measured on a loader batch; None
+            unless measured.
+        timed_passes: The passes that measurement timed (one per row of the batch).
+        update_seconds: Seconds of one optimizer update, measured alone; None unless measured.
+        step_seconds: Seconds of one training step, projected: passes per image × rows × `pass_seconds` +
+            `update_seconds`; None unless measured.
+        peak_memory_bytes: Peak memory of a real step with the attack cut to one iteration (see the module
+            docstring); None unless measured.
         measured_epoch_seconds: Training seconds of each epoch a real run has finished so far.
         measured_peak_memory_bytes: Peak memory over those epochs; None before the first.
-        validation_epoch_seconds: Projected wall time of one epoch's validation at most, from a measured clean and
-            attacked batch (`plan_validation`); None unless measured.
+        validation_epoch_seconds: Projected wall time of one epoch's validation at most, from a clean batch and an
+            attack iteration measured (`plan_validation`); None unless measured.
         validation: What that validation runs, in words (batches, branches, attack).
+        validation_pass_seconds: Seconds of one pass of the model per image (a forward or a backward to the input) in
+            the validation attack's iteration, measured; None unless measured.
+        validation_timed_passes: The passes that measurement timed (a forward and a backward per row).
     """
 
     method: str
@@ -198,12 +214,17 @@ class RunBudget:
     passes_per_image: float
     flops_per_pass: float
     step_flops_per_image: Optional[float] = None
+    pass_seconds: Optional[float] = None
+    timed_passes: int = 0
+    update_seconds: Optional[float] = None
     step_seconds: Optional[float] = None
     peak_memory_bytes: Optional[int] = None
     measured_epoch_seconds: Tuple[float, ...] = field(default_factory=tuple)
     measured_peak_memory_bytes: Optional[int] = None
     validation_epoch_seconds: Optional[float] = None
     validation: str = ''
+    validation_pass_seconds: Optional[float] = None
+    validation_timed_passes: int = 0
 
     @property
     def steps_per_epoch(self) -> int:
@@ -227,8 +248,8 @@ class RunBudget:
 
     @property
     def projected_epoch_seconds(self) -> Optional[float]:
-        """Projected wall time of an epoch: the measured step × steps per process (the processes step together;
-        communication between them is not counted). The measured step includes an optimizer update, which gradient
+        """Projected wall time of an epoch: the projected step × steps per process (the processes step together;
+        communication between them is not counted). The step includes an optimizer update, which gradient
         accumulation makes only every ``--grad-accum-steps`` steps: there the projection is slightly high. None
         without a measured step."""
         return None if self.step_seconds is None else self.step_seconds * self.steps_per_epoch
@@ -300,16 +321,19 @@ class RunBudget:
         if self.step_flops_per_image is not None:
             ratio = self.step_flops_per_image / (self.passes_per_image * self.flops_per_pass)
             lines.append(('counted step', f'{_si(self.step_flops_per_image)}FLOP per image in a real step '
-                                          f'({ratio:.2f} x the cost model)'))
+                                          f'({ratio:.2f} x the cost model; its attack counted at 1 and 2 iterations '
+                                          f'and extrapolated)'))
         if self.step_seconds is not None:
             lines += [
-                ('peak memory', f'{_megabytes(self.peak_memory_bytes)} (measured step: {_PEAK_MEANING[self.device]})'),
-                ('step time', f'{self.step_seconds:.3f} s (measured step)'),
+                ('peak memory', f'{_megabytes(self.peak_memory_bytes)} (a real step with its attack cut to 1 '
+                                f'iteration, which holds no more: {_PEAK_MEANING[self.device]})'),
+                ('step time', f'{self.step_seconds:.3f} s ({self._step_projection()})'),
                 ('epoch time', f'{duration_text(self.projected_epoch_seconds)} (projection, training)'),
             ]
         if self.validation_epoch_seconds is not None:
-            lines.append(('validation', f'{duration_text(self.validation_epoch_seconds)} per epoch at most (projection: '
-                                        f'{self.validation}; every image attacked for all iterations)'))
+            lines.append(('validation', f'{duration_text(self.validation_epoch_seconds)} per epoch at most '
+                                        f'(projection: {self.validation}{self._attack_projection()}; every image '
+                                        f'attacked for all iterations)'))
         if self.step_seconds is not None:
             lines.append(('training time', f'{duration_text(self.projected_run_seconds)} (projection, {self.epochs} '
                                            f'epochs)'))
@@ -329,6 +353,21 @@ class RunBudget:
         width = max(len(name) for name, _ in lines[1:])
         head, *rest = lines
         return '\n'.join([f'{head[0]} ({head[1]})'] + [f'  {name:<{width}}  {text}' for name, text in rest])
+
+    def _step_projection(self) -> str:
+        """What the step time is projected from (once measured)."""
+        if self.pass_seconds is None or self.update_seconds is None:
+            return 'projection'
+        return (f'projection from {self.timed_passes:,} measured forward+backward passes of the model on '
+                f'{self.device}: {self.passes_per_image:g} passes x {self.batch_size} images x '
+                f'{seconds_text(self.pass_seconds)} + {seconds_text(self.update_seconds)} optimizer update')
+
+    def _attack_projection(self) -> str:
+        """What the attacked batches' time is projected from (once measured)."""
+        if self.validation_pass_seconds is None:
+            return ''
+        return (f'; attacked batches from {self.validation_timed_passes:,} measured passes of an attack iteration, '
+                f'{seconds_text(self.validation_pass_seconds)} per pass')
 
 
 # What the peak memory of each device type is.
@@ -376,6 +415,30 @@ def count_budget(
         flops_per_pass=flops_per_pass(task.attack_module(), input_shape))
 
 
+def _counted_flops(work: Callable[[], object]) -> int:
+    """FLOPs `work` computes, counted by `flop_counter`."""
+    with flop_counter() as counter:
+        work()
+    return counter.get_total_flops()
+
+
+def training_pass_seconds(model: nn.Module, input: torch.Tensor, amp_dtype: Optional[torch.dtype] = None,
+                          repeat: int = 1) -> float:
+    """Seconds of one training pass of `model` over the batch `input`, the papers' unit (`flops_per_pass`): forward in
+    train mode and backward to the parameters (their gradients made anew, as a step makes them), timed after an
+    untimed warm-up, the fastest of `repeat` calls (`timed_seconds`). The model trains its BN statistics on it.
+    """
+    model.train()
+
+    def one_pass() -> None:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(input.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            output = model(input)
+        output.float().sum().backward()  # any loss: the backward's cost does not depend on it
+
+    return timed_seconds(one_pass, input.device, warmup=1, repeat=repeat)
+
+
 def plan_budget(
         task: AdversarialClassificationTask,
         optimizer: torch.optim.Optimizer,
@@ -392,12 +455,22 @@ def plan_budget(
         loss_scaler: Optional[LossScaler] = None,
         repeat: int = 1,
 ) -> RunBudget:
-    """The run's budget (`count_budget`) with one training step measured on this device and projected to the run.
+    """The run's budget (`count_budget`) with its step measured on this device and projected to the run, the
+    training attack never run for more than two iterations (a plan of PGD-100000 costs what one of PGD-2 does).
 
-    Runs the training loop's own step (`train_one_epoch` on `batch`) three times: to warm up (kernels chosen,
-    optimizer state made, an attack's one-time work done), timed with its peak memory, and under `flop_counter`,
-    which counts the method's real FLOPs. The task, its model and `optimizer` have trained on `batch` afterwards: plan
-    in a run that stops here.
+    * Time: one training pass of the model over `batch` (`training_pass_seconds`) and the optimizer's update alone
+      are timed; a step is projected as the cost model's passes per image × the batch's rows × seconds per pass +
+      the update. The cost model counts an attack iteration as a whole pass (it computes no parameter gradients),
+      and clipping is not timed: for the attack-based methods the projection leans high.
+    * Memory: the peak of a real step (the training loop's own, `train_one_epoch` on `batch`) with the attack cut to
+      one iteration (`AdversarialClassificationTask.attack_steps_at_most`), after a warm-up step (kernels chosen,
+      optimizer state made, an attack's one-time work done): each iteration frees its graph before the next, so
+      more iterations hold no more memory.
+    * FLOPs: counted (`flop_counter`) on real steps with the attack cut to one and to two iterations, and
+      extrapolated to the attack's K: ``f(1) + (K - 1) * (f(2) - f(1))``, exact since every iteration computes the
+      same.
+
+    The task, its model and `optimizer` have trained on `batch` afterwards: plan in a run that stops here.
 
     Args:
         task: The built task, on its device, not wrapped for distributed training.
@@ -408,10 +481,11 @@ def plan_budget(
         world_size: Processes to project the run to, each on a device like this one.
         model_name: The model's name, for the record.
         amp_dtype, clip_grad, clip_mode, channels_last, loss_scaler: The run's, as `train_one_epoch` takes them.
-        repeat: Timed steps, the fastest taken (`timed_seconds`): more for a step too short to time once.
+        repeat: Timed calls of the pass and of the update, the fastest taken (`timed_seconds`): more for work too
+            short to time once.
     """
     input, _ = batch
-    device = input.device
+    device, rows = input.device, input.shape[0]
     budget = count_budget(task, input.shape, train_images=train_images, epochs=epochs, world_size=world_size,
                           model_name=model_name, device=device)
 
@@ -419,15 +493,41 @@ def plan_budget(
         train_one_epoch(0, task, [batch], optimizer, device, amp_dtype=amp_dtype, clip_grad=clip_grad,
                         clip_mode=clip_mode, channels_last=channels_last, log_interval=0, loss_scaler=loss_scaler)
 
-    step()
-    synchronize(device)
-    reset_peak_memory(device)
-    seconds = timed_seconds(step, device, repeat=repeat)
-    peak = peak_memory_bytes(device)
-    with flop_counter() as counter:
+    iterations = task.attack_steps
+    with task.attack_steps_at_most(1):
         step()
-    return replace(budget, step_flops_per_image=counter.get_total_flops() / input.shape[0], step_seconds=seconds,
+        synchronize(device)
+        reset_peak_memory(device)
+        step()
+        synchronize(device)
+        peak = peak_memory_bytes(device)
+        flops = _counted_flops(step)
+    if iterations > 1:
+        with task.attack_steps_at_most(2):
+            flops += (iterations - 1) * (_counted_flops(step) - flops)
+    if channels_last:
+        input = input.contiguous(memory_format=torch.channels_last)
+    pass_seconds = training_pass_seconds(task.attack_module(), input, amp_dtype, repeat) / rows
+    update_seconds = timed_seconds(optimizer.step, device, repeat=repeat)
+    return replace(budget, step_flops_per_image=flops / rows, pass_seconds=pass_seconds, timed_passes=rows,
+                   update_seconds=update_seconds,
+                   step_seconds=budget.passes_per_image * rows * pass_seconds + update_seconds,
                    peak_memory_bytes=peak)
+
+
+def attack_pass_seconds(model: nn.Module, attack: Attack, batch: Tuple[torch.Tensor, torch.Tensor],
+                        repeat: int = 1) -> float:
+    """Seconds of one pass of `model` per image in an iteration of `attack` on `batch`: a forward and a backward to
+    the input, in the attack's own context (its BN mode, BN folded as it folds it, its autocast), timed after an
+    untimed warm-up, the fastest of `repeat` calls; an iteration makes 2 passes per row."""
+    input, target = batch
+
+    def timed(net: nn.Module, x: torch.Tensor, y: torch.Tensor, targets: Optional[torch.Tensor]) -> float:
+        goal = y if targets is None else targets
+        return timed_seconds(lambda: input_gradient(net, x, goal, cross_entropy_per_sample, attack.autocast_dtype),
+                             x.device, warmup=1, repeat=repeat)
+
+    return attack.call_in_context(model, input, target, None, timed) / (2 * input.shape[0])
 
 
 @torch.no_grad()
@@ -447,15 +547,18 @@ def plan_validation(
         channels_last: bool = False,
         repeat: int = 1,
 ) -> RunBudget:
-    """`budget` with the validation each epoch runs measured on this device and projected to the run.
+    """`budget` with the validation each epoch runs projected to the run from what it takes on this device, the
+    validation attack never run (a plan of PGD-100000 costs what one of PGD-1 does).
 
-    Validates one clean and one attacked batch as the epoch loop does (`validate`, every branch) to warm up, then
-    each of them alone, timed; an epoch's validation is their times × the batches of each per process (on the
-    budget's ``world_size`` processes), × the models validated (the EMA is validated like the model).
+    The clean batch is validated as the epoch loop validates it (`validate`, every branch), timed; an attacked batch
+    is projected from one iteration of the attack on the robust batch (`attack_pass_seconds`): its K iterations and
+    the score make K + 1 forwards and K backwards per image (as the evaluation's plan counts PGD), on each branch.
+    An epoch's validation is their times × the batches of each per process (on the budget's ``world_size``
+    processes), × the models validated (the EMA is validated like the model).
 
     The validation attack stops on each image at its first fooling iterate, so its cost grows as the model learns
-    (an untrained model is fooled at once): the attacked batch is timed with every image attacked for all the
-    iterations, the cost of a model no image of which is fooled, and the projection is an upper bound.
+    (an untrained model is fooled at once): the projection counts every image attacked for all the iterations, the
+    cost of a model no image of which is fooled, an upper bound.
 
     Args:
         budget: The run's budget (`plan_budget`), on the same device.
@@ -472,23 +575,24 @@ def plan_validation(
         repeat: Timed calls of each, the fastest taken (`timed_seconds`).
     """
     device = clean_batch[0].device
-
-    def seconds(clean: List[Tuple[torch.Tensor, torch.Tensor]],
-                robust: List[Tuple[torch.Tensor, torch.Tensor]]) -> float:
-        return timed_seconds(lambda: validate(model, clean, device, attack, robust_loader=robust, branches=branches,
-                                              amp_dtype=amp_dtype, channels_last=channels_last), device,
-                             repeat=repeat)
-
-    if getattr(attack, 'best_iterate', False):
-        attack = copy.copy(attack)
-        attack.best_iterate = False  # no image leaves the attack early
-    seconds([clean_batch], [robust_batch])
+    clean = timed_seconds(lambda: validate(model, [clean_batch], device, attack, robust_loader=[], branches=branches,
+                                           amp_dtype=amp_dtype, channels_last=channels_last), device, warmup=1,
+                          repeat=repeat)
+    input, target = robust_batch
+    if channels_last:
+        input = input.contiguous(memory_format=torch.channels_last)
+    module = unwrap_model(model).eval()
+    with route(module, branches[0]):
+        pass_seconds = attack_pass_seconds(module, attack, (input, target), repeat)
+    passes = 2 * getattr(attack, 'steps', 1) + 1
+    attacked = len(branches) * passes * input.shape[0] * pass_seconds
     clean_batches = validation_batches(val_images, batch_size, budget.world_size)
     robust_batches = validation_batches(robust_images, batch_size, budget.world_size)
-    per_epoch = models * (seconds([clean_batch], []) * clean_batches + seconds([], [robust_batch]) * robust_batches)
+    per_epoch = models * (clean * clean_batches + attacked * robust_batches)
     what = (f'{clean_batches:,} clean + {robust_batches:,} attacked batches of {batch_size} per process, '
             f'{attack_label(attack)}, {len(branches)} branch(es)' + (', model and EMA' if models > 1 else ''))
-    return replace(budget, validation_epoch_seconds=per_epoch, validation=what)
+    return replace(budget, validation_epoch_seconds=per_epoch, validation=what, validation_pass_seconds=pass_seconds,
+                   validation_timed_passes=2 * input.shape[0])
 
 
 def write_budget(path: Union[str, Path], budget: RunBudget) -> None:

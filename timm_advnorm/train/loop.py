@@ -1,5 +1,6 @@
 """One training epoch and one validation pass, shared by every method (the loop never branches on the method), and
 the divergence guard: no optimizer step on a non-finite loss or gradient, no checkpoint of non-finite state."""
+import copy
 import logging
 import math
 import time
@@ -13,6 +14,7 @@ import torch.nn as nn
 from timm.utils import AverageMeter, dispatch_clip_grad, reduce_tensor
 from timm.utils.model import unwrap_model
 
+from ..attacks import AttackProgress
 from ..attacks.base import Attack
 from ..layers.routing import route
 from ..messages import some_names
@@ -388,6 +390,42 @@ def _top1_correct(model: nn.Module, loader: Iterable, device: torch.device, amp_
     return correct, seen
 
 
+class _AttackTicks:
+    """Advances a validation bar through an attacked batch: one pass per iteration the attack reports done
+    (`AttackProgress`), with where it is in the bar's postfix, and the batch's remaining passes once it is scored, so
+    that a long attack moves the bar instead of holding it for the whole batch.
+
+    Args:
+        bar: The validation bar (a disabled one ignores it all).
+        passes: Passes of an attacked batch (`_attacked_batch_passes`).
+        what: The bar's postfix while the attacked batches run (``attacked (adv branch)``).
+    """
+
+    def __init__(self, bar: Any, passes: int, what: str):
+        self.bar, self.passes, self.what = bar, passes, what
+        self.done = 0
+
+    def __call__(self, event: AttackProgress) -> None:
+        if event.done > self.done:
+            self.bar.update(event.done - self.done)
+            self.done = event.done
+        self.bar.set_postfix_str(f'{self.what} | {event.text()}', refresh=False)  # drawn with the next update
+
+    def batch_done(self) -> None:
+        """The batch is scored: the bar gets the passes its attack did not report (the final forward, the
+        iterations an attack that stopped early did not run)."""
+        self.bar.update(self.passes - self.done)
+        self.done = 0
+
+
+def _reporting_to(attack: Attack, ticks: _AttackTicks) -> Attack:
+    """A copy of `attack` (options and random stream shared) that reports its progress to `ticks`; the run's own
+    attack is left as it is."""
+    attack = copy.copy(attack)
+    attack.progress = ticks
+    return attack
+
+
 def _attacked_batch_passes(attack: Attack) -> int:
     """Passes of the model over an attacked batch, in units of a clean batch's forward: the attack's iterations (a
     forward and an input-gradient backward each) and the final forward; what the validation bar counts."""
@@ -417,7 +455,8 @@ def validate(
     Args:
         progress: Show a progress bar (titled `desc`) with an ETA over the whole validation, counted in model passes
             over a batch: one per clean batch, the attack's iterations + 1 per attacked one, so that the rate the ETA
-            comes from holds, roughly, across both.
+            comes from holds, roughly, across both. The attack reports each iteration to it (`_AttackTicks`): a long
+            attack advances the bar within its batch and shows where it is.
     """
     model = unwrap_model(model)
     model.eval()
@@ -434,8 +473,10 @@ def validate(
                 counts.extend(_top1_correct(model, loader, device, amp_dtype, channels_last,
                                             on_batch=lambda: bar.update(1)))
                 bar.set_postfix_str('attacked' + which)
-                counts.extend(_top1_correct(model, robust_loader, device, amp_dtype, channels_last, attack,
-                                            on_batch=lambda: bar.update(attacked_passes)))
+                ticks = _AttackTicks(bar, attacked_passes, 'attacked' + which)
+                counts.extend(_top1_correct(model, robust_loader, device, amp_dtype, channels_last,
+                                            _reporting_to(attack, ticks) if progress else attack,
+                                            on_batch=ticks.batch_done))
     totals = torch.tensor(counts, dtype=torch.float64, device=device)
     if distributed:
         dist.all_reduce(totals)
