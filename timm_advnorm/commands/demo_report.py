@@ -8,11 +8,11 @@ report says first, in bold, that its numbers mean nothing about robustness.
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-import yaml
-
 from ..attacks.space import InputSpace
 from ..eval.describe import describe_attack
 from ..eval.schema import EvalResults, read_results
+from ..messages import read_utf8
+from ..strict_yaml import load_yaml
 from ..task.options import used_options
 from ..task.training_attack import TRAINING_ATTACK_OPTIONS, TrainingAttackOptions
 from ..train.run_folder import BUDGET_FILE
@@ -30,8 +30,9 @@ PLOT_DIR = 'plots'
 
 
 def _read_yaml(path: Path) -> Dict[str, Any]:
-    """The mapping a YAML record of a run holds (empty when the file is missing)."""
-    return (yaml.safe_load(path.read_text(encoding='utf-8')) or {}) if path.is_file() else {}
+    """The mapping a YAML record of a run holds (empty when the file is missing), read as every YAML file is
+    (`strict_yaml.load_yaml`: a duplicate key or a recursive anchor is an error naming the file)."""
+    return (load_yaml(read_utf8(path), str(path)) or {}) if path.is_file() else {}
 
 
 def _plural(count: int, noun: str) -> str:

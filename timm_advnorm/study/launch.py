@@ -85,6 +85,7 @@ def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, tim
                          f'{duration_text(cell_time.validation)} validation, {duration_text(cell_time.evaluation)} '
                          f'evaluation (projected here, compute only)')
         sys.stdout.write('\n'.join(lines) + '\n')
+        sys.stdout.flush()  # a plan times each grid point: show each cell as it is done, not at the end
     sys.stdout.write(f'{len(cells)} cells: {total_passes:,.0f} forward+backward passes, {total_flops:.3g} FLOPs in all '
                      f'(training; evaluation not counted)\n')
     if timed:
