@@ -13,8 +13,8 @@ from timm_advnorm.eval.build import build_protocol
 from timm_advnorm.eval.options import AttackOptions
 from timm_advnorm.eval.plan import build_plan
 from timm_advnorm.eval.protocols import (
-    PROTOCOLS, STANDARDIZED_RULES, get_protocol, override_protocol, resolve_eps, resolve_protocol, scalar_std,
-    stepping)
+    PROTOCOLS, STANDARDIZED_RULES, get_protocol, override_protocol, protocol_from_attacks, resolve_eps,
+    resolve_protocol, scalar_std, stepping, with_paper_budgets)
 from timm_advnorm.eval.schema import AttackResult
 from timm_advnorm.eval.stages import EvalContext, build_attack
 from timm_advnorm.models.galloway_mlp import MNIST_MEAN, MNIST_STD
@@ -138,3 +138,14 @@ def test_results_name_the_rule_the_std_and_the_0_255_budget():
            "0.3081), " in l2.describe()
     unrecorded = {key: value for key, value in entry.items() if key not in ('eps_standardized', 'input_std')}
     assert '(sign step), ε in units of the standardized input, ' in AttackResult.from_dict(unrecorded).describe()
+
+
+@pytest.mark.parametrize('attacks, said', [
+    (('bim-linf',), "Attacks bim-linf. bim-linf: eps=0.03 of the standardized input (Galloway et al.'s, as in "
+                    "galloway)."),
+    (('pgd', 'bim-linf'), "Attacks pgd, bim-linf. pgd at eps=16. bim-linf: eps=0.03 of the standardized input "
+                          "(Galloway et al.'s, as in galloway)."),
+])
+def test_an_attack_list_says_the_budget_each_attack_runs_at(attacks, said):
+    protocol = with_paper_budgets(protocol_from_attacks(attacks, eps=16.0))
+    assert protocol.description == said

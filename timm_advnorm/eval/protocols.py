@@ -573,8 +573,11 @@ def with_paper_budgets(protocol: Protocol) -> Protocol:
     if specs == protocol.attacks:
         return protocol
     names = ', '.join(spec.label for spec in specs if spec.attack in paper)
-    return replace(protocol, attacks=specs, description=f'{protocol.description} {names}: eps=0.03 of the '
-                                                        f"standardized input (Galloway et al.'s, as in galloway).")
+    kept = [spec for spec in specs if spec.attack not in paper and spec.threat != 'noise']
+    budgets = [f'{", ".join(spec.label for spec in kept)} at eps={kept[0].eps:g}.'] if kept else []
+    description = ' '.join([f'Attacks {", ".join(spec.label for spec in specs)}.', *budgets,
+                            f"{names}: eps=0.03 of the standardized input (Galloway et al.'s, as in galloway)."])
+    return replace(protocol, attacks=specs, description=description)
 
 
 def _takes(spec: AttackSpec, option: str) -> bool:
