@@ -15,6 +15,8 @@ failed write is reported.
   and the reason in words, and what was kept (`WriteError`, `reported_write`, `os_error_cause`), not a library's
   traceback about a truncated archive nor a raw ``[Errno N]``. torch's archive writer and safetensors report a failed
   write in their own exceptions, which `library_write_error` recognizes.
+* A file is written whole or not at all (`atomic_write`): into a hidden temporary file beside it, then renamed over
+  it in one step, so a reader sees the old file or the new one, never half of one.
 """
 import errno
 import json
@@ -24,17 +26,19 @@ import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Union
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 from safetensors import SafetensorError
 
 from .messages import some_names
 
-__all__ = ['EXPORT_MANIFEST', 'WriteError', 'check_creatable', 'check_folder_name', 'check_folder_writable',
-           'check_names', 'check_replaceable', 'check_write_target', 'existing_ancestor', 'library_write_error',
-           'os_error_cause', 'reported_write', 'write_manifest']
+__all__ = ['EXPORT_MANIFEST', 'WriteError', 'atomic_write', 'check_creatable', 'check_folder_name',
+           'check_folder_writable', 'check_names', 'check_replaceable', 'check_write_target', 'existing_ancestor',
+           'library_write_error', 'new_temp_file', 'os_error_cause', 'reported_write', 'temp_name', 'write_manifest',
+           'written_temp']
 
 PathLike = Union[str, Path]
+Writer = Callable[[Path], None]
 
 #: The file an export folder holds to say the package wrote it, and which files it wrote.
 EXPORT_MANIFEST = '.timm-advnorm-export.json'
@@ -329,3 +333,51 @@ def reported_write(path: PathLike, kept: str = '') -> Iterator[None]:
         if failure is None:
             raise
         raise WriteError(path, failure, kept) from e
+
+
+def temp_name(path: Path) -> str:
+    """The name `path` is written under before it is renamed into place: hidden, random, same suffix."""
+    return f'.{path.name}.{secrets.token_hex(6)}{path.suffix}'
+
+
+def new_temp_file(path: Path) -> Path:
+    """Create an empty, uniquely named hidden file next to `path` and return its path.
+
+    Created with mode 0666 so the umask applies, as with ``open()``: the file then has the permissions any other
+    file the user writes has (`tempfile.mkstemp` always gives 0600, which would make results unreadable to others).
+    """
+    while True:
+        tmp = path.with_name(temp_name(path))
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:  # a 48-bit name collision: draw another
+            continue
+
+
+def written_temp(path: Path, write: Writer) -> Path:
+    """A temporary file next to `path` (its folders created) holding what ``write(tmp)`` wrote; removed on failure."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = new_temp_file(path)
+    try:
+        write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_write(path: PathLike, write: Writer) -> None:
+    """Call ``write(tmp_path)`` on a temporary file next to `path`, then rename it over `path` in one step.
+
+    Replaces an existing `path`. The file gets the permissions ``open()`` would give it (0666 less the umask). An OS
+    error (a full disk) is a `WriteError` naming `path`, which is left as it was.
+    """
+    path = Path(path)
+    with reported_write(path, 'the previous file is intact' if path.exists() else ''):
+        tmp = written_temp(path, write)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise

@@ -14,10 +14,11 @@ there becomes part of what the user gave as input (a cache that would land under
 in the run folder: evaluation has none, and a second run of the same data (another method, a study's next cell)
 should find the first's verdicts.
 
-Safety: the file is written to a temporary file beside it and renamed over it in one step, so a reader sees an old or
-a new cache, never half of one; of a distributed run only rank 0 writes (the ranks have gathered every verdict
-first), and two jobs writing at once lose at most the other's additions, which are decoded again. A damaged,
-truncated or foreign file (another root or mode, another format) is ignored with one warning line and rebuilt.
+Safety: the file is written atomically (`write_guard.atomic_write`: a temporary file beside it, renamed over it in
+one step), so a reader sees an old or a new cache, never half of one; of a distributed run only rank 0 writes (the
+ranks have gathered every verdict first), and two jobs writing at once lose at most the other's additions, which are
+decoded again. A damaged, truncated or foreign file (another root or mode, another format) is ignored with one
+warning line and rebuilt.
 
 Limits, as for make's and rsync's size+time checks: a file replaced by another of the same size whose modification
 time is the same (within the file system's time granularity, or set back on purpose, e.g. ``touch -r`` or
@@ -30,12 +31,12 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import zlib
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
 
 from ..usage import one_line
+from ..write_guard import atomic_write, os_error_cause
 from .rendered import default_cache_root
 
 __all__ = ['DecodeCache', 'Verdict', 'RACY_SECONDS', 'decode_cache_folder', 'file_stamp']
@@ -127,19 +128,16 @@ class DecodeCache:
         record = dict(format=_FORMAT, root=self.root, input_img_mode=self.mode, files=names,
                       sizes=[updated[name][0] for name in names], mtime_ns=[updated[name][1] for name in names],
                       errors={name: updated[name][2] for name in names if updated[name][2]})
-        tmp = None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f'.{self.path.name}-', suffix='.tmp')
-            with os.fdopen(handle, 'wb') as raw, gzip.GzipFile(fileobj=raw, mode='wb',
-                                                               compresslevel=_GZIP_LEVEL, mtime=0) as out:
+
+        def write(tmp: Path) -> None:
+            with gzip.GzipFile(tmp, mode='wb', compresslevel=_GZIP_LEVEL, mtime=0) as out:
                 out.write(json.dumps(record, separators=(',', ':')).encode())
-            os.replace(tmp, self.path)
-        except OSError as e:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
+
+        try:
+            atomic_write(self.path, write)
+        except OSError as e:  # a `WriteError`: the cache file is left as it was
             _logger.warning('Could not write the decode-check cache %s (%s); the next run decodes these images again.',
-                            self.path, one_line(e, 200))
+                            self.path, os_error_cause(e))
             return
         self.verdicts = updated
 

@@ -31,9 +31,10 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from ..write_guard import check_folder_writable, check_names, reported_write
+from ..write_guard import (
+    Writer, atomic_write, check_folder_writable, check_names, reported_write, temp_name, written_temp)
 from .schema import EvalResults
 
 __all__ = ['OutputFiles', 'kept_name', 'check_writable', 'atomic_write', 'write_json',
@@ -50,27 +51,6 @@ _COPIED = ('threat', 'norm', 'eps_rule', 'step_rule', 'steps', 'queries', 'targe
 _NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 
 PathLike = Union[str, Path]
-Writer = Callable[[Path], None]
-
-
-def _temp_name(path: Path) -> str:
-    """The name `path` is written under before it is renamed into place: hidden, random, same suffix."""
-    return f'.{path.name}.{secrets.token_hex(6)}{path.suffix}'
-
-
-def _new_temp_file(path: Path) -> Path:
-    """Create an empty, uniquely named hidden file next to `path` and return its path.
-
-    Created with mode 0666 so the umask applies, as with ``open()``: the file then has the permissions any other
-    file the user writes has (`tempfile.mkstemp` always gives 0600, which would make results unreadable to others).
-    """
-    while True:
-        tmp = path.with_name(_temp_name(path))
-        try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            return tmp
-        except FileExistsError:  # a 48-bit name collision: draw another
-            continue
 
 
 def check_writable(path: PathLike, overwrite: bool) -> None:
@@ -84,41 +64,12 @@ def check_writable(path: PathLike, overwrite: bool) -> None:
         ValueError: `path` is a folder, or its folder cannot be written.
     """
     path = Path(path)
-    check_names(path, reserve=len(os.fsencode(_temp_name(path))) - len(os.fsencode(path.name)))
+    check_names(path, reserve=len(os.fsencode(temp_name(path))) - len(os.fsencode(path.name)))
     if path.is_dir():
         raise ValueError(f'cannot write {path}: it is a folder.')
     if path.exists() and not overwrite:
         raise FileExistsError(f'{path} exists; pass --overwrite to replace it.')
     check_folder_writable(path.parent)
-
-
-def _written_temp(path: Path, write: Writer) -> Path:
-    """A temporary file next to `path` (its folders created) holding what ``write(tmp)`` wrote; removed on failure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _new_temp_file(path)
-    try:
-        write(tmp)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def atomic_write(path: PathLike, write: Writer) -> None:
-    """Call ``write(tmp_path)`` on a temporary file next to `path`, then rename it over `path` in one step.
-
-    Replaces an existing `path` (see `OutputFiles` for files that must not replace another's). The file gets the
-    permissions ``open()`` would give it (0666 less the umask). An OS error (a full disk) is a `WriteError` naming
-    `path`, which is left as it was.
-    """
-    path = Path(path)
-    with reported_write(path, 'the previous file is intact' if path.exists() else ''):
-        tmp = _written_temp(path, write)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
 
 def _link_new(tmp: Path, path: Path) -> None:
@@ -176,7 +127,7 @@ class OutputFiles:
         """
         path = Path(path)
         with reported_write(path, 'no existing file was replaced'):
-            tmp = _written_temp(path, write)
+            tmp = written_temp(path, write)
             try:
                 return self._publish_temp(tmp, path)
             finally:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from ..messages import read_utf8
+from ..write_guard import atomic_write
 from .findings import format_paper_value, is_loss, number_digits, summarize_verdicts
 from .spec import load_study
 from .table import SPREADS, metric_title
@@ -136,5 +137,5 @@ def update_document(path: Path, record_root: Path, check: bool = False) -> List[
 
     updated = BLOCK.sub(fill, text)
     if changed and not check:
-        path.write_text(updated)
+        atomic_write(path, lambda tmp: tmp.write_text(updated))
     return changed

@@ -17,6 +17,7 @@ import timm
 import torch
 
 from ..messages import read_utf8
+from ..write_guard import atomic_write
 
 __all__ = ['PROVENANCE_FILE', 'code_commit', 'machine', 'record_invocation']
 
@@ -76,7 +77,5 @@ def record_invocation(study_dir: Path, commit: str, command: str, started: float
     record = {'commit': first['commit'], 'command': first['command'], 'started': first['started'],
               'wall_s': round(sum(i['wall_s'] for i in invocations), 1), 'machine': first['machine'],
               'invocations': invocations}
-    partial = path.with_name(f'.{path.name}.partial')
-    partial.write_text(json.dumps(record, indent=2) + '\n')
-    os.replace(partial, path)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=2) + '\n'))
     return record

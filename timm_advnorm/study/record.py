@@ -5,10 +5,10 @@ and seed; ``grid.csv``: the grid points pooled; ``findings.csv``; ``ratios.csv``
 ``provenance.json`` to ``docs/results/NAME/S/``, where they are committed: every number a page quotes about the
 study is read from these files (`timm_advnorm.study.document`), never typed into prose.
 """
-import os
 import shutil
 from pathlib import Path
 
+from ..write_guard import atomic_write
 from .provenance import PROVENANCE_FILE
 
 __all__ = ['RECORDED_FILES', 'record_study']
@@ -25,9 +25,7 @@ def record_study(study_dir: Path, target: Path) -> Path:
     for name in RECORDED_FILES:
         source, destination = study_dir / name, target / name
         if source.is_file():
-            partial = destination.with_name(f'.{name}.partial')
-            shutil.copyfile(source, partial)
-            os.replace(partial, destination)
+            atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))
         elif destination.is_file():
             destination.unlink()
     return target
