@@ -56,7 +56,8 @@ def _time_summary(cells: Sequence[Cell], projected: Dict[str, CellTime]) -> str:
         return line + ('; loading and decoding images, checkpoints and starting each command are not counted (no '
                        'cell has run here yet to measure them).\n')
     ratio, count = factor
-    ran = f'the {count} cells run here took {ratio:.2f}x their' if count > 1 else f'the cell run here took {ratio:.2f}x its'
+    ran = (f'the {count} cells run here took {ratio:.2f}x their' if count > 1
+           else f'the cell run here took {ratio:.2f}x its')
     return line + f'; {ran} projection (data, checkpoints, start-up), so {duration_text(seconds * ratio)} in all.\n'
 
 
@@ -69,10 +70,10 @@ def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, tim
     for cell in cells:
         key = tuple(cell.labels.items())
         if key not in budgets:
-            budgets[key] = plan_cell_budget(commands.train_options(cell.train_argv), world_size=world_size)
+            train_options = commands.train_options(cell.train_argv)
+            budgets[key] = plan_cell_budget(train_options, world_size=world_size)
             if timed:
-                times[key] = time_cell(commands.train_options(cell.train_argv),
-                                       commands.validate_options(cell.validate_argv), world_size)
+                times[key] = time_cell(train_options, commands.validate_options(cell.validate_argv), world_size)
         budget = budgets[key]
         total_passes += budget.passes_total
         total_flops += budget.flops_total
