@@ -25,7 +25,7 @@ from timm_advnorm.commands.deepaugment import run as run_generate
 from timm_advnorm.eval import state as state_module
 from timm_advnorm.commands.validate import run as run_validate
 from timm_advnorm.eval.state import EvalState
-from timm_advnorm.hub import export as export_module
+from timm_advnorm.weights import export as export_module
 from timm_advnorm.commands.publish import run as run_publish
 from timm_advnorm.train.checkpoint_saver import SafeCheckpointSaver
 from timm_advnorm.commands.train import run as run_train

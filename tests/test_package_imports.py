@@ -43,26 +43,28 @@ def test_every_public_name_resolves_and_loads_its_module():
         "tasks=timm_advnorm.list_tasks())")
     assert result['out']['missing'] == [] and result['out']['listed'] == []
     assert result['out']['tasks'][:2] == ['vanilla', 'madry']
-    assert 'timm_advnorm.task' in result['modules'] and 'timm_advnorm.hub.loading' in result['modules']
-    assert not any(m.startswith(('timm_advnorm.train', 'timm_advnorm.eval')) for m in result['modules'])
+    assert 'timm_advnorm.task' in result['modules'] and 'timm_advnorm.weights.loading' in result['modules']
+    assert not any(m.startswith(('timm_advnorm.train', 'timm_advnorm.eval', 'timm_advnorm.hub'))
+                   for m in result['modules'])
 
 
 def test_an_unknown_name_is_an_attribute_error():
     import timm_advnorm
     with pytest.raises(AttributeError, match="module 'timm_advnorm' has no attribute 'load_weight'"):
         timm_advnorm.load_weight
-    from timm_advnorm import hub
-    with pytest.raises(AttributeError, match="module 'timm_advnorm.hub' has no attribute 'EvalResults'"):
-        hub.EvalResults
 
 
-def test_hub_loading_does_not_load_evaluation_training_or_the_parsers():
-    result = _loaded_after('import timm_advnorm.hub')
-    assert _upper(result['modules']) == ['timm_advnorm.hub'] + sorted(
-        f'timm_advnorm.hub.{m}' for m in ('checkpoint', 'export', 'loading'))
-    publishing = _loaded_after('import timm_advnorm.hub\nout = timm_advnorm.hub.CardFacts.__module__')
-    assert publishing['out'] == 'timm_advnorm.hub.card' and 'timm_advnorm.eval.schema' in publishing['modules']
-    assert not [m for m in publishing['modules'] if m.startswith('timm_advnorm.commands')]
+def test_weights_load_nothing_above_the_models():
+    result = _loaded_after('import timm_advnorm.weights')
+    assert _upper(result['modules']) == []
+
+
+def test_hub_is_publishing_over_evaluation_and_re_exports_the_weights():
+    result = _loaded_after('import timm_advnorm.hub\n'
+                           'out = [timm_advnorm.hub.CardFacts.__module__, timm_advnorm.hub.load_weights.__module__]')
+    assert result['out'] == ['timm_advnorm.hub.card', 'timm_advnorm.weights.loading']
+    assert 'timm_advnorm.eval.schema' in result['modules']
+    assert not [m for m in result['modules'] if m.startswith(('timm_advnorm.commands', 'timm_advnorm.study'))]
 
 
 def test_a_plug_in_method_registered_through_the_package_is_a_training_method():

@@ -19,8 +19,8 @@ __version__ = '0.1.0'
 
 #: Public names loaded on first use, by the submodule that defines them.
 _LAZY_NAMES = {
-    'create_model_from_name_or_checkpoint': 'hub',
-    'load_weights': 'hub',
+    'create_model_from_name_or_checkpoint': 'weights',
+    'load_weights': 'weights',
     'create_task': 'task',
     'list_tasks': 'task',
     'register_task': 'task',

@@ -121,7 +121,7 @@ def check_pretrained_option(model_name: str, num_classes: Optional[int], reset_c
     Raises:
         ValueError: A one-line message naming the options to change.
     """
-    from .hub.loading import has_pretrained_weights, pretrained_num_classes
+    from .weights.loading import has_pretrained_weights, pretrained_num_classes
 
     if not has_pretrained_weights(model_name):
         raise ValueError(f'--pretrained: {model_name} has no pretrained weights (timm registers none for it); drop '

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..hub.checkpoint import check_finite_weights, load_weights_file, strip_wrapper_prefixes
+from ..weights.checkpoint import check_finite_weights, load_weights_file, strip_wrapper_prefixes
 from ..messages import counted_names, shape_text
 from .deepaugment_nets import CAE, EDSR, DeepAugmentRng
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..convert import convert_fast_advprop, convert_nofrost, convert_tensorpack_resnet
-from ..hub.export import check_folder_target
+from ..weights.export import check_folder_target
 from ..write_guard import check_write_target
 from .parser import ArgumentParser, run_cli
 

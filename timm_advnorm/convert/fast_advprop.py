@@ -18,7 +18,7 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import timm
 import torch
 
-from ..hub.checkpoint import load_weights_file, strip_wrapper_prefixes
+from ..weights.checkpoint import load_weights_file, strip_wrapper_prefixes
 from ..layers import ADV_BN_KEY, branch_state_dict
 from .common import create_target, load_exactly, provenance, save_converted
 

@@ -18,7 +18,7 @@ from typing import Dict, Mapping, Optional, Union
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from ..hub.checkpoint import load_weights_file, strip_wrapper_prefixes
+from ..weights.checkpoint import load_weights_file, strip_wrapper_prefixes
 from ..messages import counted_names
 from .common import create_target, load_exactly, provenance, save_converted
 

@@ -33,7 +33,7 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ..hub.checkpoint import file_format, zip_members
+from ..weights.checkpoint import file_format, zip_members
 from ..layers.tf_same_padding import use_tf_same_padding
 from ..messages import counted_names
 from .common import create_target, load_exactly, provenance, save_converted

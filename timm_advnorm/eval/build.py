@@ -24,8 +24,8 @@ from ..data import SPLIT_SYNONYMS, builtin_dataset, is_folder_dataset, resolve_d
 from ..data.folders import check_num_classes, scan_image_folder
 from ..data.preprocessing import check_input_channels, check_input_size, explicit_preprocessing
 from ..data.readable import checked_indices
-from ..hub import create_model_from_name_or_checkpoint, split_source
-from ..hub.digest import branch_digests, state_dict_digest
+from ..weights import create_model_from_name_or_checkpoint, split_source
+from ..weights.digest import branch_digests, state_dict_digest
 from ..usage import AMP_DTYPES, check_pretrained_option, one_line
 from .bn_stats import collect_bn_stats
 from .data import seeded_subset
@@ -286,7 +286,7 @@ class EvalSetup:
         bn_stats: The model's clean and adversarial BN statistics (empty without mixture BN).
         runs: The data runs, the evaluation data (or the set the protocol runs on) first.
         state: The resumable state file, with ``--resume-state``.
-        weights_digest: Digest of the evaluated weights (`timm_advnorm.hub.digest.state_dict_digest`).
+        weights_digest: Digest of the evaluated weights (`timm_advnorm.weights.digest.state_dict_digest`).
         branch_weights_digests: Digest of each mixture-BN branch as a plain-BN model (empty without mixture BN).
     """
 

@@ -12,7 +12,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tup
 
 import torch.nn as nn
 
-from ..hub.checkpoint import MODEL_CONFIG_ARG, recorded_training_args
+from ..weights.checkpoint import MODEL_CONFIG_ARG, recorded_training_args
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG
 

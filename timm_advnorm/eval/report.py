@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from ..hub import split_source
+from ..weights import split_source
 from ..write_guard import check_write_target
 from .distributed import DistributedInfo
 from .ood import OOD_DATASETS

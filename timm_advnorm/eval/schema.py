@@ -628,7 +628,7 @@ class EvalResults(_Record):
         warnings: Failed checks that void the numbers, worst first, for a reader to see before them.
         model: The evaluated architecture.
         checkpoint: The checkpoint as given (empty without one).
-        weights_digest: SHA-256 of the evaluated weights (`timm_advnorm.hub.digest`): publishing checks that the
+        weights_digest: SHA-256 of the evaluated weights (`timm_advnorm.weights.digest`): publishing checks that the
             results describe the weights it exports. None in results written before it was recorded.
         branch_weights_digests: For a mixture-BN model, the digest of each branch as a plain-BN model (what
             ``--branch`` exports); None (not written) for other models.

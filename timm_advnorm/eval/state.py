@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 import torch
 
-from ..hub.digest import tensors_digest
+from ..weights.digest import tensors_digest
 from ..write_guard import check_creatable, check_names, reported_write
 from .records import Record
 from .results import atomic_write

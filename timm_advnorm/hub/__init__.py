@@ -1,38 +1,16 @@
-"""Hugging Face Hub publishing and loading: read any checkpoint, load it loudly, export it deployably.
+"""Hugging Face Hub: publish evaluated runs, and (re-exported from `timm_advnorm.weights`) load and export weights.
 
-Loading (what ``train_adv.py`` and ``validate_adv.py`` use):
-
-* `create_model_from_name_or_checkpoint(model_name, checkpoint, pretrained=..., ema=..., branch=...)`;
-* `load_weights(model, source, ema=False, strict=True, branch=None)`;
-
-where a source is a ``train_adv.py`` checkpoint, a state dict (``.pth``/``.safetensors``), an export folder,
-``local-dir:PATH`` or ``hf-hub:org/name``. Exports load with ``timm.create_model('hf-hub:org/name',
-pretrained=True)`` (after ``import timm_advnorm`` for this plugin's architectures); a whole mixture-BN export comes
-back routed to the inference branch its ``config.json`` records (``model_args.inference_branch``).
-
-Publishing: ``timm-advnorm-publish`` (see `timm_advnorm.hub.publish`). Publishing sits above evaluation: the card
-(`card`) states a ``timm-advnorm-validate`` results file read by the evaluation's schema (`results`), while evaluation
-and training load their weights here. So this package imports only its loading modules; the card's and the results'
-names load on first use (PEP 562), and importing `timm_advnorm.hub` never loads the evaluation.
+Publishing: ``timm-advnorm-publish`` (see `timm_advnorm.hub.publish`). Publishing sits on top of evaluation and
+training: the card (`card`) states a ``timm-advnorm-validate`` results file read by the evaluation's schema
+(`results`) and the training method's papers. Reading, loading and exporting weights live a floor lower, in
+`timm_advnorm.weights`, which training, evaluation and conversion use; this package re-exports those names so that
+``timm_advnorm.hub.create_model_from_name_or_checkpoint`` and ``timm_advnorm.hub.install_to_hf_cache`` keep working.
+Nothing in the project below this package imports it.
 """
-from ..lazy import lazy_names as _lazy_names
-from .checkpoint import MODEL_CONFIG_ARG, Checkpoint, read_checkpoint, split_source, strip_wrapper_prefixes
-from .export import (
-    build_export_model, export_data_args, export_model_args, install_to_hf_cache, needs_plugin, staged_folder,
-    write_export)
-from .loading import (
-    PLUGIN_CONFIG_KEY, adapt_state_dict, check_num_classes, create_model_from_name_or_checkpoint,
-    has_pretrained_weights, load_weights, model_config, pretrained_num_classes, state_dict_num_classes)
-
-#: Names of the publishing modules, loaded on first use, by the module that defines them.
-_PUBLISHING_NAMES = {
-    'CardFacts': 'card',
-    'render_model_card': 'card',
-    'CardEntry': 'results',
-    'CardResults': 'results',
-    'parse_eval_results': 'results',
-    'read_eval_results': 'results',
-}
-
-
-__getattr__, __dir__ = _lazy_names(globals(), _PUBLISHING_NAMES)
+from ..weights import (
+    MODEL_CONFIG_ARG, PLUGIN_CONFIG_KEY, Checkpoint, adapt_state_dict, build_export_model, check_num_classes,
+    create_model_from_name_or_checkpoint, export_data_args, export_model_args, has_pretrained_weights,
+    install_to_hf_cache, load_weights, model_config, needs_plugin, pretrained_num_classes, read_checkpoint,
+    split_source, staged_folder, state_dict_num_classes, strip_wrapper_prefixes, write_export)
+from .card import CardFacts, render_model_card
+from .results import CardEntry, CardResults, parse_eval_results, read_eval_results

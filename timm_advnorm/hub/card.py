@@ -25,7 +25,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 import yaml
 
 from ..task import TASKS, method_papers, unused_options
-from .checkpoint import MODEL_CONFIG_ARG, split_source
+from ..weights.checkpoint import MODEL_CONFIG_ARG, split_source
 from .model_stats import ModelStats
 from .results import WORST_CASE, CardEntry, CardResults
 

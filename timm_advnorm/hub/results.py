@@ -13,7 +13,7 @@ A flat layout is read for results from elsewhere (fields not listed are ignored)
 * top level: ``model`` (str); ``protocol`` (str, or an object with ``name`` and optionally ``headline``, ``reduced``,
   ``aggregation`` and ``reference``); a list of per-attack objects under ``results`` or ``attacks``; optionally
   ``dataset`` or ``data``, ``split``, ``num_samples``, ``n_samples`` or ``samples``, ``seed``, ``checkpoint``,
-  ``weights_digest`` (`timm_advnorm.hub.digest.state_dict_digest` of the evaluated weights),
+  ``weights_digest`` (`timm_advnorm.weights.digest.state_dict_digest` of the evaluated weights),
   ``data_config``, ``amp``, ``sanity_passed``, ``clean_accuracy``, ``clean_acc`` or ``clean_top1``, and
   ``accuracy_unit`` (``percent`` or ``fraction``; without it, accuracies that are all at most 1 are read as
   fractions);
@@ -120,7 +120,7 @@ class CardResults:
         num_samples: Images evaluated.
         seed: Seed of the image subset, targets and random starts.
         checkpoint: The evaluated weights, as given to ``timm-advnorm-validate`` (a path on the evaluating machine).
-        weights_digest: Digest of the evaluated weights (`timm_advnorm.hub.digest`), when the results record it.
+        weights_digest: Digest of the evaluated weights (`timm_advnorm.weights.digest`), when the results record it.
         branch_weights_digests: Digest of each mixture-BN branch as a plain-BN model, when recorded.
         headlines: The protocol's headline robust accuracy per variant.
         headline_labels: What each variant's headline is, as it ran (an attack's label, ``worst-case``, ``mean``).
@@ -180,7 +180,7 @@ class CardResults:
         return min(attacks, key=lambda e: e.accuracy) if attacks else None
 
     def describes(self, digest: str) -> Optional[bool]:
-        """Whether these results evaluated the weights of `digest` (`timm_advnorm.hub.digest.state_dict_digest`):
+        """Whether these results evaluated the weights of `digest` (`timm_advnorm.weights.digest.state_dict_digest`):
         the whole model, or one mixture-BN branch as a plain-BN model; None when they record no digest."""
         if self.weights_digest is None:
             return None

@@ -11,7 +11,7 @@ from timm.data import create_transform
 from ..data import BUILTIN_DATASETS, same_split
 from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
-from ..hub.checkpoint import check_checkpoint_file
+from ..weights.checkpoint import check_checkpoint_file
 from ..usage import check_device, check_normalization_lengths, one_line
 from ..write_guard import check_folder_name
 from .options import DataOptions, TrainOptions

@@ -22,7 +22,7 @@ import logging
 import os
 from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
-from ..hub.checkpoint import recorded_training_args
+from ..weights.checkpoint import recorded_training_args
 
 __all__ = ['INVOCATION_ARGS', 'FREE_ARGS', 'FIXED_ARGS', 'check_resume_path', 'read_recorded_args',
            'apply_recorded_args', 'check_resume_args', 'changes_note', 'recorded_with']
