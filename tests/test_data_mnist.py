@@ -11,7 +11,9 @@ import pytest
 from PIL import Image
 
 from timm_advnorm.commands.validate import _needs_data_dir
-from timm_advnorm.data import BUILTIN_DATASETS, dataset_img_size, dataset_num_classes, resolve_dataset
+from timm_advnorm.data import (
+    BUILTIN_DATASETS, builtin_dataset, dataset_img_size, dataset_num_classes, list_builtin_datasets,
+    register_builtin_dataset, resolve_dataset)
 from timm_advnorm.data import mnist
 from timm_advnorm.data.mnist import MNIST_CLASS_COUNTS, load_mnist, prepare_mnist, verify_mnist
 
@@ -119,6 +121,11 @@ def test_training_digits_render_into_train_and_test_digits_into_validation_upsca
 
 
 def test_mnist_is_a_built_in_dataset_of_ten_classes_at_28px_without_a_data_dir():
-    assert BUILTIN_DATASETS['mnist'].prepare is prepare_mnist
+    assert BUILTIN_DATASETS['mnist'].prepare is prepare_mnist and builtin_dataset('mnist') == BUILTIN_DATASETS['mnist']
+    assert list_builtin_datasets() == ['digits', 'mnist5k', 'mnist'] and builtin_dataset('mnst') is None
+    with pytest.raises(ValueError, match="Built-in dataset 'mnist' is registered twice."):
+        register_builtin_dataset('mnist', 10, 28)(prepare_mnist)
+    with pytest.raises(TypeError):  # the registry's read-only view
+        BUILTIN_DATASETS['other'] = BUILTIN_DATASETS['mnist']
     assert dataset_num_classes('mnist', None) == 10 and dataset_img_size('mnist', None) == 28
     assert not _needs_data_dir('mnist') and not _needs_data_dir('mnist5k')

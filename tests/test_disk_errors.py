@@ -136,6 +136,24 @@ def test_a_failed_copy_never_replaces_model_best_by_a_partial_one(tmp_path, monk
     assert not [p for p in tmp_path.iterdir() if p.name.endswith('.partial')]
 
 
+def test_a_fixed_temporary_name_is_reclaimed_and_a_failed_write_says_what_is_kept(tmp_path):
+    """Training writes its files under fixed temporary names (`atomic_write`'s ``temp``), so that what a killed write
+    left is reclaimed by the next one: never written through (it may be a hard link to a checkpoint), then removed."""
+    target, checkpoint, partial = tmp_path / 'summary.csv', tmp_path / 'last.pth.tar', tmp_path / 'summary.csv.partial'
+    checkpoint.write_bytes(b'weights')
+    os.link(checkpoint, partial)  # what a kill between a link and its rename leaves
+    write_guard.atomic_write(target, lambda tmp: tmp.write_text('rows'), temp=partial)
+    assert target.read_text() == 'rows' and checkpoint.read_bytes() == b'weights' and not partial.exists()
+
+    def full(tmp):
+        tmp.write_text('half')
+        raise _disk_full()
+    with pytest.raises(WriteError, match=r'^cannot write .*summary.csv: No space left on device \(rows kept\)$'):
+        write_guard.atomic_write(target, full, kept='rows kept', temp=partial)
+    assert target.read_text() == 'rows'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['last.pth.tar', 'summary.csv']
+
+
 def _image_folder(root: Path, size: int = 16) -> Path:
     """A two-class image folder with train and validation splits of four images each: a training run of seconds."""
     rng = np.random.default_rng(0)

@@ -13,6 +13,8 @@ import yaml
 import timm_advnorm  # noqa: F401
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.recipes import list_recipes, recipe_path, resolve_config
+from timm_advnorm.strict_yaml import yaml_files
+from timm_advnorm.study import list_studies
 from timm_advnorm.task import TASKS
 from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.train.build import create_run_task
@@ -202,6 +204,16 @@ def test_unknown_config_is_one_line_naming_the_packaged_recipes(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and 'no_such_recipe' in err[0] and 'digits_demo_mbn' in err[0]
+
+
+def test_recipes_and_studies_are_listed_by_one_yaml_folder_listing(tmp_path):
+    for name in ('b.yaml', 'a.yaml', 'c.yml', 'notes.txt'):
+        (tmp_path / name).write_text('x: 1\n')
+    (tmp_path / 'sub').mkdir()
+    (tmp_path / 'sub' / 'd.yaml').write_text('x: 1\n')
+    assert yaml_files(tmp_path) == {'a': tmp_path / 'a.yaml', 'b': tmp_path / 'b.yaml'}  # sorted, this folder only
+    assert list_recipes() == sorted(list_recipes()) and 'digits_demo_mbn' in list_recipes()
+    assert list_studies() == sorted(list_studies()) and recipe_path('digits_demo_mbn.yaml').is_file()
 
 
 def test_list_recipes_describes_each_and_exits_zero(capsys):

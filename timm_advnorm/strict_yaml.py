@@ -6,12 +6,18 @@ value (``epochs: 90`` above ``epochs: 1`` trains one epoch), and an anchor that 
 (``a: &x [*x]``) builds a structure without end, which fails far away ("Circular reference detected"). Here both
 are errors naming the key, the file and the line, as is every YAML syntax error: one line, ``SOURCE is not valid
 YAML: PROBLEM (line L, column C)``.
+
+`yaml_files` lists a folder of them by name, as the packaged recipes and the shipped studies are found.
 """
+from pathlib import Path
 from typing import Any, Dict, List, Union
 
 import yaml
 
-__all__ = ['YAMLFileError', 'load_yaml']
+__all__ = ['YAML_SUFFIX', 'YAMLFileError', 'load_yaml', 'yaml_files']
+
+#: The suffix of the YAML files the package ships (recipes, studies).
+YAML_SUFFIX = '.yaml'
 
 
 class YAMLFileError(ValueError):
@@ -113,3 +119,8 @@ def load_yaml(text: str, source: str) -> Any:
         raise YAMLFileError(f'{source} is not valid YAML: {_problem(e, text)}') from None
     finally:
         loader.dispose()
+
+
+def yaml_files(folder: Path) -> Dict[str, Path]:
+    """The YAML files (``*.yaml``) directly in `folder` by name (the file name without ``.yaml``), sorted by name."""
+    return {path.stem: path for path in sorted(folder.glob(f'*{YAML_SUFFIX}'), key=lambda path: path.stem)}

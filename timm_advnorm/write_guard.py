@@ -15,8 +15,9 @@ failed write is reported.
   and the reason in words, and what was kept (`WriteError`, `reported_write`, `os_error_cause`), not a library's
   traceback about a truncated archive nor a raw ``[Errno N]``. torch's archive writer and safetensors report a failed
   write in their own exceptions, which `library_write_error` recognizes.
-* A file is written whole or not at all (`atomic_write`): into a hidden temporary file beside it, then renamed over
-  it in one step, so a reader sees the old file or the new one, never half of one.
+* A file is written whole or not at all (`atomic_write`): into a hidden temporary file beside it (or under a fixed
+  name the next write reclaims, for a file one process writes), then renamed over it in one step, so a reader sees
+  the old file or the new one, never half of one.
 """
 import errno
 import json
@@ -24,7 +25,7 @@ import os
 import re
 import secrets
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Union
 
@@ -355,29 +356,61 @@ def new_temp_file(path: Path) -> Path:
             continue
 
 
-def written_temp(path: Path, write: Writer) -> Path:
-    """A temporary file next to `path` (its folders created) holding what ``write(tmp)`` wrote; removed on failure."""
+def _fixed_temp_file(tmp: Path) -> Path:
+    """Create `tmp` empty (as `new_temp_file`), removing what a killed write left under that name first."""
+    tmp.unlink(missing_ok=True)  # never written through: it may be a hard link to another file
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    return tmp
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove a temporary file, best effort: this runs while an error is on its way to the user, which it must not
+    replace."""
+    with suppress(OSError):
+        path.unlink(missing_ok=True)
+
+
+def written_temp(path: Path, write: Writer, temp: Optional[PathLike] = None) -> Path:
+    """A temporary file next to `path` (its folders created) holding what ``write(tmp)`` wrote; removed on failure.
+
+    Args:
+        path: The file the temporary file will be renamed to.
+        write: Writes the file it is given.
+        temp: A fixed temporary name (`atomic_write`); default: a new hidden random name (`new_temp_file`).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = new_temp_file(path)
+    tmp = _fixed_temp_file(Path(temp)) if temp is not None else new_temp_file(path)
     try:
         write(tmp)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
         raise
     return tmp
 
 
-def atomic_write(path: PathLike, write: Writer) -> None:
+def atomic_write(path: PathLike, write: Writer, kept: Optional[str] = None, temp: Optional[PathLike] = None) -> None:
     """Call ``write(tmp_path)`` on a temporary file next to `path`, then rename it over `path` in one step.
 
     Replaces an existing `path`. The file gets the permissions ``open()`` would give it (0666 less the umask). An OS
-    error (a full disk) is a `WriteError` naming `path`, which is left as it was.
+    error (a full disk) is a `WriteError` naming `path`, which is left as it was; the temporary file is removed.
+
+    Args:
+        path: The file to write.
+        write: Writes the file it is given.
+        kept: What a failure leaves intact, for the `WriteError`; default: ``the previous file is intact`` where
+            `path` exists.
+        temp: A fixed temporary name beside `path`, for a file one process writes at a time. A killed write leaves
+            its temporary file behind; under a fixed name the next write reclaims it (a training run resumed after
+            a kill, whose checkpoints are hundreds of megabytes), where a random name would stay. Default: a new
+            hidden random name, safe for writers racing on one file.
     """
     path = Path(path)
-    with reported_write(path, 'the previous file is intact' if path.exists() else ''):
-        tmp = written_temp(path, write)
+    if kept is None:
+        kept = 'the previous file is intact' if path.exists() else ''
+    with reported_write(path, kept):
+        tmp = written_temp(path, write, temp)
         try:
             os.replace(tmp, path)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            _remove_quietly(tmp)
             raise

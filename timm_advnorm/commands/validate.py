@@ -42,7 +42,7 @@ import torch
 from timm.utils import ParseKwargs, setup_default_logging
 
 from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability
-from ..data import BUILTIN_DATASETS
+from ..data import builtin_dataset, list_builtin_datasets
 from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
 from ..eval.ood import OOD_DATASETS, OODDataset, get_ood_dataset
@@ -326,7 +326,7 @@ def _check_ood_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 def _needs_data_dir(dataset: str) -> bool:
     """Whether `dataset` needs ``--data-dir``: all but the built-in digits, mnist5k and mnist (rendered into the user
     cache) and Hugging Face ``hfds/`` datasets (read through the Hugging Face cache)."""
-    return dataset not in BUILTIN_DATASETS and not dataset.lower().startswith('hfds/')
+    return builtin_dataset(dataset) is None and not dataset.lower().startswith('hfds/')
 
 
 def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -338,7 +338,7 @@ def _check_setup_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             setattr(args, name, [getattr(args, name)])
     try:
         check_device(args.device)
-        check_dataset_name(args.dataset, BUILTIN_DATASETS)
+        check_dataset_name(args.dataset, list_builtin_datasets())
         check_class_map_file(args.class_map)
         check_normalization_lengths(args.mean, args.std, args.input_size)
     except ValueError as e:

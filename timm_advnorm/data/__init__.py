@@ -1,49 +1,25 @@
 """Built-in datasets and dataset-name resolution shared by `train_adv.py` and `validate_adv.py`."""
 import logging
 from pathlib import Path
-from typing import Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch.utils.data import Dataset, Subset
 
+from .builtin import BUILTIN_DATASETS, BuiltinDataset, builtin_dataset, list_builtin_datasets, register_builtin_dataset
+# Imported in the order `--dataset` lists the built-in datasets: each module registers its own.
 from .digits import DIGITS_NUM_CLASSES, default_digits_root, prepare_digits
-from .mnist import MNIST_NUM_CLASSES, MNIST_SIZE, default_mnist_root, prepare_mnist
-from .mnist5k import MNIST5K_NUM_CLASSES, MNIST5K_SIZE, default_mnist5k_root, prepare_mnist5k
+from .mnist5k import MNIST5K_NUM_CLASSES, default_mnist5k_root, prepare_mnist5k
+from .mnist import MNIST_NUM_CLASSES, default_mnist_root, prepare_mnist
 from .rendered import is_rendered, rendered_kept_on_success
 
 __all__ = ['BUILTIN_DATASETS', 'SPLIT_SYNONYMS', 'DIGITS_NUM_CLASSES', 'MNIST5K_NUM_CLASSES', 'MNIST_NUM_CLASSES',
            'BuiltinDataset', 'builtin_dataset', 'dataset_img_size', 'dataset_num_classes', 'default_digits_root',
-           'default_mnist5k_root', 'default_mnist_root', 'fixed_subset', 'is_folder_dataset', 'prepare_digits', 'prepare_mnist5k',
-           'prepare_mnist', 'rendered_kept_on_success', 'resolve_dataset', 'same_split', 'split_folder']
+           'default_mnist5k_root', 'default_mnist_root', 'fixed_subset', 'is_folder_dataset', 'list_builtin_datasets',
+           'prepare_digits', 'prepare_mnist5k', 'prepare_mnist', 'register_builtin_dataset', 'rendered_kept_on_success',
+           'resolve_dataset', 'same_split', 'split_folder']
 
 _logger = logging.getLogger(__name__)
-
-
-class BuiltinDataset(NamedTuple):
-    """A dataset rendered into an image folder on first use, from arrays a package ships (no download).
-
-    Attributes:
-        num_classes: Its classes.
-        img_size: Its default image side.
-        prepare: ``prepare(root, img_size)`` renders it (once) and returns the folder of its splits.
-    """
-
-    num_classes: int
-    img_size: int
-    prepare: Callable[..., Path]
-
-
-#: The built-in datasets by ``--dataset`` name.
-BUILTIN_DATASETS: Dict[str, BuiltinDataset] = {
-    'digits': BuiltinDataset(DIGITS_NUM_CLASSES, 32, prepare_digits),
-    'mnist5k': BuiltinDataset(MNIST5K_NUM_CLASSES, MNIST5K_SIZE, prepare_mnist5k),
-    'mnist': BuiltinDataset(MNIST_NUM_CLASSES, MNIST_SIZE, prepare_mnist),
-}
-
-
-def builtin_dataset(name: str) -> Optional[BuiltinDataset]:
-    """The built-in dataset `name` (``digits``, ``mnist5k``, ``mnist``), or None for any other name."""
-    return BUILTIN_DATASETS.get(name)
 
 
 def dataset_num_classes(dataset: str, num_classes: Optional[int]) -> int:
@@ -85,7 +61,7 @@ def resolve_dataset(dataset: str, data_dir: Optional[str], img_size: Optional[in
                     chosen_by: Optional[str] = None) -> Tuple[str, Optional[str]]:
     """Map our built-in dataset names onto what timm's `create_dataset` takes.
 
-    A built-in dataset (`BUILTIN_DATASETS`) becomes an image folder of `img_size` (default: its own) rendered on
+    A built-in dataset (`builtin_dataset`) becomes an image folder of `img_size` (default: its own) rendered on
     first use (under ``<data_dir>/<name>-<size>px`` when `data_dir` is given, else in the user cache); any other
     name is passed to timm unchanged.
 

@@ -10,6 +10,7 @@ from typing import Union
 import numpy as np
 from PIL import Image
 
+from .builtin import register_builtin_dataset
 from .rendered import default_cache_root, prepare_at_size, render_stratified_split
 
 __all__ = ['DIGITS_NUM_CLASSES', 'default_digits_root', 'prepare_digits']
@@ -40,6 +41,7 @@ def _render_split(folder: Path, img_size: int) -> int:
     return render_stratified_split(folder, images, digits.target, _VAL_FRACTION, _SPLIT_SEED)
 
 
+@register_builtin_dataset('digits', DIGITS_NUM_CLASSES, img_size=32)
 def prepare_digits(root: Union[str, Path, None] = None, img_size: int = 32) -> Path:
     """Render the digits into ``root`` (once) and return the folder holding ``train/`` and ``validation/``.
 

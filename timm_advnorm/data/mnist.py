@@ -25,6 +25,7 @@ from typing import Dict, Iterator, Tuple, Union
 import numpy as np
 from PIL import Image
 
+from .builtin import register_builtin_dataset
 from .mnist5k import render_digit
 from .rendered import default_cache_root, prepare_at_size, save_images
 
@@ -119,6 +120,7 @@ def _rendered(img_size: int) -> Iterator[Tuple[str, int, int, Image.Image]]:
             yield folder, index, int(label), render_digit(image, img_size)
 
 
+@register_builtin_dataset('mnist', MNIST_NUM_CLASSES, img_size=MNIST_SIZE)
 def prepare_mnist(root: Union[str, Path, None] = None, img_size: int = MNIST_SIZE) -> Path:
     """Render the digits into ``root`` (once) and return the folder holding ``train/`` and ``validation/``.
 

@@ -13,6 +13,7 @@ from typing import Union
 import numpy as np
 from PIL import Image
 
+from .builtin import register_builtin_dataset
 from .rendered import default_cache_root, prepare_at_size, render_stratified_split
 
 __all__ = ['MNIST5K_NUM_CLASSES', 'MNIST5K_SIZE', 'default_mnist5k_root', 'load_mnist5k', 'prepare_mnist5k',
@@ -59,6 +60,7 @@ def _render_split(folder: Path, img_size: int) -> int:
     return render_stratified_split(folder, rendered, labels, _VAL_FRACTION, _SPLIT_SEED)
 
 
+@register_builtin_dataset('mnist5k', MNIST5K_NUM_CLASSES, img_size=MNIST5K_SIZE)
 def prepare_mnist5k(root: Union[str, Path, None] = None, img_size: int = MNIST5K_SIZE) -> Path:
     """Render the digits into ``root`` (once) and return the folder holding ``train/`` and ``validation/``.
 

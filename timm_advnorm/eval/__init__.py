@@ -1,19 +1,23 @@
 """Robust evaluation: named protocols, a resumable and shardable evaluator, sanity checks, metrics and plots.
 
-``validate_adv.py`` (`script`) wires these together in four steps: parse (`args`, into the typed
-`options.EvalOptions` the library reads), build (`build`), run (`runner`) and report (`assemble`, `report`). Each
-piece is usable on its own:
+``validate_adv.py`` (`timm_advnorm.commands.validate`) parses its arguments into the typed `options.EvalOptions` the
+library reads; `validate` wires these together from them: build (`build`), run (`runner`) and report (`assemble`,
+`report`). Each piece is usable on its own:
 
 * `protocols`: the papers' attack suites as data (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``,
-  ``corruptions``, ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``, ``nofrost-star``);
+  ``galloway-mnist``, ``corruptions``, ``imagenet-r``, ``imagenet-a``, ``imagenet-sketch``, ``nofrost-star``);
 * `ood`: the out-of-distribution sets (ImageNet-R, ImageNet-A, ImageNet-Sketch) and the 200-class restriction;
+* `subsets`: named evaluation subsets (RobustBench's 5000 ImageNet images);
+* `recorded`: the data, preprocessing and branch a training checkpoint records;
 * `variants`: what is evaluated (a model, or a mixture-BN branch / interpolation over γ);
 * `plan` and `stages`: the work per batch (clean pass, attacks, sanity probes, metrics, AMP reference);
 * `cost` and `sanity_budget`: what that work costs in passes of the model (the plan printed before a run, and its
   time projected from the first batch), and the sanity probes sized to a share of the attacks' cost;
-* `evaluator`, `state`, `distributed`, `data`: the loop, its resumable state file, torchrun sharding, the seeded
-  subset;
-* `summary`, `sanity`, `metrics`, `bn_stats`, `intervals`: the reported numbers, their precision and checks;
+* `evaluator`, `records`, `state`, `distributed`, `data`: the loop, its per-sample records, its resumable state
+  file, torchrun sharding, the seeded subset;
+* `summary`, `sanity`, `metrics`, `bn_stats`, `intervals`, `corruption_error`: the reported numbers, their
+  precision and checks, ImageNet-C's mCE;
+* `describe`: one line naming an attack as it ran;
 * `schema`: the typed results (`EvalResults`), their JSON layout and reader (`read_results`);
 * `results`, `plots`: atomic JSON/CSV and PNG output.
 """

@@ -7,17 +7,16 @@ from pathlib import Path
 from typing import List
 
 from ..messages import read_utf8
-from ..strict_yaml import load_yaml
+from ..strict_yaml import YAML_SUFFIX, load_yaml, yaml_files
 
 __all__ = ['list_recipes', 'recipe_path', 'describe_recipe', 'resolve_config']
 
 _FOLDER = Path(__file__).resolve().parent
-_SUFFIX = '.yaml'
 
 
 def list_recipes() -> List[str]:
     """Names of the packaged recipes, sorted."""
-    return sorted(path.stem for path in _FOLDER.glob(f'*{_SUFFIX}'))
+    return list(yaml_files(_FOLDER))
 
 
 def recipe_path(name: str) -> Path:
@@ -26,11 +25,12 @@ def recipe_path(name: str) -> Path:
     Raises:
         ValueError: No packaged recipe has that name.
     """
-    stem = name[:-len(_SUFFIX)] if name.endswith(_SUFFIX) else name
-    if stem not in list_recipes():
-        raise ValueError(f'config {name!r} is neither a file nor a packaged recipe ({", ".join(list_recipes())}; '
+    stem = name[:-len(YAML_SUFFIX)] if name.endswith(YAML_SUFFIX) else name
+    recipes = yaml_files(_FOLDER)
+    if stem not in recipes:
+        raise ValueError(f'config {name!r} is neither a file nor a packaged recipe ({", ".join(recipes)}; '
                          f'--list-recipes describes them)')
-    return _FOLDER / f'{stem}{_SUFFIX}'
+    return recipes[stem]
 
 
 def resolve_config(name_or_path: str) -> Path:

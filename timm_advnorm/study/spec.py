@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from ..messages import read_utf8
-from ..strict_yaml import load_yaml
+from ..strict_yaml import load_yaml, yaml_files
 
 __all__ = [
     'MEASURES', 'SCALES', 'Expected', 'Finding', 'GridBlock', 'PlotSpec', 'RatioTable', 'ScaleSpec', 'StudySpec', 'list_studies',
@@ -41,7 +41,6 @@ __all__ = [
 SCALES = ('digits', 'mnist', 'paper', 'imagenet')
 PLOT_KINDS = ('line', 'tradeoff', 'bar')
 _FOLDER = Path(__file__).resolve().parent.parent / 'studies'
-_SUFFIX = '.yaml'
 
 Options = Dict[str, Any]
 
@@ -210,17 +209,17 @@ class StudySpec:
 
 def list_studies() -> List[str]:
     """Names of the studies shipped with the package, sorted."""
-    return sorted(path.stem for path in _FOLDER.glob(f'*{_SUFFIX}'))
+    return list(yaml_files(_FOLDER))
 
 
 def _study_path(name_or_path: Union[str, Path]) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
-    if str(name_or_path) in list_studies():
-        return _FOLDER / f'{name_or_path}{_SUFFIX}'
-    raise ValueError(f'study {str(name_or_path)!r} is neither a file nor a shipped study '
-                     f'({", ".join(list_studies())}).')
+    studies = yaml_files(_FOLDER)
+    if str(name_or_path) in studies:
+        return studies[str(name_or_path)]
+    raise ValueError(f'study {str(name_or_path)!r} is neither a file nor a shipped study ({", ".join(studies)}).')
 
 
 def _mapping(value: Any, where: str) -> Dict[str, Any]:

@@ -6,7 +6,7 @@ import os
 
 from timm.utils import CheckpointSaver
 
-from ..write_guard import library_write_error, reported_write
+from ..write_guard import atomic_write, library_write_error, reported_write
 
 __all__ = ['SafeCheckpointSaver']
 
@@ -41,15 +41,10 @@ class SafeCheckpointSaver(CheckpointSaver):
 
     def _duplicate(self, src, dst):
         """`src` linked or copied beside `dst`, then renamed onto it: `dst` is never a partial copy."""
-        partial = os.path.join(os.path.dirname(dst), f'.{os.path.basename(dst)}.partial')
+        duplicate = super()._duplicate
         kept = f'{src} holds these weights' + (f', {dst} the previous ones' if os.path.exists(dst) else '')
-        with reported_write(dst, kept):
-            try:
-                super()._duplicate(src, partial)
-                os.replace(partial, dst)
-            except BaseException:
-                _remove_quietly(partial)
-                raise
+        atomic_write(dst, lambda partial: duplicate(src, str(partial)), kept=kept,
+                     temp=os.path.join(os.path.dirname(dst), f'.{os.path.basename(dst)}.partial'))
 
     def save_checkpoint(self, epoch, metric=None):
         """timm's `save_checkpoint`; an OS error names ``last.pth.tar`` (or the copy that failed)."""

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from timm.data import create_transform
 
-from ..data import BUILTIN_DATASETS, same_split
+from ..data import list_builtin_datasets, same_split
 from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
 from ..weights.checkpoint import check_checkpoint_file
@@ -35,7 +35,7 @@ def check_options(options: TrainOptions) -> None:
         if low > high:
             raise ValueError(f'--{name.replace("_", "-")} is a range: its lower bound {low} is above its upper {high}.')
     data = options.data
-    check_dataset_name(data.dataset, BUILTIN_DATASETS)
+    check_dataset_name(data.dataset, list_builtin_datasets())
     check_class_map_file(data.class_map)
     check_normalization_lengths(data.mean, data.std, data.input_size)
     if options.augment.aa:

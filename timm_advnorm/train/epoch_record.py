@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 from timm.utils.checkpoint_saver import load_checkpoint_metadata
 
 from ..messages import read_utf8
-from ..write_guard import reported_write
+from ..write_guard import atomic_write
 from .checkpoint_saver import SafeCheckpointSaver
 
 __all__ = ['SUMMARY_FILE', 'ResumePosition', 'checkpoint_position', 'summary_row', 'write_summary_row',
@@ -79,19 +79,16 @@ def write_summary_row(path: Path, row: Mapping[str, Any]) -> None:
     new one, never half a row.
     """
     kept = [r for r in _read_rows(path) if int(float(r['epoch'])) < int(row['epoch'])]
-    partial = path.with_name(path.name + '.partial')
-    with reported_write(path, 'the earlier rows are intact; --resume writes this one again'):
-        try:
-            with open(partial, 'w', newline='') as f:
-                writer = csv.DictWriter(f, fieldnames=list(row), restval='', extrasaction='ignore')
-                writer.writeheader()
-                writer.writerows(kept)
-                writer.writerow(row)
-            os.replace(partial, path)
-        except BaseException:
-            if partial.exists():
-                partial.unlink()
-            raise
+
+    def write(partial: Path) -> None:
+        with open(partial, 'w', newline='') as f:
+            writer = csv.DictWriter(f, fieldnames=list(row), restval='', extrasaction='ignore')
+            writer.writeheader()
+            writer.writerows(kept)
+            writer.writerow(row)
+
+    atomic_write(path, write, kept='the earlier rows are intact; --resume writes this one again',
+                 temp=path.with_name(path.name + '.partial'))
 
 
 class EpochRecordSaver(SafeCheckpointSaver):

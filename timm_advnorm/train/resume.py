@@ -18,6 +18,7 @@ from typing import List, NamedTuple, Optional
 from timm.utils.checkpoint_saver import load_checkpoint_metadata
 
 from ..messages import read_utf8
+from ..write_guard import atomic_write
 from .epoch_record import SUMMARY_FILE, ResumePosition, checkpoint_position
 
 __all__ = ['SavedCheckpoint', 'latest_checkpoint', 'resume_position', 'record_missing', 'rewind_run']
@@ -103,9 +104,7 @@ def rewind_run(run_dir: str, resumed: str, position: ResumePosition) -> None:
     (``model_best`` too if it is one of them; completing the resumed record makes it again, `epoch_record`)."""
     last = os.path.join(run_dir, _LAST)
     if not os.path.exists(last) or not os.path.samefile(last, resumed):
-        partial = last + '.partial'
-        shutil.copyfile(resumed, partial)
-        os.replace(partial, last)
+        atomic_write(last, lambda partial: shutil.copyfile(resumed, partial), temp=last + '.partial')
     for path in _later_files(run_dir, position, resumed):
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
