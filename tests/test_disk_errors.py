@@ -224,7 +224,7 @@ def test_results_on_a_full_disk_leave_the_previous_results_intact(digits_dir, tm
     assert folder_snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize('left', [b'', b'{"format":"timm_advnorm.eval.st', b'{"format":"timm_advnorm.eval.run.state/1",'
+@pytest.mark.parametrize('left', [b'', b'{"format":"timm_advnorm.eval.st', b'{"format":"timm_advnorm.eval.state/1",'
                                                                           b'"fingerprint":{"model":"test_m'])
 def test_a_state_file_left_empty_or_cut_short_by_a_full_disk_never_blocks_the_rerun(digits_dir, tmp_path, caplog,
                                                                                     left):
@@ -233,7 +233,7 @@ def test_a_state_file_left_empty_or_cut_short_by_a_full_disk_never_blocks_the_re
     argv = _validate_argv(digits_dir, '--resume-state', state, '--results-file', tmp_path / 'results.json')
     assert run_validate(argv=[str(a) for a in argv]) == 0
     assert 'replacing a state file whose first line was never completely written' in caplog.text
-    assert json.loads(state.read_bytes().split(b'\n')[0])['format'] == 'timm_advnorm.eval.run.state/1'
+    assert json.loads(state.read_bytes().split(b'\n')[0])['format'] == 'timm_advnorm.eval.state/1'
     assert len(EvalState(state, json.loads(state.read_bytes().split(b'\n')[0])['fingerprint'])) > 0
 
 

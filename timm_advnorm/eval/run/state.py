@@ -35,7 +35,7 @@ __all__ = ['EvalState', 'check_state_path', 'state_path', 'open_state', 'weights
 
 _logger = logging.getLogger(__name__)
 
-_FORMAT = 'timm_advnorm.eval.run.state/1'
+_FORMAT = 'timm_advnorm.eval.state/1'
 # How every state file begins: the first key of its header line (`EvalState._header`).
 _HEADER_START = json.dumps({'format': _FORMAT}, separators=(',', ':'))[:-1].encode()
 # What a failed write leaves for the user.
