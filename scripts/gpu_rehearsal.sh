@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "gpu_rehearsal.sh: error: OUTDIR is required" >&2; exit 2; }
-# The GPU machine's pair, as its python3 has them (see the README's Benchmarks section).
+# The GPU machine's pair, as its python3 has them (see docs/development.rst, the GPU kit).
 TORCH_PAIR=("torch==2.11.0" "torchvision==0.26.0")
 VENV=${VENV:-.venv-gpu-pair}
 constraints=$(mktemp)

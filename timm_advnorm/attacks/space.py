@@ -21,6 +21,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, resolve_data_
 
 __all__ = ['InputSpace', 'PIXEL_SCALE', 'PixelBudget', 'BudgetScaleWarning', 'check_budget_scale', 'scale_255_text']
 
+#: The pixel scale budgets are given on (ε=16 means 16/255 of the [0, 1] range).
 PIXEL_SCALE = 255.0
 #: This package's name: a warning points at the first caller outside its modules.
 _PACKAGE = __name__.split('.')[0]

@@ -13,6 +13,7 @@ from .sync_mixture_bn import SyncMixtureBatchNorm2d, SyncMixtureBatchNormAct2d
 
 __all__ = ['convert_to_mixture_bn', 'convert_sync_mixture_bn', 'branch_state_dict', 'export_branch', 'ADV_BN_KEY']
 
+#: The child module of a mixture BN layer holding the adversarial branch (state-dict keys ``*.adv_bn.*``).
 ADV_BN_KEY = 'adv_bn'
 _BN_STATE = ('weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked')
 

@@ -37,6 +37,7 @@ from .split_batch_norm import BlockNorm, split_batch_norm
 
 __all__ = ['MixtureBatchNorm2d', 'MixtureBatchNormAct2d', 'ROUTES']
 
+#: The routes a mixture BN layer runs (see the module's docstring); `timm_advnorm.layers.route` sets one.
 ROUTES: Tuple[str, ...] = ('clean', 'adv', 'split', 'interleaved', 'mix')
 
 RouteSetting = Tuple[str, int, float]

@@ -29,6 +29,7 @@ __all__ = ['RouteState', 'mixture_bn_modules', 'has_mixture_bn', 'get_route', 's
            'preserve_route', 'interleave', 'deinterleave', 'INFERENCE_BRANCHES', 'INFERENCE_BRANCH_ARG',
            'check_inference_branch', 'set_inference_branch', 'get_inference_branch']
 
+#: The routes of a model's mixture BN layers, as `get_route` returns them and `restore_route` takes them back.
 RouteState = List[Tuple[MixtureBatchNorm2d, str, int, float]]
 
 #: Routes a model may run on outside any `route` block.

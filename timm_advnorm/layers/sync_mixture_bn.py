@@ -56,7 +56,8 @@ class SyncMixtureBatchNorm2d(MixtureBatchNorm2d):
 
     Args:
         process_group: Group to synchronize over (default: the world).
-        Other args: as `MixtureBatchNorm2d`.
+        *args: As for `MixtureBatchNorm2d`.
+        **kwargs: As for `MixtureBatchNorm2d`.
     """
 
     def __init__(self, *args, process_group=None, **kwargs):

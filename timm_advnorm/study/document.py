@@ -25,11 +25,14 @@ from .findings import format_paper_value, is_loss, number_digits, summarize_verd
 from .spec import load_study
 from .table import SPREADS, metric_title
 
-__all__ = ['BLOCK', 'render_record', 'update_document']
+__all__ = ['BLOCK', 'PARTS', 'record_folder', 'render_record', 'update_document']
 
 #: A marked block: its study and scale, and what it holds now.
 BLOCK = re.compile(r'(<!-- study-results: (?P<study>[\w-]+)/(?P<scale>[\w-]+) -->\n)(?P<body>.*?)'
                    r'(<!-- /study-results -->)', re.S)
+#: What a record's Markdown holds, in order: ``findings`` (provenance, verdicts, the findings table) and ``results``
+#: (every grid point, the paper's ratio tables). The documentation site shows either part where it fits.
+PARTS = ('findings', 'results')
 
 
 def _rows(path: Path) -> List[Dict[str, str]]:
@@ -55,13 +58,30 @@ def _provenance(record: Path) -> str:
             f'{machine["torch"]}, timm {machine["timm"]}.')
 
 
-def render_record(record: Path, study: str) -> str:
-    """The Markdown of a recorded study result folder `record` (of study `study`)."""
+def record_folder(record_root: Path, study: str, scale: str) -> Path:
+    """The recorded result folder of `study` at `scale` under `record_root`.
+
+    Raises:
+        ValueError: Nothing is recorded there (the message names the folder and the command that records it).
+    """
+    record = record_root / study / scale
+    if not (record / 'findings.csv').is_file():
+        raise ValueError(f'{study}/{scale} has no recorded results in {record} (run timm-advnorm-study {study} '
+                         f'--scale {scale} --record {record_root})')
+    return record
+
+
+def render_record(record: Path, study: str, parts: Sequence[str] = PARTS) -> str:
+    """The Markdown of a recorded study result folder `record` (of study `study`).
+
+    Args:
+        parts: Which of `PARTS` to render (both, as a README block holds them, by default).
+    """
     spec = load_study(study)
     spread = spec.spread
     findings = _rows(record / 'findings.csv')
     verdicts = [(f['held_direction'], f['held_size']) for f in findings]
-    lines = [_provenance(record), '', summarize_verdicts(verdicts), '']
+    found = [_provenance(record), '', summarize_verdicts(verdicts), '']
 
     def ours(row: Dict[str, str]) -> str:
         if row['ours'] == '':
@@ -76,7 +96,7 @@ def render_record(record: Path, study: str) -> str:
         tolerance = float(row['tolerance']) if row.get('tolerance') else None
         return f'{row["measure"]} {format_paper_value(float(row["paper"]), float(row["paper_se"]), tolerance, digits)}'
 
-    lines += _markdown(['finding', 'source', 'paper', 'ours (± standard error)', 'direction held', 'size held'],
+    found += _markdown(['finding', 'source', 'paper', 'ours (± standard error)', 'direction held', 'size held'],
                        [[f['finding'], f['source'] or '—', paper(f), ours(f), f['held_direction'], f['held_size']]
                         for f in findings])
     grid = _rows(record / 'grid.csv')
@@ -85,7 +105,7 @@ def render_record(record: Path, study: str) -> str:
                if f'{m}_mean' in (grid[0] if grid else {})]
     metrics = list(dict.fromkeys(metrics))
     column = 'se' if spread == 'se' else 'std'
-    lines += ['', f'Every grid point (mean ± {SPREADS[spread]}):', '']
+    lines = [f'Every grid point (mean ± {SPREADS[spread]}):', '']
     lines += _markdown([*axes, 'seeds', *(metric_title(m) for m in metrics)],
                        [[*(row[a] for a in axes), row['seeds_done'],
                          *(f'{_number(row[f"{m}_mean"], 3 if is_loss(m) else 1)} ± '
@@ -109,7 +129,8 @@ def render_record(record: Path, study: str) -> str:
                 body.append([*point[:-1], 'measured' if point[-1] == 'measured' else 'ratio', *cells])
             lines += ['', f'{table.title} (ratios taken seed by seed; ± {SPREADS[spread]}):', '']
             lines += _markdown([*axes, 'shown as', *(metric_title(m) for m in table.metrics)], body)
-    return '\n'.join(lines) + '\n'
+    rendered = {'findings': found, 'results': lines}
+    return '\n\n'.join('\n'.join(rendered[part]) for part in PARTS if part in parts) + '\n'
 
 
 def update_document(path: Path, record_root: Path, check: bool = False) -> List[str]:
@@ -126,10 +147,10 @@ def update_document(path: Path, record_root: Path, check: bool = False) -> List[
 
     def fill(match: re.Match) -> str:
         name = f'{match["study"]}/{match["scale"]}'
-        record = record_root / match['study'] / match['scale']
-        if not (record / 'findings.csv').is_file():
-            raise ValueError(f'{path}: the block for {name} has no recorded results in {record} (run '
-                             f'timm-advnorm-study {match["study"]} --scale {match["scale"]} --record {record_root})')
+        try:
+            record = record_folder(record_root, match['study'], match['scale'])
+        except ValueError as error:
+            raise ValueError(f'{path}: the block for {error}') from None
         body = render_record(record, match['study'])
         if body != match['body']:
             changed.append(name)

@@ -37,7 +37,7 @@ __all__ = ['Checkpoint', 'read_checkpoint', 'split_source', 'strip_wrapper_prefi
 
 # Weight files of an exported folder, in the order timm prefers them.
 WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin')
-# Training argument holding the trained model's `loading.model_config` (timm's CheckpointSaver saves the args).
+#: Training argument holding the trained model's `loading.model_config` (timm's CheckpointSaver saves the args).
 MODEL_CONFIG_ARG = 'model_config'
 # The training argument only ``train_adv.py`` records: arguments without it are another tool's (timm's train.py).
 _TRAIN_ADV_ARG = 'method'

@@ -42,7 +42,7 @@ __all__ = [
 
 _logger = logging.getLogger(__name__)
 
-# Top-level ``config.json`` entry holding what stock timm cannot express (e.g. TF "SAME" padding of a conversion).
+#: Top-level ``config.json`` entry holding what stock timm cannot express (e.g. TF "SAME" padding of a conversion).
 PLUGIN_CONFIG_KEY = 'timm_advnorm'
 # Model attribute holding the plugin config a model was built with, for `model_config`.
 _PLUGIN_CONFIG_ATTR = 'timm_advnorm_config'
