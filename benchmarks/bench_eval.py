@@ -48,13 +48,13 @@ from torch.utils.data import DataLoader, TensorDataset
 import timm_advnorm  # noqa: F401  (registers our models)
 from timm_advnorm.attacks import PGD, InputSpace
 from timm_advnorm.data import prepare_digits
-from timm_advnorm.eval.data import IndexedSubset, target_offsets
-from timm_advnorm.eval.evaluator import RobustEvaluator
-from timm_advnorm.eval.plan import build_plan
-from timm_advnorm.eval.protocols import AttackSpec, Protocol
-from timm_advnorm.eval.records import ResultTable
-from timm_advnorm.eval.stages import EvalContext
-from timm_advnorm.eval.variants import Variant
+from timm_advnorm.eval.run.data import IndexedSubset, target_offsets
+from timm_advnorm.eval.run.evaluator import RobustEvaluator
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol
+from timm_advnorm.eval.run.records import ResultTable
+from timm_advnorm.eval.plan.stages import EvalContext
+from timm_advnorm.eval.plan.variants import Variant
 
 from _common import add_device_args, add_timing_args, apply_run_args, measure, torchattacks_pgd
 

@@ -52,8 +52,8 @@ nitpick_ignore_regex = [
 ]
 _INTERNAL_TYPES = {
     'attacks': ['apgd._APGD', 'bim._BIM', 'eval_attack.NoiseAttack', 'pgd.BestAndLast'],
-    'eval': ['plan.SanityBudget', 'plan.SanityPlan', 'schema.AmpCheck', 'schema.BNStats', 'schema.ProtocolInfo',
-             'schema.VariantResult', 'schema._Record', 'stages.Stage'],
+    'eval': ['plan.stage_plan.SanityBudget', 'plan.stage_plan.SanityPlan', 'plan.stages.Stage', 'schema.AmpCheck',
+             'schema.BNStats', 'schema.ProtocolInfo', 'schema.VariantResult', 'schema._Record'],
     'hub': ['model_stats.ModelStats'],
     'task': ['alp.AlpOptions', 'fast_advprop.FastAdvPropOptions', 'mbn.MbnOptions', 'mixed.MixedOptions',
              'nofrost.NofrostOptions'],

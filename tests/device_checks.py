@@ -19,14 +19,14 @@ from torch.utils.data import DataLoader, TensorDataset
 import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace, apgd, attack_context, create_attack, pgd, square
 from timm_advnorm.attacks.fold_bn import fold_batchnorm
-from timm_advnorm.eval.data import IndexedSubset
-from timm_advnorm.eval.evaluator import RobustEvaluator
-from timm_advnorm.eval.plan import build_plan
-from timm_advnorm.eval.protocols import AttackSpec, Protocol
-from timm_advnorm.eval.records import ResultTable
-from timm_advnorm.eval.sanity import run_sanity_checks, summarize_checks
-from timm_advnorm.eval.stages import EvalContext
-from timm_advnorm.eval.variants import Variant
+from timm_advnorm.eval.run.data import IndexedSubset
+from timm_advnorm.eval.run.evaluator import RobustEvaluator
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol
+from timm_advnorm.eval.run.records import ResultTable
+from timm_advnorm.eval.results.sanity import run_sanity_checks, summarize_checks
+from timm_advnorm.eval.plan.stages import EvalContext
+from timm_advnorm.eval.plan.variants import Variant
 from timm_advnorm.layers import (
     MixtureBatchNorm2d, convert_sync_mixture_bn, mixture_bn_modules, route, set_grad_checkpointing)
 from timm_advnorm.task import AdversarialClassificationTask

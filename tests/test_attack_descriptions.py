@@ -14,12 +14,12 @@ import pytest
 
 from timm_advnorm.attacks import PGD, BudgetScaleWarning, InputSpace, PixelBudget, create_attack
 from timm_advnorm.commands import validate as validate_adv
-from timm_advnorm.eval.describe import describe_attack
-from timm_advnorm.eval.plan import build_plan
-from timm_advnorm.eval.protocols import (
+from timm_advnorm.eval.protocols.describe import describe_attack
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.protocols.protocol import (
     get_protocol, override_protocol, protocol_from_attacks, resolve_protocol, stepping)
 from timm_advnorm.eval.schema import AttackResult, EvalResults, SanityProbe
-from timm_advnorm.eval.stages import EvalContext, build_attack
+from timm_advnorm.eval.plan.stages import EvalContext, build_attack
 from timm_advnorm.hub.card import CardFacts, render_model_card
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE
 from timm_advnorm.hub.results import parse_eval_results
@@ -158,7 +158,7 @@ def test_pgd_with_default_arguments_names_its_step_in_every_output(digits_dir, t
     assert any(m.startswith('sanity ε-sweep: PGD-2 L∞, ε = 8/255, α = 10/255 (sign step, 2.5ε/N)')
                for m in caplog.messages)
 
-    from timm_advnorm.eval.plots import figure_accuracy_vs_iterations
+    from timm_advnorm.eval.results.plots import figure_accuracy_vs_iterations
     title = figure_accuracy_vs_iterations(results)._suptitle.get_text().replace('\n', ' ')
     assert 'α = 2-4/255 (sign step, max(1/255, ε/N))' in title and 'L∞\N{NO-BREAK SPACE}ε=8/255' in title
     assert 'untargeted' in title and 'best iterate' in title

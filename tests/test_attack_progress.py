@@ -6,11 +6,11 @@ import torch
 import torch.nn as nn
 
 from timm_advnorm.attacks import AttackProgress, InputSpace, attack_context, create_attack, square
-from timm_advnorm.eval import evaluator as evaluator_module
-from timm_advnorm.eval.evaluator import RobustEvaluator
-from timm_advnorm.eval.protocols import AttackSpec
-from timm_advnorm.eval.stages import AttackStage, CleanStage, EvalContext
-from timm_advnorm.eval.variants import Variant
+from timm_advnorm.eval.run import evaluator as evaluator_module
+from timm_advnorm.eval.run.evaluator import RobustEvaluator
+from timm_advnorm.eval.protocols.protocol import AttackSpec
+from timm_advnorm.eval.plan.stages import AttackStage, CleanStage, EvalContext
+from timm_advnorm.eval.plan.variants import Variant
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

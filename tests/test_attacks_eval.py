@@ -393,7 +393,7 @@ def test_corruptions_reject_bad_input_and_explain_a_missing_package(monkeypatch,
 
 def test_protocol_specs_build_their_attacks():
     """Every attack of the built-in protocols (but corruptions) accepts the configuration its spec gives."""
-    protocols = pytest.importorskip('timm_advnorm.eval.protocols')
+    protocols = pytest.importorskip('timm_advnorm.eval.protocols.protocol')
     for name in ('robustbench', 'nofrost', 'galloway'):
         for spec in protocols.resolve_protocol(protocols.get_protocol(name), SPACE).attacks:
             if spec.attack in ('pgd', 'fgsm'):

@@ -104,5 +104,5 @@ def test_every_text_read_of_the_package_decodes_utf8_in_one_place():
     plain = sorted({path.relative_to(package).as_posix() for path in package.rglob('*.py')
                     for line in path.read_text(encoding='utf-8').splitlines()
                     if '.read_text()' in line or ("newline='')" in line and "'w'" not in line)})
-    assert plain == ['commands/publish.py', 'eval/ood.py', 'eval/subsets.py', 'study/provenance.py',
+    assert plain == ['commands/publish.py', 'eval/protocols/ood.py', 'eval/run/subsets.py', 'study/provenance.py',
                      'train/budget.py', 'train/run_lock.py', 'weights/export.py', 'write_guard.py']

@@ -24,7 +24,7 @@ from timm_advnorm.commands.demo import run as run_demo
 from timm_advnorm.commands.study import run as run_study
 from timm_advnorm.commands.train import parse_args as parse_train_args
 from timm_advnorm.data.preprocessing import minimum_image_size
-from timm_advnorm.eval.build import _warn_training_split
+from timm_advnorm.eval.run.build import _warn_training_split
 from timm_advnorm.eval.options import EvalDataOptions
 from timm_advnorm.eval.recorded import DataRecord
 from timm_advnorm.strict_yaml import YAMLFileError, load_yaml

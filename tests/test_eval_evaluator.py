@@ -9,14 +9,14 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from timm_advnorm.attacks import InputSpace
-from timm_advnorm.eval.data import IndexedSubset, seeded_subset, shard_range, target_offsets
-from timm_advnorm.eval.evaluator import RobustEvaluator, derive_seed
-from timm_advnorm.eval.plan import build_plan
-from timm_advnorm.eval.protocols import AttackSpec, Protocol, get_protocol, reduce_protocol
-from timm_advnorm.eval.records import ResultTable
-from timm_advnorm.eval.stages import RESULT_COLUMNS, AttackStage, CleanStage, EvalContext
-from timm_advnorm.eval.state import EvalState
-from timm_advnorm.eval.variants import model_variants
+from timm_advnorm.eval.run.data import IndexedSubset, seeded_subset, shard_range, target_offsets
+from timm_advnorm.eval.run.evaluator import RobustEvaluator, derive_seed
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol, get_protocol, reduce_protocol
+from timm_advnorm.eval.run.records import ResultTable
+from timm_advnorm.eval.plan.stages import RESULT_COLUMNS, AttackStage, CleanStage, EvalContext
+from timm_advnorm.eval.run.state import EvalState
+from timm_advnorm.eval.plan.variants import model_variants
 
 NUM_SAMPLES, NUM_CLASSES = 24, 10
 
@@ -254,7 +254,7 @@ def _imagenet_like_folder(root: Path, files) -> None:
 def test_the_robustbench_subset_takes_its_first_images_in_list_order(tmp_path):
     from timm.data import ImageDataset
 
-    from timm_advnorm.eval.subsets import named_subset_order, subset_files
+    from timm_advnorm.eval.run.subsets import named_subset_order, subset_files
 
     listed = subset_files('robustbench')
     assert len(listed) == len(set(listed)) == 5000 and listed[0] == 'n09468604/ILSVRC2012_val_00015253.JPEG'

@@ -10,16 +10,17 @@ import pytest
 import timm
 import torch
 
-from timm_advnorm.eval import cost as cost_module, runner
+from timm_advnorm.eval.plan import cost as cost_module
+from timm_advnorm.eval.run import runner
 from timm_advnorm.commands import validate as validate_adv
-from timm_advnorm.eval.cost import Passes, count_cost, stage_passes
-from timm_advnorm.eval.metrics import THICKNESS_POINTS, thickness_attack
-from timm_advnorm.eval.plan import SANITY_PROBES, build_plan
-from timm_advnorm.eval.protocols import AttackSpec, get_protocol, protocol_from_attacks, reduce_protocol
-from timm_advnorm.eval.sanity_budget import MIN_SAMPLES, SANITY_SHARE, fit_sanity
+from timm_advnorm.eval.plan.cost import Passes, count_cost, stage_passes
+from timm_advnorm.eval.plan.metrics import THICKNESS_POINTS, thickness_attack
+from timm_advnorm.eval.plan.stage_plan import SANITY_PROBES, build_plan
+from timm_advnorm.eval.protocols.protocol import AttackSpec, get_protocol, protocol_from_attacks, reduce_protocol
+from timm_advnorm.eval.plan.sanity_budget import MIN_SAMPLES, SANITY_SHARE, fit_sanity
 from timm_advnorm.eval.schema import EvalResults, combined_sanity_status, sanity_status
 from timm_advnorm.durations import duration_text
-from timm_advnorm.eval.stages import AttackStage, BudgetStage, CleanStage, GradientProbe, ThicknessStage
+from timm_advnorm.eval.plan.stages import AttackStage, BudgetStage, CleanStage, GradientProbe, ThicknessStage
 from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE
 
@@ -340,8 +341,8 @@ def test_sanity_samples_0_never_reads_passed(digits_dir, checkpoint, tmp_path, c
 
 def test_sanity_full_is_the_complete_battery(digits_dir, checkpoint, tmp_path):
     from timm_advnorm.commands.validate import eval_options
-    from timm_advnorm.eval.build import build_evaluation
-    from timm_advnorm.eval.distributed import init_distributed
+    from timm_advnorm.eval.run.build import build_evaluation
+    from timm_advnorm.eval.run.distributed import init_distributed
 
     args = validate_adv.parse_args(_argv(digits_dir, checkpoint, tmp_path, '--sanity', 'full'))
     setup = build_evaluation(eval_options(args), init_distributed(args.device))

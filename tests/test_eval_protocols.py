@@ -7,9 +7,9 @@ import pytest
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.attacks.registry import attack_threat
 from timm_advnorm.commands.validate import eval_options
-from timm_advnorm.eval.build import build_protocol
-from timm_advnorm.eval.plan import build_plan
-from timm_advnorm.eval.protocols import (
+from timm_advnorm.eval.run.build import build_protocol
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.protocols.protocol import (
     PROTOCOLS, AttackSpec, Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks,
     reduce_protocol, register_protocol, resolve_eps, resolve_protocol, scalar_std, unregister_protocol)
 from timm_advnorm.commands import validate as validate_adv

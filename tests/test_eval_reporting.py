@@ -8,18 +8,18 @@ import torch
 
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.attacks.noise import noise_settings
-from timm_advnorm.eval.plan import build_plan
-from timm_advnorm.eval.intervals import wilson_interval
-from timm_advnorm.eval.plots import figure_accuracy_vs_eps, figure_accuracy_vs_iterations, figure_tradeoff
-from timm_advnorm.eval.protocols import (
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.results.intervals import wilson_interval
+from timm_advnorm.eval.results.plots import figure_accuracy_vs_eps, figure_accuracy_vs_iterations, figure_tradeoff
+from timm_advnorm.eval.protocols.protocol import (
     AttackSpec, Protocol, get_protocol, override_protocol, reduce_protocol, resolve_protocol)
-from timm_advnorm.eval.records import ResultTable, make_record
-from timm_advnorm.eval.results import CSV_FIELDS, csv_rows, write_csv
-from timm_advnorm.eval.sanity import run_sanity_checks
+from timm_advnorm.eval.run.records import ResultTable, make_record
+from timm_advnorm.eval.results.files import CSV_FIELDS, csv_rows, write_csv
+from timm_advnorm.eval.results.sanity import run_sanity_checks
 from timm_advnorm.eval.schema import AmpCheck, EvalResults, VariantResult
-from timm_advnorm.eval.stages import BudgetStage
-from timm_advnorm.eval.summary import results_warnings, summarize_variant
-from timm_advnorm.eval.variants import Variant
+from timm_advnorm.eval.plan.stages import BudgetStage
+from timm_advnorm.eval.results.summary import results_warnings, summarize_variant
+from timm_advnorm.eval.plan.variants import Variant
 
 INPUT_SIZE = (3, 32, 32)
 N = 64
@@ -301,7 +301,7 @@ def test_a_one_image_difference_is_drawn_inside_its_interval_not_as_a_crossing()
 
 
 def test_the_step_is_named_as_recorded():
-    from timm_advnorm.eval.plots import step_text
+    from timm_advnorm.eval.results.plots import step_text
     from timm_advnorm.eval.schema import AttackResult
 
     def step(attack='pgd', steps=20, **kwargs):
@@ -324,7 +324,7 @@ def test_the_step_is_named_as_recorded():
 
 
 def test_a_suite_whose_steps_differ_names_each_attacks_step():
-    from timm_advnorm.eval.plots import suite_text
+    from timm_advnorm.eval.results.plots import suite_text
     from timm_advnorm.eval.schema import AttackResult
     galloway = resolve_protocol(get_protocol('galloway'), InputSpace())  # ε∞ = 0.03 × 0.226 × 255 = 1.729
     attacks = [AttackResult.from_dict(a) for a in _summary(galloway)['attacks']]
@@ -359,7 +359,7 @@ def test_the_gamma_plot_needs_a_gamma_between_the_branches_and_labels_each_once(
 
 
 def test_attack_title_adds_the_budget_a_label_does_not_carry():
-    from timm_advnorm.eval.summary import attack_title
+    from timm_advnorm.eval.results.summary import attack_title
     assert attack_title('pgd', steps=20) == 'pgd (20 iterations)'
     assert attack_title('pgd-t-13', steps=13) == 'pgd-t-13'
     assert attack_title('square', steps=None, queries=400) == 'square (400 queries)'

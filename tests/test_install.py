@@ -86,8 +86,8 @@ def test_wheel_ships_the_commands_recipes_and_card_template(wheel):
         entry_points = archive.read(next(n for n in names if n.endswith('.dist-info/entry_points.txt'))).decode()
     assert 'timm_advnorm/recipes/digits_demo_mbn.yaml' in names
     assert 'timm_advnorm/hub/model_card_template.md' in names
-    assert 'timm_advnorm/eval/robustbench_imagenet_5000.txt' in names
-    assert {'timm_advnorm/eval/imagenet_r_wnids.txt', 'timm_advnorm/eval/imagenet_a_wnids.txt'} <= set(names)
+    assert 'timm_advnorm/eval/run/robustbench_imagenet_5000.txt' in names
+    assert {f'timm_advnorm/eval/protocols/imagenet_{name}_wnids.txt' for name in 'ra'} <= set(names)
     for command in COMMANDS:
         assert f'{command} = ' in entry_points
     # pip install "timm-advnorm[corruptions]" (the README's words) names an extra that exists

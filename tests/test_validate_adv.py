@@ -12,10 +12,11 @@ import torch
 import yaml
 
 from timm_advnorm.data import split_folder
-from timm_advnorm.eval.protocols import get_protocol  # importing the package also registers test_mbn_resnet
+from timm_advnorm.eval.protocols.protocol import get_protocol  # importing the package also registers test_mbn_resnet
 from timm_advnorm.layers import mixture_bn_modules
 
-from timm_advnorm.eval import build, report, runner
+from timm_advnorm.eval.results import report
+from timm_advnorm.eval.run import build, runner
 from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.commands.validate import eval_options
 
@@ -404,7 +405,7 @@ def test_the_evaluation_loader_never_evaluates_another_image_in_place_of_a_bad_o
     """A file that turns unreadable after the up-front check fails the run (timm would load the next image)."""
     from timm.data import resolve_data_config
 
-    from timm_advnorm.eval.distributed import DistributedInfo
+    from timm_advnorm.eval.run.distributed import DistributedInfo
 
     folder = _image_folder(digits_dir, tmp_path / 'images', {'0/late.png': b''})
     args = validate_adv.parse_args(['--model', 'test_mbn_resnet', '--dataset', '', '--data-dir', str(folder)])
@@ -537,7 +538,7 @@ def test_robustbench_subset_and_model_info_fields(tmp_path):
     RobustBench's model_info JSON, saying what ran."""
     from PIL import Image
 
-    from timm_advnorm.eval.subsets import subset_files
+    from timm_advnorm.eval.run.subsets import subset_files
 
     for i, name in enumerate(subset_files('robustbench')[:3]):
         path = tmp_path / 'imagenet' / 'val' / name

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
 from ..attacks.space import InputSpace
-from ..eval.describe import describe_attack
+from ..eval.protocols.describe import describe_attack
 from ..eval.schema import EvalResults, read_results
 from ..messages import read_utf8
 from ..strict_yaml import load_yaml

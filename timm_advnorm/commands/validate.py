@@ -3,9 +3,9 @@ in the style of timm's ``validate.py``.
 
 Evaluates a model (a timm name, ``hf-hub:``/``local-dir:`` name, or a `train_adv.py` checkpoint) against a named
 protocol (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``, ``corruptions``, ``imagenet-r``, ``imagenet-a``,
-``imagenet-sketch``, ``nofrost-star``; see `timm_advnorm.eval.protocols`) or an explicit attack list, on a fixed
+``imagenet-sketch``, ``nofrost-star``; see `timm_advnorm.eval.protocols.protocol`) or an explicit attack list, on a fixed
 seeded subset of a dataset, in eval mode with the model's own preprocessing. Out-of-distribution sets are read from
-folders of their own (``--imagenet-r-dir``, ``--imagenet-a-dir``, ``--imagenet-sketch-dir``; `timm_advnorm.eval.ood`),
+folders of their own (``--imagenet-r-dir``, ``--imagenet-a-dir``, ``--imagenet-sketch-dir``; `timm_advnorm.eval.protocols.ood`),
 each a run of its own, all reported in one results file. Mixture-BN models are evaluated per branch and over a γ
 sweep of feature and logit interpolation. Sanity checks run with every evaluation, their probes by default within a
 quarter of the attacks' cost (``--sanity``). Before it runs, the evaluation prints its plan (passes and share of each
@@ -17,7 +17,7 @@ a state file makes a long evaluation resumable; ``torchrun`` shards it across pr
 The run reads as four steps: parse (this module: the options, with defaults from a ``-c`` YAML file, and as one
 ``<prog>: error:`` line what argparse cannot see: options that do not go together, counts out of range, a device that
 is none, mean or std of the wrong length, a dataset root that is needed but not given, and out-of-distribution folders
-that the protocol does not read or lacks), build (`timm_advnorm.eval.build`: model, protocol and plan, data runs,
+that the protocol does not read or lacks), build (`timm_advnorm.eval.run.build`: model, protocol and plan, data runs,
 state file), run (`eval.runner`, then the records of every rank gathered) and report (`eval.assemble` builds the
 typed `eval.schema.EvalResults`; `eval.report` writes and logs it): `timm_advnorm.eval.validate`.
 
@@ -45,15 +45,15 @@ from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int
 from ..data import builtin_dataset, list_builtin_datasets
 from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
-from ..eval.ood import OOD_DATASETS, OODDataset, get_ood_dataset
+from ..eval.protocols.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.options import (
     LOGGER, SANITY_MODES, AttackOptions, CheckOptions, EvalDataOptions, EvalModelOptions, EvalOptions,
     EvalOutputOptions, EvalRuntimeOptions, PreprocessingOptions, VariantOptions)
-from ..eval.protocols import PROTOCOLS, get_protocol, list_protocols
+from ..eval.protocols.protocol import PROTOCOLS, get_protocol, list_protocols
 from ..eval.recorded import DataRecord, recorded_data
-from ..eval.subsets import SUBSETS
+from ..eval.run.subsets import SUBSETS
 from ..eval.validate import validate
-from ..eval.variants import DEFAULT_GAMMAS, INTERPOLATIONS
+from ..eval.plan.variants import DEFAULT_GAMMAS, INTERPOLATIONS
 from ..usage import check_device, check_normalization_lengths, default_workers
 from .options import (
     AMP, AMP_DTYPE, ATTACK_EPS, ATTACK_NORM, ATTACK_STEP, ATTACK_STEPS, ATTACK_TARGETED, BATCH_SIZE, CHANNELS_LAST,

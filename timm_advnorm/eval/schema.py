@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..messages import read_utf8
-from .describe import describe_attack, eps_rule_note, standardized_phrase
+from .protocols.describe import describe_attack, eps_rule_note, standardized_phrase
 
 __all__ = ['EvalResults', 'VariantResult', 'AttackResult', 'ProtocolInfo', 'SanityResult', 'SanityCheck',
            'SanityProbe', 'EpsPoint', 'OODAccuracy', 'AmpCheck', 'AmpComparison', 'BNStats', 'read_results',

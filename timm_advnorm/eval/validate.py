@@ -9,15 +9,15 @@ from typing import Optional
 
 from ..data import rendered_kept_on_success
 from ..signals import Interrupted
-from .assemble import assemble_results
-from .build import build_evaluation
-from .distributed import cleanup_distributed, gather_records, init_distributed
+from .results.assemble import assemble_results
+from .run.build import build_evaluation
+from .run.distributed import cleanup_distributed, gather_records, init_distributed
 from .options import EvalOptions
-from .records import ResultTable
-from .report import check_outputs, log_results, write_outputs
-from .runner import evaluate_runs, plan_title
+from .run.records import ResultTable
+from .results.report import check_outputs, log_results, write_outputs
+from .run.runner import evaluate_runs, plan_title
 from .schema import EvalResults
-from .state import EvalState
+from .run.state import EvalState
 
 __all__ = ['validate']
 

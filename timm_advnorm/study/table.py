@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..eval.plots import robust_text
+from ..eval.results.plots import robust_text
 from ..eval.schema import EvalResults
 from ..messages import read_utf8
 from .cells import Cell

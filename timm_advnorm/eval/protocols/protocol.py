@@ -60,12 +60,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from ..attacks.bim import galloway_l2_eps
-from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
-from ..attacks.registry import attack_arguments, attack_threat, create_attack
-from ..attacks.space import PIXEL_SCALE, InputSpace, PixelBudget, check_budget_scale
-from ..models.galloway_mlp import MNIST_STD
-from ..registry import Registry
+from ...attacks.bim import galloway_l2_eps
+from ...attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
+from ...attacks.registry import attack_arguments, attack_threat, create_attack
+from ...attacks.space import PIXEL_SCALE, InputSpace, PixelBudget, check_budget_scale
+from ...models.galloway_mlp import MNIST_STD
+from ...registry import Registry
 from .ood import OOD_DATASETS, get_ood_dataset
 
 __all__ = [
@@ -290,7 +290,7 @@ class Protocol:
         headline: The protocol's single robust number: ``worst-case``, ``last`` (the last attack, e.g. PGD-2000),
             ``mean`` (mean accuracy over the suite, e.g. the mean corruption accuracy), ``clean`` (the clean
             accuracy: a protocol without attacks, measuring a shift of the data) or an attack label.
-        metrics: Robustness metrics computed by default (see `timm_advnorm.eval.metrics`).
+        metrics: Robustness metrics computed by default (see `timm_advnorm.eval.plan.metrics`).
         reduced: Whether budgets were shrunk by `reduce_protocol` (results are then not the paper's protocol).
         dataset: The out-of-distribution set (`ood.OOD_DATASETS`) the clean pass and the attacks run on, read from
             its own folder; ``None``: the evaluation data.

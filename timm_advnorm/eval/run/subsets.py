@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from torch.utils.data import Dataset
 
-from ..registry import Registry
-from .schema import EvalResults
+from ...registry import Registry
+from ..schema import EvalResults
 
 __all__ = ['SUBSETS', 'subset_files', 'named_subset_order', 'robustbench_model_info']
 

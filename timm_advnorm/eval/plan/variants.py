@@ -16,7 +16,7 @@ from typing import Iterator, List, Optional, Sequence
 
 import torch.nn as nn
 
-from ..layers import LogitInterpolation, has_mixture_bn, route
+from ...layers import LogitInterpolation, has_mixture_bn, route
 
 __all__ = ['Variant', 'KINDS', 'INTERPOLATIONS', 'DEFAULT_GAMMAS', 'model_variants']
 

@@ -10,11 +10,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ..attacks import (
+from ...attacks import (
     InputSpace, PixelBudget, ProgressFn, attack_context, create_attack, cross_entropy_per_sample, input_gradient)
-from ..attacks.space import PIXEL_SCALE
+from ...attacks.space import PIXEL_SCALE
 from .metrics import boundary_thickness, decision_margin, smoothness_kl
-from .protocols import AttackSpec, resolve_eps
+from ..protocols.protocol import AttackSpec, resolve_eps
 
 __all__ = ['Batch', 'EvalContext', 'Stage', 'CleanStage', 'AttackStage', 'BudgetStage', 'GradientProbe',
            'DeterminismProbe', 'ThicknessStage', 'SmoothnessStage', 'Columns', 'RESULT_COLUMNS', 'LAST_ITERATE_COLUMNS',

@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 from timm.data import ImageDataset, ImageNetInfo
 
-from ..registry import Registry
+from ...registry import Registry
 
 __all__ = ['OODDataset', 'OOD_DATASETS', 'get_ood_dataset', 'imagenet_wnids', 'check_class_folders',
            'create_ood_dataset', 'ClassSubset', 'IMAGENET_CLASSES']

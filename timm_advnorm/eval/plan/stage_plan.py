@@ -19,10 +19,10 @@ clean pass each (`ood_stage`).
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..attacks import PGD, InputSpace, PixelBudget, list_attacks
+from ...attacks import PGD, InputSpace, PixelBudget, list_attacks
 from .metrics import METRICS, smoothness_attack, thickness_attack
-from .protocols import SQRT_DIM_RULES, AttackSpec, Protocol, check_resolved
-from .schema import SanityProbe
+from ..protocols.protocol import SQRT_DIM_RULES, AttackSpec, Protocol, check_resolved
+from ..schema import SanityProbe
 from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
     ThicknessStage, attack_norm, build_attack)

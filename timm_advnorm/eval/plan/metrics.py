@@ -22,8 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..attacks.space import InputSpace
-from .protocols import AttackSpec
+from ...attacks.space import InputSpace
+from ..protocols.protocol import AttackSpec
 
 __all__ = ['METRICS', 'decision_margin', 'smoothness_kl', 'boundary_thickness', 'thickness_attack',
            'smoothness_attack']

@@ -21,16 +21,16 @@ from typing import List, Optional
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from ..durations import duration_text
-from ..layers import get_inference_branch
-from ..usage import show_progress
+from ...durations import duration_text
+from ...layers import get_inference_branch
+from ...usage import show_progress
 from .build import DataRun, EvalSetup
-from .cost import EvalCost, count_cost
+from ..plan.cost import EvalCost, count_cost
 from .data import IndexedSubset, shard_range
 from .distributed import DistributedInfo
 from .evaluator import RobustEvaluator
-from .options import LOGGER, EvalOptions, EvalRuntimeOptions
-from .ood import get_ood_dataset
+from ..options import LOGGER, EvalOptions, EvalRuntimeOptions
+from ..protocols.ood import get_ood_dataset
 from .records import Record
 from .state import EvalState
 

@@ -10,21 +10,21 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
-from ..layers import get_inference_branch
-from .bn_stats import summarize_bn_stats
-from .build import EvalSetup
-from .ood import get_ood_dataset
-from .options import EvalOptions
-from .plan import EvalPlan
-from .records import ResultTable
-from .runner import RunOutcome
+from ...layers import get_inference_branch
+from ..run.bn_stats import summarize_bn_stats
+from ..run.build import EvalSetup
+from ..protocols.ood import get_ood_dataset
+from ..options import EvalOptions
+from ..plan.stage_plan import EvalPlan
+from ..run.records import ResultTable
+from ..run.runner import RunOutcome
 from .sanity import run_sanity_checks, summarize_checks
-from .schema import (
+from ..schema import (
     ITERATE_CONVENTIONS, BNStats, EvalResults, ProtocolInfo, SanityResult, VariantResult, combined_sanity_status,
     passed_flag)
-from .subsets import robustbench_model_info
+from ..run.subsets import robustbench_model_info
 from .summary import amp_report, results_warnings, summarize_variant
-from .variants import Variant
+from ..plan.variants import Variant
 
 __all__ = ['assemble_results']
 

@@ -9,7 +9,7 @@ they are a ratio to an unrelated baseline, and the summary says so).
 """
 from typing import Dict, Mapping, Optional, Tuple
 
-from ..attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
+from ...attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
 
 __all__ = ['ALEXNET_MEAN_ERROR', 'corruption_errors']
 

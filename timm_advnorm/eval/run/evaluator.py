@@ -25,14 +25,14 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from ..attacks import AttackProgress
-from .cost import stage_passes, time_passes
+from ...attacks import AttackProgress
+from ..plan.cost import stage_passes, time_passes
 from .data import target_offsets
-from .ood import ClassSubset
+from ..protocols.ood import ClassSubset
 from .records import Record, make_record
-from .stages import Batch, Columns, EvalContext, Stage
+from ..plan.stages import Batch, Columns, EvalContext, Stage
 from .state import EvalState
-from .variants import Variant
+from ..plan.variants import Variant
 
 __all__ = ['RobustEvaluator', 'derive_seed']
 

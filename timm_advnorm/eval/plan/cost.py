@@ -19,12 +19,12 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ..attacks import InputSpace, attack_context, cross_entropy_per_sample, input_gradient
-from ..attacks.autoattack import AutoAttack
-from ..attacks.fab import FABT
-from ..attacks.fold_bn import BatchNormFolder
-from ..durations import duration_text, seconds_text
-from ..timing import timed_seconds
+from ...attacks import InputSpace, attack_context, cross_entropy_per_sample, input_gradient
+from ...attacks.autoattack import AutoAttack
+from ...attacks.fab import FABT
+from ...attacks.fold_bn import BatchNormFolder
+from ...durations import duration_text, seconds_text
+from ...timing import timed_seconds
 from .metrics import THICKNESS_POINTS
 from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,

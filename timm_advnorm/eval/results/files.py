@@ -33,9 +33,9 @@ import secrets
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from ..write_guard import (
+from ...write_guard import (
     Writer, atomic_write, check_folder_writable, check_names, reported_write, temp_name, written_temp)
-from .schema import EvalResults
+from ..schema import EvalResults
 
 __all__ = ['OutputFiles', 'kept_name', 'check_writable', 'atomic_write', 'write_json',
            'write_csv', 'csv_rows', 'json_text', 'csv_text', 'CSV_FIELDS']

@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch.nn as nn
 
-from ..layers import MixtureBatchNorm2d
+from ...layers import MixtureBatchNorm2d
 
 __all__ = ['collect_bn_stats', 'summarize_bn_stats', 'default_bn_layer']
 
