@@ -151,7 +151,7 @@ def main(argv=None) -> None:
 def _sweep_table(model, space, x, y, args, amp_dtype, device, score) -> None:
     budgets = sorted(set(args.sweep))
     targets = (y + target_offsets(len(x), 10, args.seed).to(device)) % 10  # what the evaluator draws
-    specs = tuple(AttackSpec(f'pgd-t-{n}', 'pgd', 16.0, dict(steps=n, step=1.0, step_rule='max', targeted=True))
+    specs = tuple(AttackSpec(f'pgd-t-{n}', PGD.Config.of(steps=n, step=1.0, step_rule='max', targeted=True), 16.0)
                   for n in budgets)
     protocol = Protocol('sweep', 'sweep', 'bench', specs)
 
@@ -213,7 +213,7 @@ def _methods(model, space, x, y, eps, args, amp_dtype, device, score) -> Dict[st
     def ours_last_iterate() -> float:
         return score(ours_last(model, x, y))
 
-    spec = AttackSpec('pgd', 'pgd', eps, dict(steps=args.steps, step=args.step, step_rule='fixed'))
+    spec = AttackSpec('pgd', PGD.Config.of(steps=args.steps, step=args.step, step_rule='fixed'), eps)
     protocol = Protocol('bench', 'bench', 'bench', (spec,))
 
     def ours_evaluation() -> float:

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace, apgd, attack_context, create_attack, pgd, square
 from timm_advnorm.attacks.fold_bn import fold_batchnorm
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.eval.run.data import IndexedSubset
 from timm_advnorm.eval.run.evaluator import RobustEvaluator
 from timm_advnorm.eval.plan.stage_plan import build_plan
@@ -459,7 +460,7 @@ def check_sanity_checks_pass(device: torch.device, model: nn.Module, x: torch.Te
     """
     num_samples, input_size = len(x), (3, 16, 16)
     dataset = IndexedSubset(TensorDataset(x, y), range(num_samples), range(num_samples))
-    protocol = Protocol('device', 'device', 'device', (AttackSpec('pgd', 'pgd', 8.0, dict(steps=5)),))
+    protocol = Protocol('device', 'device', 'device', (AttackSpec('pgd', attack_config('pgd', steps=5), 8.0),))
     plan = build_plan(protocol, sanity_samples=num_samples, sanity_steps=5, sanity_queries=400)
     evaluator = RobustEvaluator(copy.deepcopy(model).to(device), [Variant('model')], plan.stages,
                                 EvalContext(SPACE, input_size), NUM_CLASSES, num_samples, seed=0, device=device)

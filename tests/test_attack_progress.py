@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from timm_advnorm.attacks import AttackProgress, InputSpace, attack_context, create_attack, square
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.eval.run import evaluator as evaluator_module
 from timm_advnorm.eval.run.evaluator import RobustEvaluator
 from timm_advnorm.eval.protocols.protocol import AttackSpec
@@ -78,7 +79,7 @@ class _Bar:
 def test_the_evaluation_bar_shows_where_the_running_attack_is(tiny, monkeypatch):
     model, x, y = tiny
     monkeypatch.setattr(evaluator_module, 'ATTACK_REPORT_INTERVAL', 0.0)
-    spec = AttackSpec('aa', 'autoattack', 0.0, dict(steps=2, n_target_classes=2, n_queries=4))
+    spec = AttackSpec('aa', attack_config('autoattack', steps=2, n_target_classes=2, n_queries=4), 0.0)
     bar = _Bar()
     evaluator = RobustEvaluator(model, [Variant('model')], [CleanStage(), AttackStage(spec)],
                                 EvalContext(SPACE, (3, 8, 8)), NUM_CLASSES, len(x), seed=0,

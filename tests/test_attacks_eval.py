@@ -399,5 +399,5 @@ def test_protocol_specs_build_their_attacks():
             if spec.attack in ('pgd', 'fgsm'):
                 continue
             eps = protocols.resolve_eps(spec, (3, 224, 224))
-            attack = create_attack(spec.attack, space=SPACE, eps=eps, seed=0, **spec.kwargs)
+            attack = protocols.create_spec_attack(spec, SPACE, (3, 224, 224), seed=0)
             assert attack.eps == pytest.approx(eps)

@@ -1,5 +1,6 @@
 """Each attack's options, declared once as dataclass fields: the constructor, the attributes, the repr, the arguments
 the registry reports and the keywords its functional core receives all come from them."""
+import dataclasses
 import inspect
 from typing import Optional
 
@@ -7,9 +8,9 @@ import pytest
 import torch
 
 from timm_advnorm.attacks import InputSpace, PixelBudget, create_attack, list_attacks
-from timm_advnorm.attacks.base import Attack, attack_dataclass
+from timm_advnorm.attacks.base import BOUND_OPTIONS, Attack, attack_dataclass
 from timm_advnorm.attacks.eval_attack import EvalAttack
-from timm_advnorm.attacks.pgd import PGDOptions, pgd_budgets
+from timm_advnorm.attacks.pgd import PGD, PGDOptions, pgd_budgets
 from timm_advnorm.attacks.registry import _ATTACKS, attack_arguments, register_attack
 
 SPACE = InputSpace()
@@ -127,3 +128,24 @@ def test_pgd_runs_carry_their_shared_keywords_as_one_object():
     with pytest.raises(TypeError, match="unexpected keyword argument 'stepz'"):
         pgd_budgets(torch.nn.Flatten(), torch.zeros(1, 3, 2, 2), torch.zeros(1).long(), budgets=[1], space=SPACE,
                     eps=8.0, step=2.0, stepz=3)
+
+
+def test_a_config_is_the_attack_without_its_space_and_budget():
+    """``Cls.Config``: frozen, the attack's options with its defaults (written once), changed by `replace`, stating
+    in order what results record, and built into the attack once the model's space and the budget are known."""
+    for name in list_attacks():
+        cls = _ATTACKS.get(name)
+        options = {key: value for key, value in attack_arguments(name).items() if key not in BOUND_OPTIONS}
+        assert cls.Config().options() == options and cls.name == name
+    config = PGD.Config.of(steps=3, step_rule='fixed')
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.steps = 4
+    assert dataclasses.replace(config, steps=5).recorded() == dict(steps=5, step_rule='fixed')
+    assert list(config.stating(step=2.0, steps=4).recorded().items()) == [('steps', 4), ('step_rule', 'fixed'),
+                                                                          ('step', 2.0)]
+    attack = config.build(SPACE, PixelBudget(0.5), seed=1)
+    assert (type(attack), attack.steps, attack.step_rule, attack.eps, attack.seed) == (PGD, 3, 'fixed', 0.5, 1)
+    with pytest.raises(TypeError):
+        PGD.Config.of(space=SPACE)  # bound when it runs, not configured
+    assert [_ATTACKS.get(name).title for name in ('pgd', 'cw-linf', 'corruption')] == ['PGD', 'CW-L∞', None]
+    assert [_ATTACKS.get(name).forwards_per_step for name in ('pgd', 'fab-t')] == [1, 2]

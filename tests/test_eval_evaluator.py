@@ -9,6 +9,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from timm_advnorm.attacks import InputSpace
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.eval.run.data import IndexedSubset, seeded_subset, shard_range, target_offsets
 from timm_advnorm.eval.run.evaluator import RobustEvaluator, derive_seed
 from timm_advnorm.eval.plan.stage_plan import build_plan
@@ -41,9 +42,9 @@ def model():
 
 def _protocol(aggregation='independent') -> Protocol:
     specs = (
-        AttackSpec('pgd-t', 'pgd', 8.0, dict(steps=3, targeted=True), success_rate=True),
-        AttackSpec('pgd', 'pgd', 8.0, dict(steps=3)),
-        AttackSpec('fgsm', 'fgsm', 8.0, {}),
+        AttackSpec('pgd-t', attack_config('pgd', steps=3, targeted=True), 8.0, success_rate=True),
+        AttackSpec('pgd', attack_config('pgd', steps=3), 8.0),
+        AttackSpec('fgsm', attack_config('fgsm'), 8.0),
     )
     return Protocol('test', 'test', 'test', specs, aggregation=aggregation, worst_case=True, headline='worst-case')
 
@@ -188,7 +189,8 @@ def test_model_mode_is_restored(model, data):
 def _sweep_protocol() -> Protocol:
     """Targeted PGD-2/5/8 at one step (one run), one with another step and an untargeted PGD-5 (runs of their own)."""
     def spec(label, steps, step=4.0, targeted=True):  # ε=64: this random-init model is fooled gradually
-        return AttackSpec(label, 'pgd', 64.0, dict(steps=steps, step=step, step_rule='fixed', targeted=targeted))
+        return AttackSpec(label, attack_config('pgd', steps=steps, step=step, step_rule='fixed', targeted=targeted),
+                          64.0)
     specs = (spec('pgd-2', 2), spec('pgd-8', 8), spec('pgd-5', 5), spec('pgd-5-step1', 5, step=1.0),
              spec('pgd-u-5', 5, targeted=False))
     return Protocol('sweep', 'sweep', 'test', specs)

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import PGD, InputSpace
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval.run.data import IndexedSubset, seeded_subset
 from timm_advnorm.eval.run.evaluator import RobustEvaluator
@@ -45,14 +46,14 @@ def data(untrained_resnet_and_images):
 
 def _pgd_spec(label: str, steps: int, targeted: bool, eps: float = 8.0) -> AttackSpec:
     """Evaluation PGD scoring its last iterate; a fixed step, so that its budgets share one run."""
-    return AttackSpec(label, 'pgd', eps, dict(steps=steps, step=eps / 4, step_rule='fixed', targeted=targeted,
-                                              random_start=True), success_rate=targeted, last_iterate=True)
+    return AttackSpec(label, attack_config('pgd', steps=steps, step=eps / 4, step_rule='fixed', targeted=targeted,
+                                           random_start=True), eps, success_rate=targeted, last_iterate=True)
 
 
 def _separate_last_iterate_run(spec: AttackSpec, seed_name: str, attack_all: bool) -> AttackStage:
     """`spec` as a last-iterate attack of its own, drawing the random start of the stage `seed_name`."""
     last_only = replace(spec, label=f'separate/{spec.label}', last_iterate=False,
-                        kwargs=dict(spec.kwargs, best_iterate=False))
+                        config=spec.config.stating(best_iterate=False))
     return AttackStage(last_only, attack_all=attack_all, seed_name=seed_name)
 
 
@@ -80,7 +81,7 @@ def test_the_papers_protocols_score_the_last_pgd_iterate():
     assert not any(spec.last_iterate for spec in get_protocol('robustbench').attacks)
     assert all(spec.last_iterate for spec in get_protocol('galloway-mnist').attacks if spec.threat != 'noise')
     with pytest.raises(ValueError, match='only pgd, fgsm can score its last iterate'):
-        AttackSpec('square', 'square', 4.0, dict(n_queries=10), threat='black-box', last_iterate=True)
+        AttackSpec('square', attack_config('square', n_queries=10), 4.0, threat='black-box', last_iterate=True)
 
 
 @pytest.mark.parametrize('label', ['pgd-t-5', 'pgd-t-2', 'pgd'])

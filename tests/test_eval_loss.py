@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import PGD, InputSpace, attack_context
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.eval.run.data import IndexedSubset, seeded_subset
 from timm_advnorm.eval.run.evaluator import RobustEvaluator
 from timm_advnorm.eval.plan.stage_plan import build_plan
@@ -27,11 +28,11 @@ NUM_SAMPLES, NUM_CLASSES, SIZE = 16, 10, 32
 SPACE = InputSpace()
 # deterministic attacks (no random start): with and without the loss they must score the same images alike
 ATTACKS = (
-    AttackSpec('bim-4', 'bim-linf', 8.0, dict(steps=4, step=2.0)),
-    AttackSpec('bim-2', 'bim-linf', 8.0, dict(steps=2, step=2.0)),
-    AttackSpec('fgsm', 'fgsm', 8.0, dict(step=8.0, random_start=False)),
-    AttackSpec('noise', 'gaussian-noise', 0.0, dict(std=0.5), threat='noise'),
-    AttackSpec('bim-last', 'pgd', 8.0, dict(steps=3, step=2.0, step_rule='fixed', random_start=False),
+    AttackSpec('bim-4', attack_config('bim-linf', steps=4, step=2.0), 8.0),
+    AttackSpec('bim-2', attack_config('bim-linf', steps=2, step=2.0), 8.0),
+    AttackSpec('fgsm', attack_config('fgsm', step=8.0, random_start=False), 8.0),
+    AttackSpec('noise', attack_config('gaussian-noise', std=0.5), 0.0, threat='noise'),
+    AttackSpec('bim-last', attack_config('pgd', steps=3, step=2.0, step_rule='fixed', random_start=False), 8.0,
                last_iterate=True),
 )
 

@@ -10,6 +10,7 @@ import pytest
 import timm
 import torch
 
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.eval.plan import cost as cost_module
 from timm_advnorm.eval.run import runner
 from timm_advnorm.commands import validate as validate_adv
@@ -37,21 +38,22 @@ def _cost(plan, num_samples, variants=1):
 # --- passes per stage --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('spec, passes', [
-    (AttackSpec('pgd', 'pgd', 8.0, dict(steps=20)), Passes(21, 20)),  # 20 iterations, then scored
-    (AttackSpec('fgsm', 'fgsm', 8.0, {}), Passes(2, 1)),
-    (AttackSpec('square', 'square', 8.0, dict(n_queries=400), threat='black-box'), Passes(401, 0)),
-    (AttackSpec('apgd-t', 'apgd-t', 4.0, dict(steps=100)), Passes(901, 900)),  # 9 target classes
-    (AttackSpec('fab-t', 'fab-t', 4.0, dict(steps=10)), Passes(181, 90)),  # FAB's step: linearization and a check
-    (AttackSpec('autoattack', 'autoattack', 4.0, dict(steps=10, n_queries=50)),
+    (AttackSpec('pgd', attack_config('pgd', steps=20), 8.0), Passes(21, 20)),  # 20 iterations, then scored
+    (AttackSpec('fgsm', attack_config('fgsm'), 8.0), Passes(2, 1)),
+    (AttackSpec('square', attack_config('square', n_queries=400), 8.0, threat='black-box'), Passes(401, 0)),
+    (AttackSpec('apgd-t', attack_config('apgd-t', steps=100), 4.0), Passes(901, 900)),  # 9 target classes
+    # FAB's step: linearization and a check
+    (AttackSpec('fab-t', attack_config('fab-t', steps=10), 4.0), Passes(181, 90)),
+    (AttackSpec('autoattack', attack_config('autoattack', steps=10, n_queries=50), 4.0),
      Passes(5 + 10 + 90 + 180 + 50 + 1, 10 + 90 + 90)),  # a check before and after each component; scored
-    (AttackSpec('noise', 'gaussian-noise', 0.0, dict(std=0.5), threat='noise'), Passes(1, 0)),
+    (AttackSpec('noise', attack_config('gaussian-noise', std=0.5), 0.0, threat='noise'), Passes(1, 0)),
 ])
 def test_an_attack_costs_its_iterations_queries_and_score(spec, passes):
     assert stage_passes(AttackStage(spec)) == passes
 
 
 def test_other_stages_cost_what_they_run():
-    pgd = AttackSpec('pgd-20', 'pgd', 8.0, dict(steps=20))
+    pgd = AttackSpec('pgd-20', attack_config('pgd', steps=20), 8.0)
     assert stage_passes(CleanStage()) == Passes(1, 0)
     assert stage_passes(GradientProbe()) == Passes(1, 1)
     assert stage_passes(BudgetStage(replace(pgd, label='pgd-10'), 'pgd-20', 10, 20)) == Passes()  # read off

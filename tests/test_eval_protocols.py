@@ -4,14 +4,16 @@ from dataclasses import replace
 
 import pytest
 
-from timm_advnorm.attacks import InputSpace, create_attack
+from timm_advnorm.attacks import InputSpace
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.attacks.registry import attack_threat
 from timm_advnorm.commands.validate import eval_options
 from timm_advnorm.eval.run.build import build_protocol
 from timm_advnorm.eval.plan.stage_plan import build_plan
 from timm_advnorm.eval.protocols.protocol import (
-    PROTOCOLS, AttackSpec, Protocol, get_protocol, list_protocols, override_protocol, protocol_from_attacks,
-    reduce_protocol, register_protocol, resolve_eps, resolve_protocol, scalar_std, unregister_protocol)
+    PROTOCOLS, AttackSpec, Protocol, create_spec_attack, get_protocol, list_protocols, override_protocol,
+    protocol_from_attacks, reduce_protocol, register_protocol, resolve_eps, resolve_protocol, scalar_std,
+    unregister_protocol)
 from timm_advnorm.commands import validate as validate_adv
 
 
@@ -28,15 +30,15 @@ def _resolved(name: str, space: InputSpace = InputSpace()):
 
 def _built(spec: AttackSpec):
     """The attack a spec configures, as the evaluation builds it."""
-    return create_attack(spec.attack, space=InputSpace(), eps=resolve_eps(spec, (3, 32, 32)), seed=0, **spec.kwargs)
+    return create_spec_attack(spec, InputSpace(), (3, 32, 32), seed=0)
 
 
 def test_xie2020_is_targeted_pgd_eps16_step1_over_the_paper_iterations():
     protocol = get_protocol('xie2020')
-    assert [spec.kwargs['steps'] for spec in protocol.attacks] == [10, 20, 100, 500, 2000]
+    assert [spec.config.steps for spec in protocol.attacks] == [10, 20, 100, 500, 2000]
     for spec in protocol.attacks:
         assert spec.attack == 'pgd' and spec.eps == 16 and spec.targeted and spec.success_rate
-        assert spec.kwargs['step'] == 1 and spec.kwargs['step_rule'] == 'max' and spec.kwargs['random_start']
+        assert spec.config.step == 1 and spec.config.step_rule == 'max' and spec.config.random_start
 
 
 def test_nofrost_uses_eps8_twenty_iterations_and_their_step_rule():
@@ -44,8 +46,8 @@ def test_nofrost_uses_eps8_twenty_iterations_and_their_step_rule():
     assert {spec.attack for spec in protocol.attacks} == {'pgd', 'apgd-ce', 'apgd-dlr', 'mifgsm', 'cw-linf', 'square'}
     assert all(spec.eps == 8 for spec in protocol.attacks)
     white_box = [spec for spec in protocol.attacks if spec.threat == 'white-box']
-    assert all(spec.kwargs['steps'] == 20 for spec in white_box)
-    assert get_protocol('nofrost').attacks[0].kwargs['step'] == pytest.approx(min(1.25 * 8, 8 + 4) / 20)
+    assert all(spec.config.steps == 20 for spec in white_box)
+    assert get_protocol('nofrost').attacks[0].config.step == pytest.approx(min(1.25 * 8, 8 + 4) / 20)
     assert protocol.worst_case and protocol.headline == 'worst-case'
     assert set(protocol.metrics) == {'margin', 'thickness', 'smoothness'}
 
@@ -54,8 +56,8 @@ def test_robustbench_is_the_autoattack_standard_cascade_at_eps4():
     protocol = get_protocol('robustbench')
     assert [spec.attack for spec in protocol.attacks] == ['apgd-ce', 'apgd-t', 'fab-t', 'square']
     assert protocol.aggregation == 'cascade' and all(spec.eps == 4 for spec in protocol.attacks)
-    assert protocol.attacks[-1].kwargs['n_queries'] == 5000
-    assert all(spec.kwargs.get('n_target_classes', 9) == 9 for spec in protocol.attacks)
+    assert protocol.attacks[-1].config.n_queries == 5000
+    assert all(spec.config.recorded().get('n_target_classes', 9) == 9 for spec in protocol.attacks)
 
 
 def test_galloway_l2_budget_scales_with_the_input_dimension():
@@ -67,17 +69,18 @@ def test_galloway_l2_budget_scales_with_the_input_dimension():
 
 def test_galloway_l2_steps_a_twentieth_of_its_scaled_budget():
     spec = next(s for s in _resolved('galloway').attacks if s.attack == 'bim-l2')
-    assert 'step' not in spec.kwargs  # a step from the L-inf-sized eps would never leave a sqrt(d)-times larger ball
-    attack = create_attack(spec.attack, space=InputSpace(), eps=resolve_eps(spec, (3, 32, 32)), **spec.kwargs)
+    # a step from the L-inf-sized eps would never leave a sqrt(d)-times larger ball
+    assert 'step' not in spec.config.stated
+    attack = create_spec_attack(spec, InputSpace(), (3, 32, 32))
     assert attack.step is None and attack.steps == 20  # BIM then steps eps / steps of the resolved budget
 
 
 def test_override_changes_only_the_knobs_an_attack_has():
     protocol = override_protocol(_resolved('galloway'), eps=4.0, steps=5)
     noise, bim_linf, bim_l2 = protocol.attacks
-    assert noise.eps == 0.0 and 'steps' not in noise.kwargs
-    assert bim_linf.eps == 4.0 and bim_linf.kwargs['steps'] == 5
-    assert bim_linf.kwargs['step'] == pytest.approx(4.0 / 5)  # the step rule follows the new budget
+    assert noise.eps == 0.0 and 'steps' not in noise.config.stated
+    assert bim_linf.eps == 4.0 and bim_linf.config.steps == 5
+    assert bim_linf.config.step == pytest.approx(4.0 / 5)  # the step rule follows the new budget
     # the given ε is on the 0-255 scale: no longer a multiple of the model's std (BIM-L2 keeps its √d)
     assert (bim_linf.eps_rule, bim_linf.input_std, bim_l2.eps_rule, bim_l2.input_std) == ('fixed', None,
                                                                                           'sqrt_dim', None)
@@ -85,7 +88,7 @@ def test_override_changes_only_the_knobs_an_attack_has():
 
 def test_explicit_step_disables_the_step_rule():
     spec = override_protocol(get_protocol('nofrost'), eps=16.0, step=2.0).attacks[0]
-    assert spec.kwargs['step'] == 2.0 and spec.step_rule is None
+    assert spec.config.step == 2.0 and spec.step_rule is None
 
 
 def test_reduce_caps_budgets_keeps_labels_and_marks_the_protocol():
@@ -93,14 +96,14 @@ def test_reduce_caps_budgets_keeps_labels_and_marks_the_protocol():
     reduced = reduce_protocol(full, max_steps=3)
     assert reduced.reduced and not full.reduced
     assert [s.label for s in reduced.attacks] == [s.label for s in full.attacks]
-    assert all(s.kwargs['steps'] == 3 for s in reduced.attacks)
+    assert all(s.config.steps == 3 for s in reduced.attacks)
     square = reduce_protocol(get_protocol('robustbench'), max_queries=7).attacks[-1]
-    assert square.kwargs['n_queries'] == 7
+    assert square.config.n_queries == 7
 
 
 def test_a_root_reduction_keeps_a_sweep_ordered_and_distinct():
     reduced = reduce_protocol(get_protocol('xie2020'), root=3)
-    assert [s.kwargs['steps'] for s in reduced.attacks] == [2, 3, 5, 8, 13]
+    assert [s.config.steps for s in reduced.attacks] == [2, 3, 5, 8, 13]
 
 
 def test_protocol_from_attacks_reports_the_worst_case_of_several():
@@ -112,22 +115,30 @@ def test_protocol_from_attacks_reports_the_worst_case_of_several():
 def test_several_iteration_counts_make_a_sweep_of_every_attack():
     protocol = protocol_from_attacks(['pgd', 'mifgsm'], eps=8.0, attack_kwargs=dict(step=1.0), steps=[20, 100])
     assert [s.label for s in protocol.attacks] == ['pgd-20', 'pgd-100', 'mifgsm-20', 'mifgsm-100']
-    assert [s.kwargs['steps'] for s in protocol.attacks] == [20, 100, 20, 100]
-    assert all(s.kwargs['step'] == 1.0 for s in protocol.attacks)
+    assert [s.config.steps for s in protocol.attacks] == [20, 100, 20, 100]
+    assert all(s.config.step == 1.0 for s in protocol.attacks)
     single = protocol_from_attacks(['pgd'], steps=[7])
-    assert [s.label for s in single.attacks] == ['pgd'] and single.attacks[0].kwargs['steps'] == 7
+    assert [s.label for s in single.attacks] == ['pgd'] and single.attacks[0].config.steps == 7
     with pytest.raises(ValueError, match='must differ'):
         protocol_from_attacks(['pgd'], steps=[5, 5])
 
 
 @pytest.mark.parametrize('bad', [dict(threat='grey-box'), dict(eps_rule='cubic'), dict(eps=-1.0),
-                                 dict(eps=float('nan')), dict(eps=float('inf')), dict(kwargs=dict(step=float('nan'))),
+                                 dict(eps=float('nan')), dict(eps=float('inf')),
+                                 dict(config=attack_config('pgd', step=float('nan'))),
                                  dict(eps_standardized=0.1, input_std=0.3),  # a resolved std of a fixed budget
                                  dict(eps_rule='std', input_std=0.3), dict(eps_rule='std', eps_standardized=0.1),
                                  dict(eps_rule='std', eps_standardized=0.1, input_std=0.0)])
 def test_invalid_specs_are_rejected(bad):
     with pytest.raises(ValueError):
-        AttackSpec(**dict(dict(label='a', attack='pgd', eps=1.0), **bad))
+        AttackSpec(**dict(dict(label='a', config=attack_config('pgd'), eps=1.0), **bad))
+
+
+def test_a_spec_holds_a_registered_attack_configuration_not_a_name_and_kwargs():
+    with pytest.raises(TypeError, match=r"^a: config must be the configuration of a registered attack .*got 'pgd'"):
+        AttackSpec('a', 'pgd', 8.0)
+    spec = AttackSpec('a', attack_config('pgd', steps=5), 8.0)
+    assert spec.attack == 'pgd' and spec.steps == 5 and spec.to_dict()['kwargs'] == dict(steps=5)
 
 
 def test_unknown_protocol_is_a_clear_error():
@@ -139,7 +150,7 @@ def test_unknown_protocol_is_a_clear_error():
 def fgsm_protocol():
     """A protocol of a plug-in's own, registered for one test (and removed after it)."""
     protocol = register_protocol(Protocol('fgsm-4', 'FGSM at Linf eps=4.', 'A plug-in',
-                                          (AttackSpec('fgsm', 'fgsm', 4.0),), headline='fgsm'))
+                                          (AttackSpec('fgsm', attack_config('fgsm'), 4.0),), headline='fgsm'))
     yield protocol
     unregister_protocol('fgsm-4')
 
@@ -167,7 +178,7 @@ def test_every_protocol_attack_builds_from_the_registry(name):
     """The protocol data use each attack's real argument names (a typo would only surface at evaluation time)."""
     space = InputSpace()
     for spec in _resolved(name, space).attacks:
-        attack = create_attack(spec.attack, space=space, eps=resolve_eps(spec, (3, 32, 32)), seed=0, **spec.kwargs)
+        attack = create_spec_attack(spec, space, (3, 32, 32), seed=0)
         assert callable(attack)
 
 
@@ -221,11 +232,11 @@ def test_the_cli_names_an_override_no_attack_takes():
 
 def test_an_override_applies_wherever_some_attack_has_the_knob():
     nofrost = override_protocol(get_protocol('nofrost'), steps=5)  # Square has queries, not iterations
-    assert [s.kwargs.get('steps') for s in nofrost.attacks] == [5, 5, 5, 5, 5, None]
-    assert nofrost.attacks[-1].kwargs['n_queries'] == 400
+    assert [s.config.recorded().get('steps') for s in nofrost.attacks] == [5, 5, 5, 5, 5, None]
+    assert nofrost.attacks[-1].config.n_queries == 400
     robustbench = override_protocol(get_protocol('robustbench'), eps=8.0, steps=5)
-    assert all(s.eps == 8.0 for s in robustbench.attacks) and robustbench.attacks[-1].kwargs == dict(
-        get_protocol('robustbench').attacks[-1].kwargs)
+    assert all(s.eps == 8.0 for s in robustbench.attacks) and robustbench.attacks[-1].config.recorded() == dict(
+        get_protocol('robustbench').attacks[-1].config.recorded())
 
 
 @pytest.mark.parametrize('value', ['nan', 'inf', '-inf'])
@@ -273,11 +284,11 @@ def test_the_readme_attack_list_gives_each_attack_the_options_it_takes():
     protocol = _cli_protocol('--attacks', 'pgd', 'apgd-ce', 'square', '--eps', '8', '--steps', '20', '--step', '2',
                              '--norm', 'l2', '--targeted')
     pgd, apgd, square = protocol.attacks
-    assert dict(pgd.kwargs) == dict(steps=20, step=2.0, norm='l2', targeted=True) and pgd.success_rate
-    assert dict(apgd.kwargs) == dict(steps=20) and not apgd.targeted and not apgd.success_rate
-    assert dict(square.kwargs) == dict(n_queries=5000) and not square.success_rate
+    assert pgd.config.recorded() == dict(steps=20, step=2.0, norm='l2', targeted=True) and pgd.success_rate
+    assert apgd.config.recorded() == dict(steps=20) and not apgd.targeted and not apgd.success_rate
+    assert square.config.recorded() == dict(n_queries=5000) and not square.success_rate
     for spec in protocol.attacks:
         assert callable(_built(spec))
     sweep = protocol_from_attacks(['pgd', 'square'], eps=8.0, attack_kwargs=dict(step=1.0), steps=[20, 100])
     assert [(s.label, s.steps) for s in sweep.attacks] == [('pgd-20', 20), ('pgd-100', 100), ('square', 5000)]
-    assert 'step' not in sweep.attacks[-1].kwargs
+    assert 'step' not in sweep.attacks[-1].config.stated

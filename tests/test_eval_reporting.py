@@ -8,6 +8,7 @@ import torch
 
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.attacks.noise import noise_settings
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.eval.plan.stage_plan import build_plan
 from timm_advnorm.eval.results.intervals import wilson_interval
 from timm_advnorm.eval.results.plots import figure_accuracy_vs_eps, figure_accuracy_vs_iterations, figure_tradeoff
@@ -141,7 +142,8 @@ def test_corruptions_are_named_by_severity_not_by_a_budget():
 def _sweep(share_budgets: bool):
     """PGD-5 and PGD-10 at the same step (one run when budgets are shared): one sample becomes correct with more
     iterations, one becomes wrong."""
-    specs = tuple(AttackSpec(f'pgd-{n}', 'pgd', 8.0, dict(steps=n, step=1.0, step_rule='fixed')) for n in (5, 10))
+    specs = tuple(AttackSpec(f'pgd-{n}', attack_config('pgd', steps=n, step=1.0, step_rule='fixed'), 8.0)
+                  for n in (5, 10))
     plan = build_plan(Protocol('test', 'test', 'test', specs), sanity_samples=0, share_budgets=share_budgets)
     positions = torch.arange(N)
     fewer = positions < 20

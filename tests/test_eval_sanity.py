@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from timm_advnorm.attacks import InputSpace
+from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.eval.run.data import IndexedSubset
 from timm_advnorm.eval.run.evaluator import RobustEvaluator
 from timm_advnorm.eval.plan.stage_plan import build_plan
@@ -92,7 +93,7 @@ class NoisyLogits(nn.Module):
 
 
 def _protocol():
-    specs = (AttackSpec('pgd', 'pgd', 8.0, dict(steps=5)),)
+    specs = (AttackSpec('pgd', attack_config('pgd', steps=5), 8.0),)
     return Protocol('test', 'test', 'test', specs)
 
 
@@ -142,8 +143,9 @@ def test_randomized_outputs_are_flagged(trained, digits):
 def _synthetic_plan(accuracies, linf=None, n=100):
     """A plan without sanity probes, and a table where each attack has the given accuracy on `n` samples (the
     correct ones of a lower accuracy are among those of a higher one), or the given per-sample correctness."""
-    specs = (AttackSpec('pgd-5', 'pgd', 8.0, dict(steps=5)), AttackSpec('pgd-10', 'pgd', 8.0, dict(steps=10)),
-             AttackSpec('square', 'square', 8.0, dict(n_queries=10), threat='black-box'))
+    specs = (AttackSpec('pgd-5', attack_config('pgd', steps=5), 8.0),
+             AttackSpec('pgd-10', attack_config('pgd', steps=10), 8.0),
+             AttackSpec('square', attack_config('square', n_queries=10), 8.0, threat='black-box'))
     plan = build_plan(Protocol('test', 'test', 'test', specs), sanity_samples=0)
     positions = torch.arange(n)
     records = [make_record('model', 'clean', 0, dict(position=positions, correct=torch.ones(n, dtype=torch.bool)))]

@@ -37,7 +37,7 @@ def test_galloway_budgets_are_003_times_the_models_std(std):
     bim_linf, bim_l2 = specs['bim-linf'], specs['bim-l2']
     eps = 0.03 * std * 255
     assert resolve_eps(bim_linf, INPUT_SIZE) == pytest.approx(eps)
-    assert bim_linf.kwargs['step'] == pytest.approx(eps / 20)  # ε/N of the resolved ε
+    assert bim_linf.config.step == pytest.approx(eps / 20)  # ε/N of the resolved ε
     assert resolve_eps(bim_l2, INPUT_SIZE) == pytest.approx(eps * math.sqrt(3 * 32 * 32))  # ε2 = ε∞·√d
     assert stepping(bim_l2, INPUT_SIZE).step == pytest.approx(eps * math.sqrt(3 * 32 * 32) / 20)
     for spec in (bim_linf, bim_l2):
@@ -75,9 +75,9 @@ def test_galloway_mnist_on_an_mnist_model_runs_the_papers_budgets():
     unit = 0.3081 * 255.0
     protocol = resolve_protocol(get_protocol('galloway-mnist'), space)
     specs = {spec.label: spec for spec in protocol.attacks}
-    assert [(specs[label].eps, specs[label].kwargs['step']) for label in ('bim-linf', 'bim-linf-0.05')] == [
+    assert [(specs[label].eps, specs[label].config.step) for label in ('bim-linf', 'bim-linf-0.05')] == [
         (0.1 * unit, 1e-3 * unit), (0.05 * unit, 1e-3 * unit)]
-    assert [(specs[label].eps, specs[label].kwargs['step']) for label in ('fgsm-0.05', 'fgsm-0.1')] == [
+    assert [(specs[label].eps, specs[label].config.step) for label in ('fgsm-0.05', 'fgsm-0.1')] == [
         (0.05 * unit, 0.05 * unit), (0.1 * unit, 0.1 * unit)]
     assert all(specs[label].input_std == 0.3081 for label in specs if label != 'gaussian-noise')
     plan = build_plan(protocol, sanity_samples=8, sanity_steps=10)
@@ -119,9 +119,9 @@ def test_the_command_resolves_before_its_overrides_which_stay_on_the_0_255_scale
     assert _cli_protocol(mnist, '--protocol', 'galloway').attacks[1].eps == pytest.approx(0.03 * 0.3081 * 255)
     bim = _cli_protocol(mnist, '--protocol', 'galloway-mnist', '--eps', '8').attacks[1]
     assert (bim.eps, bim.eps_rule, bim.input_std) == (8.0, 'fixed', None)
-    assert bim.kwargs['step'] == pytest.approx(1e-3 * 0.3081 * 255)  # the paper's step, resolved: not overridden
+    assert bim.config.step == pytest.approx(1e-3 * 0.3081 * 255)  # the paper's step, resolved: not overridden
     step = _cli_protocol(mnist, '--protocol', 'galloway-mnist', '--step', '0.5').attacks[1]
-    assert (step.eps, step.eps_rule, step.kwargs['step']) == (pytest.approx(0.1 * 0.3081 * 255), 'std', 0.5)
+    assert (step.eps, step.eps_rule, step.config.step) == (pytest.approx(0.1 * 0.3081 * 255), 'std', 0.5)
 
 
 def test_results_name_the_rule_the_std_and_the_0_255_budget():

@@ -5,10 +5,12 @@ Importing this package registers every attack class with `create_attack`.
 from .core import attack_context, cross_entropy_per_sample, input_gradient, is_fooled, random_targets
 from .progress import AttackProgress, ProgressFn
 from .registry import (
-    check_training_attack, create_attack, create_training_attack, list_attacks, register_attack, training_attacks)
+    attack_config, check_training_attack, create_attack, create_training_attack, list_attacks, register_attack,
+    training_attacks)
 from .space import PIXEL_SCALE, BudgetScaleWarning, InputSpace, PixelBudget
 from .base import (
-    Attack, l2_direction, pixel_l2_norm, project, project_l2, project_linf, random_l2_start, random_linf_start)
+    Attack, AttackConfig, l2_direction, pixel_l2_norm, project, project_l2, project_linf, random_l2_start,
+    random_linf_start)
 from .fgsm import FGSM
 from .fold_bn import find_conv_bn_pairs, fold_batchnorm
 from .pgd import PGD, PGDGeometry, pgd, pgd_budgets
@@ -25,10 +27,11 @@ from .noise import GaussianNoise, gaussian_noise
 from .corruptions import Corruption, corrupt
 
 __all__ = ['attack_context', 'cross_entropy_per_sample', 'input_gradient', 'is_fooled', 'random_targets',
-    'AttackProgress', 'ProgressFn', 'check_training_attack', 'create_attack', 'create_training_attack', 'list_attacks',
-    'register_attack', 'training_attacks', 'PIXEL_SCALE', 'BudgetScaleWarning', 'InputSpace', 'PixelBudget', 'Attack',
-    'l2_direction', 'pixel_l2_norm', 'project', 'project_l2', 'project_linf', 'random_l2_start', 'random_linf_start',
-    'FGSM', 'find_conv_bn_pairs', 'fold_batchnorm', 'PGD', 'PGDGeometry', 'pgd', 'pgd_budgets', 'cw_loss', 'dlr_loss',
-    'margin', 'targeted_dlr_loss', 'EvalAttack', 'APGDCE', 'APGDDLR', 'APGDT', 'apgd', 'apgd_targeted', 'FABT',
-    'fab_targeted', 'Square', 'square', 'AutoAttack', 'AutoAttackResult', 'autoattack', 'MIFGSM', 'mifgsm', 'CWLinf',
-    'cw_linf', 'BIML2', 'BIMLinf', 'bim', 'galloway_l2_eps', 'GaussianNoise', 'gaussian_noise', 'Corruption', 'corrupt']
+    'AttackProgress', 'ProgressFn', 'attack_config', 'check_training_attack', 'create_attack', 'create_training_attack',
+    'list_attacks', 'register_attack', 'training_attacks', 'PIXEL_SCALE', 'BudgetScaleWarning', 'InputSpace',
+    'PixelBudget', 'Attack', 'AttackConfig', 'l2_direction', 'pixel_l2_norm', 'project', 'project_l2', 'project_linf',
+    'random_l2_start', 'random_linf_start', 'FGSM', 'find_conv_bn_pairs', 'fold_batchnorm', 'PGD', 'PGDGeometry', 'pgd',
+    'pgd_budgets', 'cw_loss', 'dlr_loss', 'margin', 'targeted_dlr_loss', 'EvalAttack', 'APGDCE', 'APGDDLR', 'APGDT',
+    'apgd', 'apgd_targeted', 'FABT', 'fab_targeted', 'Square', 'square', 'AutoAttack', 'AutoAttackResult', 'autoattack',
+    'MIFGSM', 'mifgsm', 'CWLinf', 'cw_linf', 'BIML2', 'BIMLinf', 'bim', 'galloway_l2_eps', 'GaussianNoise',
+    'gaussian_noise', 'Corruption', 'corrupt']

@@ -292,6 +292,7 @@ class APGDCE(_APGD):
         rho: Checkpoint threshold (0.75).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'APGD-CE'
 
     loss = 'ce'
 
@@ -300,6 +301,7 @@ class APGDCE(_APGD):
 @attack_dataclass
 class APGDDLR(_APGD):
     """APGD on the DLR loss (see `apgd`); same defaults as `APGDCE`. Needs at least 3 classes."""
+    title = 'APGD-DLR'
 
     loss = 'dlr'
 
@@ -319,6 +321,7 @@ class APGDT(EvalAttack):
         rho: Checkpoint threshold (0.75).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'APGD-T'
 
     eps: float = 4.0
     steps: int = 100

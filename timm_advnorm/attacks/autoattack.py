@@ -161,6 +161,7 @@ class AutoAttack(EvalAttack):
         n_queries: Square queries (5000).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'AutoAttack'
 
     eps: float = 4.0
     attacks: Sequence[str] = AUTOATTACK_STANDARD

@@ -14,7 +14,7 @@ import inspect
 import logging
 import math
 import typing
-from dataclasses import KW_ONLY, Field, dataclass, fields
+from dataclasses import KW_ONLY, MISSING, Field, dataclass, field, fields, make_dataclass, replace
 from typing import Any, Callable, ClassVar, Dict, Iterable, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
@@ -25,7 +25,8 @@ from .fold_bn import BatchNormFolder
 from .space import InputSpace, check_budget_scale
 
 __all__ = [
-    'Attack', 'attack_dataclass', 'NORMS', 'STEP_DIRECTIONS', 'pixel_l2_norm', 'project_linf', 'project_l2', 'project',
+    'Attack', 'AttackConfig', 'attack_dataclass', 'BOUND_OPTIONS', 'NORMS', 'STEP_DIRECTIONS', 'pixel_l2_norm',
+    'project_linf', 'project_l2', 'project',
     'random_linf_start', 'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
     'num_classes_of', 'forward_logits', 'evaluate_iterate', 'AttackInputs', 'attack_inputs',
 ]
@@ -210,10 +211,82 @@ def attack_inputs(x: torch.Tensor, y: torch.Tensor) -> AttackInputs:
     return AttackInputs(x_in.to(torch.promote_types(x_in.dtype, torch.float32)), hard_labels(y), x_in.dtype)
 
 
-#: How an attack class declares its options: as dataclass fields (annotation and default, written once), keyword-only
-#: after the positional `space`, compared by identity (an attack is a configured object, not a value) and shown by
-#: `Attack.extra_repr`. Decorate every registered attack class with it.
-attack_dataclass = dataclass(eq=False, repr=False, kw_only=True)
+#: The options of an attack bound when it runs, not configured: the model's input space, the budget (a protocol states
+#: it with its rule, `protocols.resolve_eps`), and how the evaluation runs (autocast, seed, BN folding).
+BOUND_OPTIONS = ('space', 'eps', 'autocast_dtype', 'seed', 'fold_bn')
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttackConfig:
+    """A configured attack without its input space and budget, as a protocol holds it: frozen, typed, built into the
+    attack when it runs (`build`). Every attack class has one, ``Cls.Config``, whose fields are the attack's options
+    (its dataclass fields less `BOUND_OPTIONS`) with the attack's defaults, so each default is written once.
+
+    A protocol changes a configuration with `dataclasses.replace`; `stated` names the options it states, in the order
+    it stated them: results record those (`recorded`), the budgets that run included, and not every default.
+
+    Attributes:
+        attack_class: The attack class it configures (class attribute).
+        stated: The options the configuration states (`of`, `stating`).
+    """
+
+    attack_class: ClassVar[type]
+    stated: Tuple[str, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def option_names(cls) -> Tuple[str, ...]:
+        """The attack's configured options, in declaration order."""
+        return tuple(option.name for option in fields(cls) if option.name != 'stated')
+
+    @classmethod
+    def of(cls, **options: Any) -> 'AttackConfig':
+        """The configuration stating `options` (the others at the attack's defaults).
+
+        Raises:
+            TypeError: An option the attack does not have.
+        """
+        return cls(**options, stated=tuple(options))
+
+    def stating(self, **options: Any) -> 'AttackConfig':
+        """This configuration with `options` set and stated (`dataclasses.replace`; the order of `stated` kept)."""
+        return replace(self, **options, stated=self.stated + tuple(name for name in options if name not in self.stated))
+
+    def options(self) -> Dict[str, Any]:
+        """Every option by name, the attack's defaults included."""
+        return {name: getattr(self, name) for name in self.option_names()}
+
+    def recorded(self) -> Dict[str, Any]:
+        """The stated options by name, as results and state files record them (``kwargs``)."""
+        return {name: getattr(self, name) for name in self.stated}
+
+    def build(self, space: InputSpace, eps: float, **bound: Any) -> 'Attack':
+        """The attack of this configuration for a model whose inputs `space` normalizes, at budget `eps` (0-255
+        scale), with the other `BOUND_OPTIONS` given in `bound`."""
+        return self.attack_class(space, eps=eps, **self.options(), **bound)
+
+
+def _config_field(option: Field) -> Tuple[str, Any, Field]:
+    """The configuration's field of attack option `option`: its name, type and the attack's own default."""
+    default = {} if option.default_factory is MISSING else dict(default_factory=option.default_factory)
+    if option.default is not MISSING:
+        default = dict(default=option.default)
+    return option.name, option.type, field(**default)
+
+
+_attack_fields = dataclass(eq=False, repr=False, kw_only=True)
+
+
+def attack_dataclass(cls: type) -> type:
+    """How an attack class declares its options: as dataclass fields (annotation and default, written once),
+    keyword-only after the positional `space`, compared by identity (an attack is a configured object, not a value)
+    and shown by `Attack.extra_repr`. It also derives the class's frozen configuration, ``cls.Config``
+    (`AttackConfig`). Decorate every registered attack class with it."""
+    cls = _attack_fields(cls)
+    options = [_config_field(option) for option in fields(cls) if option.init and option.name not in BOUND_OPTIONS]
+    cls.Config = make_dataclass(f'{cls.__name__}Config', options, bases=(AttackConfig,), frozen=True, kw_only=True,
+                                namespace=dict(attack_class=cls, __module__=cls.__module__))
+    cls.Config.__qualname__ = f'{cls.__qualname__}.Config'  # pickled by its path, as a nested class
+    return cls
 
 
 def _number_type(annotation: Any) -> Optional[type]:
@@ -266,6 +339,11 @@ class Attack:
             statistics (`EvalAttack` subclasses cannot: they keep best iterates and drop fooled samples).
         best_iterate: Whether it returns per sample the first iterate that fools the model (evaluation) rather than
             the last iterate.
+        name: The name it is registered under (`registry.register_attack` sets it).
+        title: How it is written in prose (``PGD``, ``CW-L∞``; `eval.describe`); None: as registered.
+        forwards_per_step: Forward passes of the model per iteration besides the backward one (FAB's linearization
+            adds one), for the cost of an evaluation (`eval.cost`).
+        Config: Its frozen configuration without input space and budget (`AttackConfig`, made by `attack_dataclass`).
     """
 
     space: InputSpace
@@ -283,6 +361,9 @@ class Attack:
     progress = None  # an Optional[progress.ProgressFn]; not an option of the attack's configuration
     trains: ClassVar[bool] = True
     best_iterate = False
+    name: ClassVar[Optional[str]] = None
+    title: ClassVar[Optional[str]] = None
+    forwards_per_step: ClassVar[int] = 1
 
     def __post_init__(self):
         if not isinstance(self.space, InputSpace):

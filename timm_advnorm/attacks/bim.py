@@ -123,6 +123,7 @@ class BIMLinf(_BIM):
         step: Step on the 0-255 scale (default ``eps / steps``).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'BIM-L∞'
 
     norm = 'linf'
 
@@ -139,6 +140,7 @@ class BIML2(_BIM):
         step: Step on the scale of `eps` (default ``eps / steps``).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'BIM-L2'
 
     norm = 'l2'
     default_eps = galloway_l2_eps(GALLOWAY_EPS_LINF, (3, 224, 224))

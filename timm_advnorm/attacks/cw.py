@@ -83,6 +83,7 @@ class CWLinf(EvalAttack):
         random_start: Uniform random start in the ε-box (True).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'CW-L∞'
 
     eps: float = 8.0
     steps: int = 30

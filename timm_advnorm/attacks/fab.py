@@ -218,6 +218,8 @@ class FABT(EvalAttack):
         alpha_max, eta, beta: FAB's step parameters (0.1, 1.05, 0.9).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'FAB-T'
+    forwards_per_step = 2  # the linearization at every iterate adds a forward
 
     eps: float = 4.0
     steps: int = 100

@@ -29,6 +29,7 @@ class FGSM(PGD):
         targeted, random_start, clean_start_prob, clean_start_mode, best_iterate, loss_fn: See `PGD`.
         bn_stats, autocast_dtype, seed, fold_bn: See `Attack`.
     """
+    title = 'FGSM'
 
     step: Optional[float] = None
     steps: int = field(default=1, init=False)

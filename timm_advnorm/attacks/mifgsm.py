@@ -100,6 +100,7 @@ class MIFGSM(EvalAttack):
         decay: Momentum decay (1.0).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'MI-FGSM'
 
     eps: float = 8.0
     steps: int = 10

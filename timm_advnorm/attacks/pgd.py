@@ -414,6 +414,7 @@ class PGD(Attack):
         loss_fn: Per-sample loss ``(logits, target) -> (B,)``; default cross-entropy (accepts soft targets).
         bn_stats, autocast_dtype, seed, fold_bn: See `Attack`.
     """
+    title = 'PGD'
 
     eps: float = 16.0
     norm: str = 'linf'

@@ -9,21 +9,49 @@ from typing import Any, Callable, Dict, List
 from ..registry import Registry
 
 __all__ = ['register_attack', 'create_attack', 'list_attacks', 'attack_arguments', 'attack_threat', 'training_attacks',
-           'check_training_attack', 'create_training_attack']
+           'check_training_attack', 'create_training_attack', 'attack_class', 'attack_config', 'attack_title']
 
 _ATTACKS: Registry[Callable] = Registry('attack', sort_names=True)
 
 
 def register_attack(name: str) -> Callable:
-    """Class decorator registering a configured attack class under `name` (lower case, dashes)."""
+    """Class decorator registering a configured attack class under `name` (lower case, dashes), which becomes its
+    ``name``."""
     def _register(cls: Callable) -> Callable:
-        return _ATTACKS.register(name, cls)
+        _ATTACKS.register(name, cls)
+        cls.name = name
+        return cls
     return _register
 
 
 def create_attack(name: str, **kwargs):
     """Instantiate the attack registered as `name` with its configuration keyword arguments."""
     return _ATTACKS.get(name)(**kwargs)
+
+
+def attack_class(name: str) -> type:
+    """The attack class registered as `name`.
+
+    Raises:
+        ValueError: Unknown name; the message lists the registered ones.
+    """
+    return _ATTACKS.get(name)
+
+
+def attack_config(name: str, **options: Any):
+    """The frozen configuration (``Config``, `base.AttackConfig`) of attack `name` stating `options`.
+
+    Raises:
+        ValueError: Unknown name.
+        TypeError: An option the attack does not have.
+    """
+    return _ATTACKS.get(name).Config.of(**options)
+
+
+def attack_title(name: str) -> str:
+    """How attack `name` is written in prose (its class's ``title``: ``PGD``, ``CW-L∞``); an attack without one, or
+    a name this install does not know (an older results file's), as it is written."""
+    return getattr(_ATTACKS.entries.get(name), 'title', None) or name
 
 
 def list_attacks() -> List[str]:

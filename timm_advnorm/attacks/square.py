@@ -168,6 +168,7 @@ class Square(EvalAttack):
         rescale_schedule: Rescale the p schedule to `n_queries` (False, as AutoAttack).
         space, autocast_dtype, seed, bn_stats, fold_bn: See `EvalAttack`.
     """
+    title = 'Square'
 
     eps: float = 4.0
     n_queries: int = 5000

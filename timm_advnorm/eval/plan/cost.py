@@ -2,9 +2,9 @@
 
 The unit is the papers' (and training's ``--plan``): a pass of the model over one image, forward or backward (an
 attack's backward reaches the input only, no parameter gradients). Each stage costs a number of passes per sample it
-covers (`stage_passes`): one forward for the clean pass, an attack's iterations (a forward and a backward each; FAB's
-linearization adds a forward; Square queries forwards only) times its restarts and target classes, plus the forwards
-that score it. The counts are upper bounds: an evaluation attack stops attacking a sample once it is fooled, and an
+covers (`stage_passes`): one forward for the clean pass, an attack's iterations (a backward and its class's
+``forwards_per_step`` forwards each: FAB's linearization adds one; Square queries forwards only) times its restarts
+and target classes, plus the forwards that score it. The counts are upper bounds: an evaluation attack stops attacking a sample once it is fooled, and an
 untargeted one skips the samples the clean pass already got wrong; PGD budgets read off a longer run cost nothing.
 
 An `EvalCost` lists every stage of every data run with its samples, passes and share of the total, and what the
@@ -21,8 +21,8 @@ import torch.nn as nn
 
 from ...attacks import InputSpace, attack_context, cross_entropy_per_sample, input_gradient
 from ...attacks.autoattack import AutoAttack
-from ...attacks.fab import FABT
 from ...attacks.fold_bn import BatchNormFolder
+from ...attacks.registry import attack_class
 from ...durations import duration_text, seconds_text
 from ...timing import timed_seconds
 from .metrics import THICKNESS_POINTS
@@ -76,7 +76,7 @@ def _autoattack_passes(attack: AutoAttack) -> Passes:
             passes += Passes(forward=attack.n_queries)
         else:
             rounds = attack.n_target_classes if name in ('apgd-t', 'fab-t') else 1
-            passes += rounds * _iterations(attack.steps, 2 if name == 'fab-t' else 1)
+            passes += rounds * _iterations(attack.steps, attack_class(name).forwards_per_step)
     return passes
 
 
@@ -92,7 +92,7 @@ def attack_passes(attack: Any, targets_given: bool = False) -> Passes:
         return _autoattack_passes(attack)
     rounds = getattr(attack, 'n_restarts', 1) * (1 if targets_given else getattr(attack, 'n_target_classes', 1))
     queries = Passes(forward=getattr(attack, 'n_queries', 0))
-    return rounds * (_iterations(getattr(attack, 'steps', 0), 2 if isinstance(attack, FABT) else 1) + queries)
+    return rounds * (_iterations(getattr(attack, 'steps', 0), attack.forwards_per_step) + queries)
 
 
 def stage_passes(stage: Stage) -> Passes:

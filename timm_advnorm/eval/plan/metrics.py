@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...attacks.pgd import PGD
 from ...attacks.space import InputSpace
 from ..protocols.protocol import AttackSpec
 
@@ -37,16 +38,16 @@ THICKNESS_POINTS = 128
 
 def thickness_attack() -> AttackSpec:
     """Yang et al.'s x*: targeted L2 PGD-20, pixel-scale radius 1.0 and step 0.2, last iterate, from x."""
-    return AttackSpec('thickness-pgd-l2-t', 'pgd', eps=255.0, kwargs=dict(
+    return AttackSpec('thickness-pgd-l2-t', PGD.Config.of(
         steps=20, step=0.2 * 255.0, step_rule='fixed', norm='l2', targeted=True, random_start=False,
-        best_iterate=False))
+        best_iterate=False), eps=255.0)
 
 
 def smoothness_attack(eps: float = 8.0, steps: int = 20) -> AttackSpec:
     """TRADES/NoFrost's x*: untargeted L∞ PGD at ε with NoFrost's step rule, last iterate."""
-    return AttackSpec('smoothness-pgd', 'pgd', eps=eps, step_rule='nofrost', kwargs=dict(
+    return AttackSpec('smoothness-pgd', PGD.Config.of(
         steps=steps, step=min(1.25 * eps, eps + 4.0) / steps, step_rule='fixed', random_start=True,
-        best_iterate=False))
+        best_iterate=False), eps=eps, step_rule='nofrost')
 
 
 def decision_margin(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

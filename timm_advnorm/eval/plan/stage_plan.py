@@ -19,7 +19,7 @@ clean pass each (`ood_stage`).
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ...attacks import PGD, InputSpace, PixelBudget, list_attacks
+from ...attacks import PGD, InputSpace, PixelBudget, Square, list_attacks
 from .metrics import METRICS, smoothness_attack, thickness_attack
 from ..protocols.protocol import SQRT_DIM_RULES, AttackSpec, Protocol, check_resolved
 from ..schema import SanityProbe
@@ -168,8 +168,8 @@ def _probe_eps(protocol: Protocol) -> float:
 
 def _probe_pgd(label: str, eps: float, steps: int) -> AttackSpec:
     """Untargeted PGD from the clean input with Madry et al.'s step 2.5 ε / N (`SANITY_STEP_FACTOR`)."""
-    return AttackSpec(label, 'pgd', eps, dict(steps=steps, step=SANITY_STEP_FACTOR * eps / steps, step_rule='fixed',
-                                              random_start=False))
+    return AttackSpec(label, PGD.Config.of(steps=steps, step=SANITY_STEP_FACTOR * eps / steps, step_rule='fixed',
+                                           random_start=False), eps)
 
 
 def _budget_key(spec: AttackSpec) -> Optional[Tuple]:
@@ -180,10 +180,11 @@ def _budget_key(spec: AttackSpec) -> Optional[Tuple]:
     if spec.attack != 'pgd' or spec.eps_rule in SQRT_DIM_RULES:
         return None
     try:
-        attack = PGD(InputSpace(), eps=PixelBudget(spec.eps), **spec.kwargs)
+        attack = spec.config.build(InputSpace(), PixelBudget(spec.eps))
     except (TypeError, ValueError):
         return None  # `EvalPlan.check_attacks` reports it
-    others = tuple(sorted((k, repr(v)) for k, v in spec.kwargs.items() if k not in ('steps', 'step', 'step_rule')))
+    others = tuple(sorted((k, repr(v)) for k, v in spec.config.recorded().items()
+                          if k not in ('steps', 'step', 'step_rule')))
     return spec.eps, attack.step_size, spec.threat, others
 
 
@@ -249,7 +250,7 @@ def sanity_stages(protocol: Protocol, budget: SanityBudget, mode: str = 'full',
     has_blackbox = any(spec.threat == 'black-box' for spec in protocol.attacks)
     if 'blackbox' in probes and not has_blackbox and 'square' in list_attacks() and queries > 0:
         blackbox = f'sanity/square-{queries}-eps{eps:g}'
-        spec = AttackSpec(blackbox, 'square', eps, dict(n_queries=queries), threat='black-box')
+        spec = AttackSpec(blackbox, Square.Config.of(n_queries=queries), eps, threat='black-box')
         stages.append(AttackStage(spec, limit=samples))
     return stages, SanityPlan(samples, eps, tuple(sweep), more_iterations, blackbox, steps, queries, budget.reduced,
                               tuple(probes), mode, tuple(not_run))

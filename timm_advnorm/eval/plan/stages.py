@@ -10,11 +10,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from ...attacks import (
-    InputSpace, PixelBudget, ProgressFn, attack_context, create_attack, cross_entropy_per_sample, input_gradient)
+from ...attacks import InputSpace, ProgressFn, attack_context, cross_entropy_per_sample, input_gradient
 from ...attacks.space import PIXEL_SCALE
 from .metrics import boundary_thickness, decision_margin, smoothness_kl
-from ..protocols.protocol import AttackSpec, resolve_eps
+from ..protocols.protocol import AttackSpec, create_spec_attack
 
 __all__ = ['Batch', 'EvalContext', 'Stage', 'CleanStage', 'AttackStage', 'BudgetStage', 'GradientProbe',
            'DeterminismProbe', 'ThicknessStage', 'SmoothnessStage', 'Columns', 'RESULT_COLUMNS', 'LAST_ITERATE_COLUMNS',
@@ -76,8 +75,9 @@ def _aligned(columns: Columns, name: str, positions: torch.Tensor) -> torch.Tens
 
 
 def attack_norm(spec: AttackSpec) -> str:
-    """Threat-model norm of an attack spec: its ``norm`` argument, else ``l2`` for ``*-l2`` attacks, else ``linf``."""
-    return spec.kwargs.get('norm') or ('l2' if spec.attack.endswith('l2') else 'linf')
+    """Threat-model norm of an attack spec: its configured ``norm``, else its class's (BIM-L2's ``l2``), else
+    ``linf``."""
+    return getattr(spec.config, 'norm', None) or getattr(spec.config.attack_class, 'norm', 'linf')
 
 
 class Stage:
@@ -132,17 +132,18 @@ class CleanStage(Stage):
 
 
 def build_attack(spec: AttackSpec, ctx: EvalContext, seed: int, autocast_dtype: Optional[torch.dtype] = None):
-    """The configured attack of `spec` (a clear error if the registry does not know it or rejects its arguments).
+    """The configured attack of `spec` on the context's input space (`create_spec_attack`; a clear error if it
+    rejects its configuration).
 
-    Its ε is on the 0-255 scale by the spec's contract (`PixelBudget`: the sanity sweep's half of ε = 1 is 0.5 on
-    purpose); a [0, 1]-scale value is caught where users give it (the command line, `protocol_from_attacks`).
+    Its ε is on the 0-255 scale by the spec's contract; a [0, 1]-scale value is caught where users give it (the command
+    line, `protocol_from_attacks`).
     """
     try:
-        attack = create_attack(spec.attack, space=ctx.space, eps=PixelBudget(resolve_eps(spec, ctx.input_size)),
-                               autocast_dtype=autocast_dtype, seed=seed, fold_bn=ctx.fold_bn, **spec.kwargs)
+        attack = create_spec_attack(spec, ctx.space, ctx.input_size, autocast_dtype=autocast_dtype, seed=seed,
+                                    fold_bn=ctx.fold_bn)
     except TypeError as e:
         raise ValueError(
-            f'Attack {spec.label!r} ({spec.attack}) rejected its configuration {dict(spec.kwargs)}: {e}') from e
+            f'Attack {spec.label!r} ({spec.attack}) rejected its configuration {spec.config.recorded()}: {e}') from e
     attack.progress = ctx.progress
     return attack
 

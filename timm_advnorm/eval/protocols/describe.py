@@ -14,14 +14,11 @@ says ``step not recorded`` rather than guess.
 """
 from typing import Optional
 
+from ...attacks.registry import attack_title
+
 __all__ = ['describe_attack', 'step_phrase', 'pixels_text', 'eps_rule_note', 'standardized_phrase', 'NORM_NAMES']
 
 NORM_NAMES = {'linf': 'L∞', 'l2': 'L2'}
-#: How the registered attacks are written in prose; others are written as registered.
-_ATTACK_NAMES = {
-    'pgd': 'PGD', 'fgsm': 'FGSM', 'apgd-ce': 'APGD-CE', 'apgd-dlr': 'APGD-DLR', 'apgd-t': 'APGD-T', 'fab-t': 'FAB-T',
-    'square': 'Square', 'mifgsm': 'MI-FGSM', 'cw-linf': 'CW-L∞', 'bim-linf': 'BIM-L∞', 'bim-l2': 'BIM-L2',
-    'autoattack': 'AutoAttack'}
 
 
 def pixels_text(value: float) -> str:
@@ -109,7 +106,7 @@ def describe_attack(
         standardized: The budget as declared in units of the standardized input, when it was
             (`standardized_phrase`): after the step, as it sets both.
     """
-    parts = [_head(_ATTACK_NAMES.get(attack, attack or label), norm, iterations, queries)]
+    parts = [_head(attack_title(attack) if attack else label, norm, iterations, queries)]
     if eps is not None:
         parts.append(f'ε = {pixels_text(eps)}' + (f' ({eps_note})' if eps_note else ''))
     parts.append(step_phrase(step, step_rule) or 'step not recorded')

@@ -1,8 +1,10 @@
 """Named, fixed evaluation protocols: which attacks, at which budgets, reported how.
 
-A protocol is data, not code: a tuple of `AttackSpec` (a registered attack name plus its configuration) and how
-the suite is reported. The budgets are the papers'; tests shrink them with `reduce_protocol`, users override them
-with `override_protocol`, and both record what actually ran: the spec's kwargs hold the budget that runs, and a
+A protocol is data, not code: a tuple of `AttackSpec` (a registered attack's frozen, typed configuration, its
+``Config``, and its budget) and how the suite is reported, as AutoAttack holds its configured components; the input
+space is bound when the attack runs, from the model (`create_spec_attack`). The budgets are the papers'; tests shrink
+them with `reduce_protocol`, users override them with `override_protocol` (both `dataclasses.replace`), and both
+record what actually ran: the spec's configuration holds the budget that runs, and a
 label that names another budget (``pgd-t-2000`` reduced to 13 iterations) is kept as the stage key while
 `AttackSpec.run_label` (``pgd-t-13``) names what ran in results.
 
@@ -57,12 +59,21 @@ number, `scalar_std` × 255: the attacks take one ε for every channel, so a mod
 share one std (MNIST's grey digits, 0.3081) gets exactly ε × std (ε∞ = 0.1: 7.857/255).
 """
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from ...attacks.bim import galloway_l2_eps
-from ...attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
-from ...attacks.registry import attack_arguments, attack_threat, create_attack
+from ...attacks.apgd import APGDCE, APGDDLR, APGDT
+from ...attacks.base import Attack, AttackConfig
+from ...attacks.bim import BIML2, BIMLinf, galloway_l2_eps
+from ...attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES, Corruption
+from ...attacks.cw import CWLinf
+from ...attacks.fab import FABT
+from ...attacks.fgsm import FGSM
+from ...attacks.mifgsm import MIFGSM
+from ...attacks.noise import GaussianNoise
+from ...attacks.pgd import PGD
+from ...attacks.registry import attack_config, attack_threat
+from ...attacks.square import Square
 from ...attacks.space import PIXEL_SCALE, InputSpace, PixelBudget, check_budget_scale
 from ...models.galloway_mlp import MNIST_STD
 from ...registry import Registry
@@ -73,7 +84,7 @@ __all__ = [
     'register_protocol', 'unregister_protocol',
     'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES', 'budget_label',
     'LAST_ITERATE_ATTACKS', 'Stepping', 'stepping', 'resolve_protocol', 'EPS_RULES',
-    'STANDARDIZED_RULES', 'SQRT_DIM_RULES', 'check_resolved', 'scalar_std', 'with_paper_budgets',
+    'STANDARDIZED_RULES', 'SQRT_DIM_RULES', 'check_resolved', 'scalar_std', 'with_paper_budgets', 'create_spec_attack',
 ]
 
 AGGREGATIONS = ('independent', 'cascade')
@@ -104,21 +115,22 @@ def budget_label(name: str, budget: int) -> str:
 
 @dataclass(frozen=True)
 class AttackSpec:
-    """One attack of a protocol: a registered attack and its configuration.
+    """One attack of a protocol: a registered attack's configuration and its budget.
 
     Args:
         label: Unique name of the attack in the results (``pgd-t-2000``).
-        attack: Name registered with `timm_advnorm.attacks.create_attack`.
+        config: The attack's frozen configuration (``PGD.Config.of(steps=20, step=1.0)``, or by registered name
+            `attacks.registry.attack_config`): its options, but the input space and budget, which are bound when it
+            runs; the options it states are recorded in results (``kwargs``).
         eps: Budget on the 0-255 scale (L2: pixel-scale norm times 255); with ``eps_rule='sqrt_dim'`` the L∞-like
             budget that `resolve_eps` scales by √d. With a standardized rule (``std``, ``std_sqrt_dim``), in units of
             the standardized input until `resolve_protocol` resolved it, on the 0-255 scale after.
-        kwargs: Further constructor arguments of the attack (``steps``, ``step``, ``targeted``, ...).
         threat: ``white-box`` (gradient-based), ``black-box`` (queries only) or ``noise`` (no adversary); sanity
             checks compare them.
         eps_rule: How ε is set (`EPS_RULES`): ``fixed``; ``sqrt_dim`` (Galloway et al.: ε2 = ε∞·√d, d the input
-            dimension); ``std``: ε and ``kwargs['step']`` in units of the standardized input, resolved from the
+            dimension); ``std``: ε and the configured ``step`` in units of the standardized input, resolved from the
             evaluated model's std (`resolve_protocol`); ``std_sqrt_dim``: both, ε∞ in standardized units.
-        step_rule: Optional rule recomputing ``kwargs['step']`` from ε and ``kwargs['steps']`` whenever they change
+        step_rule: Optional rule recomputing the configured ``step`` from ε and ``steps`` whenever they change
             (see `STEP_RULES`); ``None`` keeps the given step.
         success_rate: Report the targeted attack-success rate (fraction classified as the target).
         label_budget: The iterations or queries `label` stands for, set by `reduce_protocol` and `override_protocol`
@@ -132,9 +144,8 @@ class AttackSpec:
     """
 
     label: str
-    attack: str
+    config: AttackConfig
     eps: float
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
     threat: str = 'white-box'
     eps_rule: str = 'fixed'
     step_rule: Optional[str] = None
@@ -145,6 +156,9 @@ class AttackSpec:
     input_std: Optional[float] = None
 
     def __post_init__(self):
+        if not isinstance(self.config, AttackConfig) or self.config.attack_class.name is None:
+            raise TypeError(f'{self.label}: config must be the configuration of a registered attack '
+                            f"(PGD.Config.of(steps=10), attack_config('pgd', steps=10)), got {self.config!r}.")
         if self.threat not in THREATS:
             raise ValueError(f'threat must be one of {THREATS}, got {self.threat!r}.')
         if self.eps_rule not in EPS_RULES:
@@ -154,7 +168,7 @@ class AttackSpec:
         _check_finite(f'{self.label}: eps', self.eps)
         if self.eps < 0:
             raise ValueError(f'{self.label}: eps must be >= 0, got {self.eps}.')
-        step = self.kwargs.get('step')
+        step = getattr(self.config, 'step', None)
         if isinstance(step, (int, float)):
             _check_finite(f'{self.label}: step', step)
         if self.last_iterate and self.attack not in LAST_ITERATE_ATTACKS:
@@ -170,6 +184,11 @@ class AttackSpec:
             raise ValueError(f'{self.label}: input_std must be a positive number, got {self.input_std}.')
 
     @property
+    def attack(self) -> str:
+        """The registered name of the attack it configures."""
+        return self.config.attack_class.name
+
+    @property
     def resolved(self) -> bool:
         """Whether its budget is on the 0-255 scale: always, but for a standardized rule before `resolve_protocol`."""
         return self.eps_rule not in STANDARDIZED_RULES or self.input_std is not None
@@ -177,25 +196,23 @@ class AttackSpec:
     @property
     def targeted(self) -> bool:
         """Whether the attack aims at a target class."""
-        return bool(self.kwargs.get('targeted', False))
+        return bool(getattr(self.config, 'targeted', False))
 
     @property
     def steps(self) -> Optional[int]:
         """Iterations (or queries for query-based attacks), when the attack has such a knob."""
-        for key in STEP_KEYS + QUERY_KEYS:
-            if key in self.kwargs:
-                return int(self.kwargs[key])
-        return None
+        return next((int(getattr(self.config, key)) for key in STEP_KEYS + QUERY_KEYS if key in self.config.stated),
+                    None)
 
     @property
     def iterations(self) -> Optional[int]:
         """Iterations of an iterative attack (``None`` for query-based attacks, noise and one-step attacks)."""
-        return next((int(self.kwargs[key]) for key in STEP_KEYS if key in self.kwargs), None)
+        return next((int(getattr(self.config, key)) for key in STEP_KEYS if key in self.config.stated), None)
 
     @property
     def queries(self) -> Optional[int]:
         """Queries of a query-based (black-box) attack, ``None`` otherwise."""
-        return next((int(self.kwargs[key]) for key in QUERY_KEYS if key in self.kwargs), None)
+        return next((int(getattr(self.config, key)) for key in QUERY_KEYS if key in self.config.stated), None)
 
     @property
     def run_label(self) -> str:
@@ -226,12 +243,12 @@ class AttackSpec:
         if self.input_std is not None:
             changed.update(eps_standardized=self.eps_standardized, input_std=self.input_std)
         return dict(label=self.label, attack=self.attack, eps=self.eps, eps_rule=self.eps_rule, threat=self.threat,
-                    step_rule=self.step_rule, success_rate=self.success_rate, kwargs=dict(self.kwargs), **changed)
+                    step_rule=self.step_rule, success_rate=self.success_rate, kwargs=self.config.recorded(), **changed)
 
     def with_budget(self, key: str, budget: int) -> 'AttackSpec':
-        """This spec running `budget` of ``kwargs[key]`` (iterations or queries), its label's budget remembered."""
+        """This spec running `budget` of option `key` (iterations or queries), its label's budget remembered."""
         label_budget = self.steps if self.label_budget is None else self.label_budget
-        return replace(self, kwargs=dict(self.kwargs, **{key: budget}), label_budget=label_budget)
+        return replace(self, config=self.config.stating(**{key: budget}), label_budget=label_budget)
 
 
 def _check_finite(name: str, value: float) -> None:
@@ -241,13 +258,14 @@ def _check_finite(name: str, value: float) -> None:
 
 
 def _with_budget(spec: AttackSpec) -> AttackSpec:
-    """Write the iterations and queries the attack runs with by default into the spec's kwargs, where unset.
+    """State the iterations and queries the attack runs with by default in the spec's configuration, where unset.
 
     Results then state the budget that actually ran, and caps (`reduce_protocol`) find a budget to cap.
     """
-    defaults = attack_arguments(spec.attack)
-    missing = {key: defaults[key] for key in STEP_KEYS + QUERY_KEYS if key in defaults and key not in spec.kwargs}
-    return replace(spec, kwargs=dict(spec.kwargs, **missing)) if missing else spec
+    config = spec.config
+    missing = {key: getattr(config, key) for key in STEP_KEYS + QUERY_KEYS
+               if key in config.option_names() and key not in config.stated}
+    return replace(spec, config=config.stating(**missing)) if missing else spec
 
 
 def _nofrost_step(eps: float, steps: int) -> float:
@@ -266,11 +284,10 @@ STEP_RULE_TEXT = {'nofrost': 'min(1.25ε, ε+4)/N', 'fraction': 'ε/N'}
 
 
 def _with_step(spec: AttackSpec) -> AttackSpec:
-    """Recompute ``kwargs['step']`` from the spec's step rule (no-op without one)."""
+    """Recompute the configured ``step`` from the spec's step rule (no-op without one)."""
     if spec.step_rule is None:
         return spec
-    kwargs = dict(spec.kwargs, step=STEP_RULES[spec.step_rule](spec.eps, int(spec.kwargs['steps'])))
-    return replace(spec, kwargs=kwargs)
+    return replace(spec, config=spec.config.stating(step=STEP_RULES[spec.step_rule](spec.eps, int(spec.config.steps))))
 
 
 @dataclass(frozen=True)
@@ -359,8 +376,9 @@ class Protocol:
 
 def _xie2020() -> Protocol:
     attacks = tuple(
-        AttackSpec(budget_label('pgd-t', n), 'pgd', eps=16.0, success_rate=True, last_iterate=True,
-                   kwargs=dict(steps=n, step=1.0, step_rule='max', targeted=True, random_start=True))
+        AttackSpec(budget_label('pgd-t', n), PGD.Config.of(steps=n, step=1.0, step_rule='max', targeted=True,
+                                                          random_start=True),
+                   eps=16.0, success_rate=True, last_iterate=True)
         for n in (10, 20, 100, 500, 2000))
     return Protocol(
         'xie2020', 'Targeted PGD, Linf eps=16, step 1, 10 to 2000 iterations; accuracy and attack-success rate.',
@@ -370,10 +388,10 @@ def _xie2020() -> Protocol:
 def _robustbench() -> Protocol:
     eps = 4.0
     attacks = (
-        AttackSpec('apgd-ce', 'apgd-ce', eps, dict(steps=100, n_restarts=1)),
-        AttackSpec('apgd-t', 'apgd-t', eps, dict(steps=100, n_restarts=1, n_target_classes=9)),
-        AttackSpec('fab-t', 'fab-t', eps, dict(steps=100, n_restarts=1, n_target_classes=9)),
-        AttackSpec('square', 'square', eps, dict(n_queries=5000, n_restarts=1), threat='black-box'),
+        AttackSpec('apgd-ce', APGDCE.Config.of(steps=100, n_restarts=1), eps),
+        AttackSpec('apgd-t', APGDT.Config.of(steps=100, n_restarts=1, n_target_classes=9), eps),
+        AttackSpec('fab-t', FABT.Config.of(steps=100, n_restarts=1, n_target_classes=9), eps),
+        AttackSpec('square', Square.Config.of(n_queries=5000, n_restarts=1), eps, threat='black-box'),
     )
     return Protocol(
         'robustbench', 'AutoAttack standard (APGD-CE, APGD-T, FAB-T, Square) at Linf eps=4/255, as a cascade.',
@@ -384,13 +402,13 @@ def _robustbench() -> Protocol:
 def _nofrost() -> Protocol:
     eps, steps = 8.0, 20
     attacks = tuple(_with_step(spec) for spec in (
-        AttackSpec('pgd', 'pgd', eps, dict(steps=steps, step_rule='fixed', random_start=True), step_rule='nofrost',
+        AttackSpec('pgd', PGD.Config.of(steps=steps, step_rule='fixed', random_start=True), eps, step_rule='nofrost',
                    last_iterate=True),
-        AttackSpec('apgd-ce', 'apgd-ce', eps, dict(steps=steps)),
-        AttackSpec('apgd-dlr', 'apgd-dlr', eps, dict(steps=steps)),
-        AttackSpec('mifgsm', 'mifgsm', eps, dict(steps=steps, decay=1.0), step_rule='nofrost'),
-        AttackSpec('cw-linf', 'cw-linf', eps, dict(steps=steps, confidence=50.0), step_rule='nofrost'),
-        AttackSpec('square', 'square', eps, dict(n_queries=400), threat='black-box'),
+        AttackSpec('apgd-ce', APGDCE.Config.of(steps=steps), eps),
+        AttackSpec('apgd-dlr', APGDDLR.Config.of(steps=steps), eps),
+        AttackSpec('mifgsm', MIFGSM.Config.of(steps=steps, decay=1.0), eps, step_rule='nofrost'),
+        AttackSpec('cw-linf', CWLinf.Config.of(steps=steps, confidence=50.0), eps, step_rule='nofrost'),
+        AttackSpec('square', Square.Config.of(n_queries=400), eps, threat='black-box'),
     ))
     return Protocol(
         'nofrost', 'Linf eps=8 suite: PGD, APGD-CE, APGD-DLR, MI-FGSM, CW-Linf (20 iterations), Square (400 queries).',
@@ -405,10 +423,10 @@ def _nofrost() -> Protocol:
 def _galloway() -> Protocol:
     eps_inf = 0.03  # of the standardized input
     attacks = tuple(_with_step(spec) for spec in (
-        AttackSpec('gaussian-noise', 'gaussian-noise', 0.0, dict(std=0.5), threat='noise'),
-        AttackSpec('bim-linf', 'bim-linf', eps_inf, dict(steps=20), eps_rule='std', step_rule='fraction'),
+        AttackSpec('gaussian-noise', GaussianNoise.Config.of(std=0.5), 0.0, threat='noise'),
+        AttackSpec('bim-linf', BIMLinf.Config.of(steps=20), eps_inf, eps_rule='std', step_rule='fraction'),
         # No step rule: it would take ε/20 of the L∞-sized ε before √d scaling; BIM-L2 steps its resolved ε/20.
-        AttackSpec('bim-l2', 'bim-l2', eps_inf, dict(steps=20), eps_rule='std_sqrt_dim'),
+        AttackSpec('bim-l2', BIML2.Config.of(steps=20), eps_inf, eps_rule='std_sqrt_dim'),
     ))
     return Protocol(
         'galloway', 'Gaussian noise (variance 1/4), BIM-Linf eps=0.03 and BIM-L2 eps=0.03*sqrt(d), 20 iterations, '
@@ -418,14 +436,14 @@ def _galloway() -> Protocol:
 
 def _galloway_mnist() -> Protocol:
     attacks = (
-        AttackSpec('gaussian-noise', 'gaussian-noise', 0.0, dict(std=1.0, size=28, grey=True, clip=False),
+        AttackSpec('gaussian-noise', GaussianNoise.Config.of(std=1.0, size=28, grey=True, clip=False), 0.0,
                    threat='noise'),
         # BIM as PGD from the clean input, so that it also scores its last iterate: the loss is the paper's, at the
         # attack's final point over every digit (a best iterate stops at the first fooling one, just past the boundary)
-        *(AttackSpec(label, 'pgd', eps, dict(steps=100, step=1e-3, step_rule='fixed', random_start=False),
+        *(AttackSpec(label, PGD.Config.of(steps=100, step=1e-3, step_rule='fixed', random_start=False), eps,
                      eps_rule='std', last_iterate=True)
           for label, eps in (('bim-linf', 0.1), ('bim-linf-0.05', 0.05))),
-        *(AttackSpec(f'fgsm-{eps:g}', 'fgsm', eps, dict(step=eps, random_start=False), eps_rule='std',
+        *(AttackSpec(f'fgsm-{eps:g}', FGSM.Config.of(step=eps, random_start=False), eps, eps_rule='std',
                      last_iterate=True) for eps in (0.05, 0.1)),
     )
     return Protocol(
@@ -438,7 +456,7 @@ def _galloway_mnist() -> Protocol:
 
 def _corruptions() -> Protocol:
     attacks = tuple(
-        AttackSpec(f'{name}-{severity}', 'corruption', 0.0, dict(corruption=name, severity=severity), threat='noise')
+        AttackSpec(f'{name}-{severity}', Corruption.Config.of(corruption=name, severity=severity), 0.0, threat='noise')
         for name in IMAGENET_C_CORRUPTIONS for severity in SEVERITIES)
     return Protocol(
         'corruptions', 'The 15 ImageNet-C corruptions at severities 1-5, applied on the fly.',
@@ -505,21 +523,21 @@ def get_protocol(name: str) -> Protocol:
     return _PROTOCOLS.get(name)
 
 
-def _list_specs(name: str, eps: float, kwargs: Mapping[str, Any], counts: Sequence[int]) -> List[AttackSpec]:
+def _list_specs(name: str, eps: float, options: Mapping[str, Any], counts: Sequence[int]) -> List[AttackSpec]:
     """The specs of attack `name` in an attack list: the options it takes, its own threat, and its budget recorded.
 
     Noise has no ε (as in `galloway`). With several iteration counts, an attack that has iterations gets one spec
     per count, labelled ``name-N``; the others run once.
     """
-    arguments = attack_arguments(name)
-    own = {key: value for key, value in kwargs.items() if key in arguments}
+    config = attack_config(name)
+    config = config.stating(**{key: value for key, value in options.items() if key in config.option_names()})
     threat = attack_threat(name)
-    spec = AttackSpec(name, name, 0.0 if threat == 'noise' else eps, own, threat=threat,
-                      success_rate=bool(own.get('targeted', False)))
-    if not counts or 'steps' not in arguments:
+    spec = AttackSpec(name, config, 0.0 if threat == 'noise' else eps, threat=threat,
+                      success_rate=bool(getattr(config, 'targeted', False)))
+    if not counts or 'steps' not in config.option_names():
         return [_with_budget(spec)]
     return [_with_budget(replace(spec, label=name if len(counts) == 1 else budget_label(name, n),
-                                 kwargs=dict(own, steps=n))) for n in counts]
+                                 config=config.stating(steps=n))) for n in counts]
 
 
 def protocol_from_attacks(
@@ -549,13 +567,13 @@ def protocol_from_attacks(
     """
     _check_finite('eps', eps)
     check_budget_scale(eps)
-    kwargs = dict(attack_kwargs or {})
+    options = dict(attack_kwargs or {})
     counts = [int(n) for n in steps]
     if len(set(counts)) != len(counts):
         raise ValueError(f'Iteration counts must differ, got {list(steps)}.')
-    specs = tuple(spec for name in attacks for spec in _list_specs(name, float(eps), kwargs, counts))
-    for key, value in dict(kwargs, **({'steps': counts} if counts else {})).items():
-        if not any(key in spec.kwargs for spec in specs):
+    specs = tuple(spec for name in attacks for spec in _list_specs(name, float(eps), options, counts))
+    for key, value in dict(options, **({'steps': counts} if counts else {})).items():
+        if not any(key in spec.config.stated for spec in specs):
             raise ValueError(f'{key}={value!r} rejected: none of the attacks {", ".join(attacks)} takes {key!r}.')
     several = len(specs) > 1
     return Protocol('custom', f'Attacks {", ".join(attacks)} at eps={eps:g}.', 'command line', specs,
@@ -582,7 +600,7 @@ def with_paper_budgets(protocol: Protocol) -> Protocol:
 
 def _takes(spec: AttackSpec, option: str) -> bool:
     """Whether override `option` applies to `spec`: ε to every attack but noise, the rest where the spec sets them."""
-    return spec.threat != 'noise' if option == 'eps' else option in spec.kwargs
+    return spec.threat != 'noise' if option == 'eps' else option in spec.config.stated
 
 
 def override_protocol(
@@ -629,7 +647,8 @@ def override_protocol(
         step_rule = None if 'step' in changes else spec.step_rule
         if 'steps' in changes:
             spec = spec.with_budget('steps', changes.pop('steps'))
-        specs.append(_with_step(replace(spec, eps=new_eps, kwargs=dict(spec.kwargs, **changes), step_rule=step_rule)))
+        config = replace(spec.config, **changes)
+        specs.append(_with_step(replace(spec, eps=new_eps, config=config, step_rule=step_rule)))
     return replace(protocol, attacks=tuple(specs))
 
 
@@ -659,7 +678,7 @@ def reduce_protocol(
     full = [_with_budget(spec) for spec in protocol.attacks]
     caps = ((STEP_KEYS, 'max_steps', max_steps), (QUERY_KEYS, 'max_queries', max_queries))
     for keys, option, cap in caps:
-        if cap is not None and not any(key in spec.kwargs for spec in full for key in keys):
+        if cap is not None and not any(key in spec.config.stated for spec in full for key in keys):
             names = ', '.join(dict.fromkeys(spec.attack for spec in full))
             raise ValueError(f'{option}={cap} would cap no attack of protocol {protocol.name!r}: none of its attacks '
                              f'({names}) has {" or ".join(keys)}.')
@@ -667,9 +686,9 @@ def reduce_protocol(
     for spec in full:
         for keys, _, cap in caps:
             for key in keys:
-                if key not in spec.kwargs:
+                if key not in spec.config.stated:
                     continue
-                budget = int(spec.kwargs[key])
+                budget = int(getattr(spec.config, key))
                 if root is not None:
                     budget = max(1, round(budget ** (1.0 / root)))
                 spec = spec.with_budget(key, budget if cap is None else min(budget, cap))
@@ -689,10 +708,10 @@ def _standardized(spec: AttackSpec, std: float) -> AttackSpec:
     """`spec`'s ε and explicit step, declared in units of the standardized input, on the 0-255 scale for a model of
     input std `std`; a step rule then recomputes the step from the resolved ε."""
     unit = std * PIXEL_SCALE
-    kwargs = dict(spec.kwargs)
-    if isinstance(kwargs.get('step'), (int, float)):
-        kwargs['step'] = kwargs['step'] * unit
-    return _with_step(replace(spec, eps=spec.eps * unit, kwargs=kwargs, eps_standardized=spec.eps, input_std=std))
+    config = spec.config
+    if 'step' in config.stated and isinstance(config.step, (int, float)):
+        config = replace(config, step=config.step * unit)
+    return _with_step(replace(spec, eps=spec.eps * unit, config=config, eps_standardized=spec.eps, input_std=std))
 
 
 def resolve_protocol(protocol: Protocol, space: InputSpace) -> Protocol:
@@ -761,9 +780,20 @@ def stepping(spec: AttackSpec, input_size: Sequence[int]) -> Stepping:
     """
     if spec.threat == 'noise':
         return Stepping(None, None, None)
-    attack = create_attack(spec.attack, space=InputSpace(), eps=PixelBudget(resolve_eps(spec, input_size)),
-                           **spec.kwargs)
+    attack = create_spec_attack(spec, InputSpace(), input_size)
     rule = attack.step_description
     if rule is not None and spec.step_rule is not None:
         rule += f', {STEP_RULE_TEXT[spec.step_rule]}'
     return Stepping(attack.step_size, rule, 'best' if attack.best_iterate else 'last')
+
+
+def create_spec_attack(spec: AttackSpec, space: InputSpace, input_size: Sequence[int], **bound: Any) -> Attack:
+    """The attack `spec` configures, for a model whose inputs `space` normalizes and are shaped `input_size`: its
+    configuration built at the budget it runs with (`resolve_eps`, on the 0-255 scale by the spec's contract, a
+    `PixelBudget`: the sanity sweep's half of ε = 1 is 0.5 on purpose), with the other bound options (`bound`:
+    ``seed``, ``autocast_dtype``, ``fold_bn``) as given.
+
+    Raises:
+        ValueError: The spec's budget is still in units of the standardized input, or the attack refuses its options.
+    """
+    return spec.config.build(space, PixelBudget(resolve_eps(spec, input_size)), **bound)

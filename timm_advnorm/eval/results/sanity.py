@@ -242,13 +242,13 @@ def _step_groups(plan: EvalPlan) -> List[List[AttackSpec]]:
     """The protocol's attacks that differ only in their iteration count, as groups of >= 2 by increasing steps."""
     groups: Dict[str, List[AttackSpec]] = {}
     for spec in plan.protocol.attacks:
-        if spec.threat != 'white-box' or 'steps' not in spec.kwargs:
+        if spec.threat != 'white-box' or 'steps' not in spec.config.stated:
             continue
-        rest = {k: v for k, v in spec.kwargs.items() if k not in ('steps', 'step')}
+        rest = {k: v for k, v in spec.config.recorded().items() if k not in ('steps', 'step')}
         key = repr((spec.attack, spec.eps, sorted(rest.items())))
         groups.setdefault(key, []).append(spec)
-    return [sorted(g, key=lambda s: s.kwargs['steps']) for g in groups.values()
-            if len({s.kwargs['steps'] for s in g}) > 1]
+    return [sorted(g, key=lambda s: s.config.steps) for g in groups.values()
+            if len({s.config.steps for s in g}) > 1]
 
 
 def _run_of(plan: EvalPlan, stage: str) -> str:
@@ -260,7 +260,7 @@ def _run_of(plan: EvalPlan, stage: str) -> str:
 def _one_run(plan: EvalPlan, fewer: str, more: str) -> bool:
     """Whether two budgets were read off one best-iterate run, where accuracy cannot rise by construction."""
     run = _run_of(plan, fewer)
-    return run == _run_of(plan, more) and plan.stage(run).spec.kwargs.get('best_iterate', True)
+    return run == _run_of(plan, more) and getattr(plan.stage(run).spec.config, 'best_iterate', True)
 
 
 def _more_iterations(table, variant, plan, thresholds) -> SanityCheck:

@@ -76,9 +76,9 @@ def _size_fields(spec: AttackSpec, input_size: Sequence[int]) -> Dict[str, Any]:
                     eps_rule=spec.eps_rule, eps_standardized=spec.eps_standardized, input_std=spec.input_std,
                     step=step, step_rule=rule, iterate=iterate)
     if spec.attack == 'gaussian-noise':
-        return noise_settings(spec.kwargs)
+        return noise_settings(spec.config.options())
     if spec.attack == 'corruption':
-        return dict(noise='imagenet-c', corruption=spec.kwargs['corruption'], severity=spec.kwargs['severity'])
+        return dict(noise='imagenet-c', corruption=spec.config.corruption, severity=spec.config.severity)
     return dict(noise=spec.attack)
 
 
@@ -98,7 +98,7 @@ def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_
     largest = None if spec.threat == 'noise' else float(np.max(columns[size['norm']], initial=0.0))
     return AttackResult(label=spec.run_label, protocol_label=spec.label, attack=spec.attack, threat=spec.threat,
                         **size, steps=spec.iterations, queries=spec.queries, targeted=spec.targeted,
-                        kwargs=dict(spec.kwargs), samples=int(attacked.size), attacked=int(attacked.sum()),
+                        kwargs=spec.config.recorded(), samples=int(attacked.size), attacked=int(attacked.sum()),
                         accuracy=round_percent(np.mean(columns['correct'])), success_rate=success,
                         accuracy_last_iterate=accuracy_last, success_rate_last_iterate=success_last,
                         max_perturbation=largest, loss=_mean_loss(columns), reports_success_rate=spec.success_rate)
