@@ -178,12 +178,12 @@ def checkout_state(record_folder: Optional[Path] = None) -> Dict[str, Any]:
     return {'commit': commit, 'dirty': bool(changed), 'changed': [line[3:] for line in changed]}
 
 
-def environment(device: str, record_folder: Optional[Path] = None) -> Dict[str, Any]:
-    """What a run starts on: the checkout, the command, the date, the machine and its load, the libraries."""
+def environment(command: str, device: str, record_folder: Optional[Path] = None) -> Dict[str, Any]:
+    """What a run starts on: the checkout, the `command` line, the date, the machine and its load, the libraries."""
     import torchvision
 
     return {'checkout': checkout_state(record_folder),
-            'command': shlex.join([os.path.basename(sys.executable), *sys.argv]),
+            'command': command,
             'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
             'machine': {key: value for key, value in machine().items() if key != 'threads'},  # at the end
             'torchvision': torchvision.__version__, 'device': device,
@@ -267,11 +267,13 @@ def recorded(benchmark: str, parser: argparse.ArgumentParser, args: argparse.Nam
         check_record(folder, benchmark, args.overwrite)
     except ValueError as error:
         parser.exit(2, f'{parser.prog}: error: {error}\n')
-    start, env = time.perf_counter(), environment(device, folder)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    start = time.perf_counter()
+    env = environment(shlex.join(['python', f'benchmarks/{benchmark}.py', *argv]), device, folder)
     tee = _Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
         yield
-    command = shown_command(benchmark, sys.argv[1:] if argv is None else argv)
+    command = shown_command(benchmark, argv)
     try:
         paths = write_record(folder, benchmark, command, tee.copy.getvalue(),
                              finish_environment(env, time.perf_counter() - start), args.overwrite)
