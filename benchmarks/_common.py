@@ -164,25 +164,24 @@ def _git(*args: str) -> str:
                           check=True).stdout
 
 
-def checkout_state(record_folder: Optional[Path] = None) -> Dict[str, Any]:
-    """The checkout's commit and its uncommitted changes to tracked files, outside `record_folder` (an earlier
-    benchmark's record there changes no code); ``commit`` None where git or the checkout is missing."""
-    exclude = []
-    if record_folder is not None and Path(record_folder).resolve().is_relative_to(REPO):
-        exclude = [f':(exclude){Path(record_folder).resolve().relative_to(REPO)}']
+def checkout_state() -> Dict[str, Any]:
+    """The checkout's commit, its uncommitted changes to tracked files (``changed``), and whether any of them is to
+    code (``dirty``): the documentation's pages and records (``docs/``, ``*.md``) change no measured figure, and an
+    earlier benchmark's record is one of them. ``commit`` is None where git or the checkout is missing."""
     try:
         commit = _git('rev-parse', 'HEAD').strip()
-        changed = _git('status', '--porcelain', '--untracked-files=no', '--', '.', *exclude).splitlines()
+        changed = [line[3:] for line in _git('status', '--porcelain', '--untracked-files=no').splitlines()]
     except (OSError, subprocess.SubprocessError):
         return {'commit': None, 'dirty': None, 'changed': []}
-    return {'commit': commit, 'dirty': bool(changed), 'changed': [line[3:] for line in changed]}
+    code = [path for path in changed if not (path.startswith('docs/') or path.endswith('.md'))]
+    return {'commit': commit, 'dirty': bool(code), 'changed': changed}
 
 
-def environment(command: str, device: str, record_folder: Optional[Path] = None) -> Dict[str, Any]:
+def environment(command: str, device: str) -> Dict[str, Any]:
     """What a run starts on: the checkout, the `command` line, the date, the machine and its load, the libraries."""
     import torchvision
 
-    return {'checkout': checkout_state(record_folder),
+    return {'checkout': checkout_state(),
             'command': command,
             'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
             'machine': {key: value for key, value in machine().items() if key != 'threads'},  # at the end
@@ -269,7 +268,7 @@ def recorded(benchmark: str, parser: argparse.ArgumentParser, args: argparse.Nam
         parser.exit(2, f'{parser.prog}: error: {error}\n')
     argv = sys.argv[1:] if argv is None else list(argv)
     start = time.perf_counter()
-    env = environment(shlex.join(['python', f'benchmarks/{benchmark}.py', *argv]), device, folder)
+    env = environment(shlex.join(['python', f'benchmarks/{benchmark}.py', *argv]), device)
     tee = _Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
         yield
