@@ -1,16 +1,41 @@
-"""What the benchmarks share: run arguments, the interleaved timing loop, and torchattacks' PGD as a reference.
+"""What the benchmarks share: run arguments, the interleaved timing loop, torchattacks' PGD as a reference, and
+``--record``, which commits a run's tables for the documentation site.
 
 The scripts run as ``python benchmarks/bench_*.py``, which puts this folder on ``sys.path``: import it as
 ``from _common import ...``.
+
+``--record DIR`` writes ``DIR/<benchmark>.md``, what the script printed on stdout (its tables) under a heading that
+names the command, and ``DIR/<benchmark>.environment.json``, what it ran on: the code's commit, the machine, the
+library versions and the load average at the start and at the end (`write_record`). The documentation's benchmarks
+page inserts the Markdown file (``.. recorded-table::``), so a figure on it is a committed file, not typed prose. An
+existing record is replaced only with ``--overwrite``; the check runs before the benchmark, so a refused run costs
+nothing.
 """
 import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
+import timm
 import torch
 import torch.nn as nn
 
 from timm_advnorm.attacks import InputSpace
+from timm_advnorm.study.provenance import machine
+from timm_advnorm.write_guard import atomic_write, check_creatable
+
+#: The checkout the benchmarks belong to (its git commit is recorded).
+REPO = Path(__file__).resolve().parent.parent
+#: What a record's environment file is called, after the benchmark's name.
+ENVIRONMENT_SUFFIX = '.environment.json'
 
 Result = TypeVar('Result')
 
@@ -93,3 +118,164 @@ def torchattacks_pgd(model: nn.Module, space: InputSpace, eps: float, step: floa
     attack = torchattacks.PGD(model, eps=eps / 255, alpha=step / 255, steps=steps, random_start=True)
     attack.set_normalization_used(mean=list(space.mean), std=list(space.std))
     return attack
+
+
+def add_record_args(parser: argparse.ArgumentParser) -> None:
+    """``--record DIR`` and ``--overwrite`` (see the module's docstring)."""
+    parser.add_argument('--record', metavar='DIR',
+                        help='also write the printed tables to DIR/<benchmark>.md and what they ran on to '
+                             f'DIR/<benchmark>{ENVIRONMENT_SUFFIX}')
+    parser.add_argument('--overwrite', action='store_true', help='with --record: replace an existing record')
+
+
+def record_paths(folder: Path, benchmark: str) -> Tuple[Path, Path]:
+    """The Markdown file and the environment file of `benchmark`'s record in `folder`."""
+    return folder / f'{benchmark}.md', folder / f'{benchmark}{ENVIRONMENT_SUFFIX}'
+
+
+def check_record(folder: Path, benchmark: str, overwrite: bool) -> None:
+    """Check that `benchmark`'s record can be written into `folder`, creating nothing.
+
+    Raises:
+        ValueError: The record exists and `overwrite` is off, or the folder takes no files: one line.
+    """
+    for path in record_paths(folder, benchmark):
+        if path.exists() and not overwrite:
+            raise ValueError(f'{path} exists: pass --overwrite to replace the record')
+        check_creatable(path, 'file')
+
+
+def shown_command(benchmark: str, argv: Sequence[str]) -> str:
+    """The command line that ran `benchmark` with `argv`, as a user types it from the checkout's root, without the
+    recording options (they change where the tables go, not what they say)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == '--record':
+            skip = True
+        elif arg != '--overwrite' and not arg.startswith('--record='):
+            kept.append(arg)
+    return shlex.join(['python', f'benchmarks/{benchmark}.py', *kept])
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(['git', '-C', str(REPO), *args], capture_output=True, text=True, timeout=30,
+                          check=True).stdout
+
+
+def checkout_state() -> Dict[str, Any]:
+    """The checkout's commit, its uncommitted changes to tracked files (``changed``), and whether any of them is to
+    code (``dirty``): the documentation's pages and records (``docs/``, ``*.md``) change no measured figure, and an
+    earlier benchmark's record is one of them. ``commit`` is None where git or the checkout is missing."""
+    try:
+        commit = _git('rev-parse', 'HEAD').strip()
+        changed = [line[3:] for line in _git('status', '--porcelain', '--untracked-files=no').splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        return {'commit': None, 'dirty': None, 'changed': []}
+    code = [path for path in changed if not (path.startswith('docs/') or path.endswith('.md'))]
+    return {'commit': commit, 'dirty': bool(code), 'changed': changed}
+
+
+def environment(command: str, device: str) -> Dict[str, Any]:
+    """What a run starts on: the checkout, the `command` line, the date, the machine and its load, the libraries."""
+    import torchvision
+
+    return {'checkout': checkout_state(),
+            'command': command,
+            'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+            'machine': {key: value for key, value in machine().items() if key != 'threads'},  # at the end
+            'torchvision': torchvision.__version__, 'device': device,
+            'cuda_device': torch.cuda.get_device_name(device) if device.startswith('cuda') else None,
+            'niceness': os.nice(0),
+            'thread_variables': {name: os.environ[name] for name in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS')
+                                 if name in os.environ},
+            'load_average_at_start': [round(load, 2) for load in os.getloadavg()]}
+
+
+def finish_environment(started: Mapping[str, Any], wall_s: float) -> Dict[str, Any]:
+    """`started` (`environment`) completed at the run's end: its wall time, the load average then, and torch's CPU
+    threads as the benchmark set them."""
+    return {**started, 'wall_s': round(wall_s, 1), 'torch_threads': torch.get_num_threads(),
+            'load_average_at_end': [round(load, 2) for load in os.getloadavg()]}
+
+
+def write_record(folder: Path, benchmark: str, command: str, printed: str, env: Mapping[str, Any],
+                 overwrite: bool = False) -> Tuple[Path, Path]:
+    """Write `benchmark`'s record into `folder`, each file atomically: the Markdown file (a heading naming `command`,
+    then `printed`, the tables as the script printed them) and the environment file (`env` as JSON).
+
+    Returns:
+        The Markdown file and the environment file.
+
+    Raises:
+        ValueError: The record exists and `overwrite` is off (`check_record`).
+        WriteError: An OS error while writing; a record that did not exist before is not left half made.
+    """
+    check_record(folder, benchmark, overwrite)
+    markdown, env_path = record_paths(folder, benchmark)
+    text = f'# {benchmark}: `{command}`\n\n{printed.strip()}\n'
+    new_env = not env_path.exists()
+    atomic_write(env_path, lambda tmp: tmp.write_text(json.dumps(env, indent=2) + '\n', encoding='utf-8'))
+    try:
+        atomic_write(markdown, lambda tmp: tmp.write_text(text, encoding='utf-8'))
+    except BaseException:
+        if new_env:
+            env_path.unlink(missing_ok=True)
+        raise
+    return markdown, env_path
+
+
+class _Tee(io.TextIOBase):
+    """Writes to `stream` and keeps a copy of what was written."""
+
+    def __init__(self, stream: io.TextIOBase):
+        super().__init__()
+        self.stream = stream
+        self.copy = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def recorded(benchmark: str, parser: argparse.ArgumentParser, args: argparse.Namespace,
+             argv: Optional[Sequence[str]], device: str = 'cpu') -> Iterator[None]:
+    """Run the benchmark's body; with ``--record``, write what it printed on stdout as its record when it ends.
+
+    The record is checked before the body runs: an existing one (without ``--overwrite``) or a folder that takes no
+    files ends the script at once with ``PROG: error: MESSAGE`` and exit status 2, as the package's commands do. A
+    body that fails writes no record.
+
+    Args:
+        benchmark: The script's name without ``.py`` (``bench_eval``): the record's name.
+        parser: The script's parser (its ``prog`` starts the error line).
+        args: The parsed arguments (``record``, ``overwrite``).
+        argv: The arguments given (None: ``sys.argv[1:]``), for the record's heading.
+        device: The device the benchmark runs on.
+    """
+    if not args.record:
+        yield
+        return
+    folder = Path(args.record)
+    try:
+        check_record(folder, benchmark, args.overwrite)
+    except ValueError as error:
+        parser.exit(2, f'{parser.prog}: error: {error}\n')
+    argv = sys.argv[1:] if argv is None else list(argv)
+    start = time.perf_counter()
+    env = environment(shlex.join(['python', f'benchmarks/{benchmark}.py', *argv]), device)
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        yield
+    command = shown_command(benchmark, argv)
+    try:
+        paths = write_record(folder, benchmark, command, tee.copy.getvalue(),
+                             finish_environment(env, time.perf_counter() - start), args.overwrite)
+    except (ValueError, OSError) as error:
+        parser.exit(2, f'{parser.prog}: error: {error}\n')
+    print(f'Recorded {paths[0]} and {paths[1]}.', file=sys.stderr)

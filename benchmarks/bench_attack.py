@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from timm_advnorm.attacks import PGD, InputSpace
 from timm_advnorm.attacks.fold_bn import BatchNormFolder
 
-from _common import add_device_args, apply_run_args, add_timing_args, measure, torchattacks_pgd
+from _common import add_device_args, add_record_args, add_timing_args, apply_run_args, measure, recorded, \
+    torchattacks_pgd
 
 _logger = logging.getLogger('bench_attack')
 
@@ -41,11 +42,18 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--steps', type=int, default=10, help='attack iterations per timed attack call')
     add_timing_args(parser)
     parser.add_argument('--seed', type=int, default=0)
+    add_record_args(parser)
     return parser
 
 
 def main(argv=None) -> None:
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
+    with recorded('bench_attack', parser, args, argv, args.device):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format='%(message)s')
     device, memory_format, amp_dtype = apply_run_args(args)
 

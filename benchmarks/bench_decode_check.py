@@ -32,6 +32,8 @@ from timm.data import ImageDataset
 from timm_advnorm.data.decode_cache import RACY_SECONDS, decode_cache_folder
 from timm_advnorm.data.readable import DecodeReport, find_unreadable_across_ranks
 
+from _common import add_record_args, recorded
+
 #: Distinct random base images the files are made from.
 _BASES = 16
 
@@ -45,6 +47,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--root', default=None, help='folder to build the data and cache in (default: a temporary '
                                                      'one, removed at the end)')
     parser.add_argument('--seed', type=int, default=0)
+    add_record_args(parser)
     return parser
 
 
@@ -117,7 +120,13 @@ def run(args: argparse.Namespace, root: Path) -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
+    with recorded('bench_decode_check', parser, args, argv):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     if args.root:
         lines = run(args, Path(args.root))
     else:

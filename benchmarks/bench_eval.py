@@ -56,7 +56,8 @@ from timm_advnorm.eval.run.records import ResultTable
 from timm_advnorm.eval.plan.stages import EvalContext
 from timm_advnorm.eval.plan.variants import Variant
 
-from _common import add_device_args, add_timing_args, apply_run_args, measure, torchattacks_pgd
+from _common import add_device_args, add_record_args, add_timing_args, apply_run_args, measure, recorded, \
+    torchattacks_pgd
 
 _logger = logging.getLogger('bench_eval')
 
@@ -81,6 +82,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     add_device_args(parser, amp_help='bf16 autocast (ours and the baseline)')
     add_timing_args(parser)
     parser.add_argument('--seed', type=int, default=0)
+    add_record_args(parser)
     return parser
 
 
@@ -113,7 +115,13 @@ def _train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, batch
 
 
 def main(argv=None) -> None:
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
+    with recorded('bench_eval', parser, args, argv, args.device):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format='%(message)s')
     device, memory_format, amp_dtype = apply_run_args(args)
 

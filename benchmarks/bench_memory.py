@@ -45,7 +45,7 @@ from timm_advnorm.commands.train import train_options
 from timm_advnorm.train.build import create_run_task
 from timm_advnorm.train.budget import memory_in_use_bytes, peak_memory_bytes, reset_peak_memory
 
-from _common import add_device_args
+from _common import add_device_args, add_record_args, recorded
 from bench_methods import _training_args
 
 NUM_CLASSES = 1000
@@ -111,6 +111,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     add_device_args(parser, amp_help='bf16 autocast for the training step and the attack')
     quick = ', '.join(f'--{key.replace("_", "-")} {value}' for key, value in QUICK.items())
     parser.add_argument('--quick', action='store_true', help=f'smoke run: {quick}')
+    add_record_args(parser)
     parser.add_argument('--case', help=argparse.SUPPRESS)  # internal: a case's JSON, run in this process
     return parser
 
@@ -282,11 +283,17 @@ def _settings(args: argparse.Namespace) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
     if args.case:
         case = json.loads(args.case)
         print(RESULT + json.dumps(asdict(run_case(Case(**{**case, 'models': tuple(case['models'])})))))
         return
+    with recorded('bench_memory', parser, args, argv, args.device):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)

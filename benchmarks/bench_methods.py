@@ -38,7 +38,7 @@ from timm_advnorm.commands.train import get_args_parser as get_train_args_parser
 from timm_advnorm.commands.train import train_options
 from timm_advnorm.train.build import create_run_task
 
-from _common import add_device_args, add_timing_args, apply_run_args, measure
+from _common import add_device_args, add_record_args, add_timing_args, apply_run_args, measure, recorded
 
 NUM_CLASSES = 100
 #: The methods' attack, as training options: targeted PGD-K (``--steps``) at eps 16, step 4, random start.
@@ -67,6 +67,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     add_device_args(parser, amp_help='bf16 autocast for the training step and its attack, as --amp trains')
     parser.add_argument('--seed', type=int, default=0)
     add_timing_args(parser, rounds=7)
+    add_record_args(parser)
     return parser
 
 
@@ -132,7 +133,13 @@ def _tasks(args, device: torch.device, memory_format: torch.memory_format = torc
 
 
 def main(argv=None) -> None:
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
+    with recorded('bench_methods', parser, args, argv, args.device):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     device, memory_format, amp_dtype = apply_run_args(args)
     entries = _tasks(args, device, memory_format, amp_dtype)
     steps = {(family, method): _step_fn(task, model, *batch, amp_dtype=amp_dtype)

@@ -38,7 +38,7 @@ from timm.layers import convert_splitbn_model
 
 from timm_advnorm.layers import convert_to_mixture_bn, route
 
-from _common import add_device_args, add_timing_args, apply_run_args, measure
+from _common import add_device_args, add_record_args, add_timing_args, apply_run_args, measure, recorded
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -53,6 +53,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument('--clock', default='wall', choices=('wall', 'process'),
                         help='process: CPU time of this process, steadier than wall time on a shared CPU machine')
     parser.add_argument('--seed', type=int, default=0)
+    add_record_args(parser)
     return parser
 
 
@@ -113,8 +114,14 @@ def markdown_table(times: Dict[str, List[float]], baseline: str = 'plain BN') ->
     return '\n'.join(lines)
 
 
-def main() -> None:
-    args = get_args_parser().parse_args()
+def main(argv=None) -> None:
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
+    with recorded('bench_split_bn', parser, args, argv, args.device):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     times = run(args)
     print(f'{args.model}, {args.img_size}px, batch {args.batch_size}, {args.device}, threads '
           f'{torch.get_num_threads()}, split route clean share {args.clean_share}, '
