@@ -19,6 +19,7 @@ import pytest
 
 import timm_advnorm
 from timm_advnorm.write_guard import EXPORT_MANIFEST
+from concurrent_runs import run_concurrently
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ('timm-advnorm-train', 'timm-advnorm-validate', 'timm-advnorm-publish', 'timm-advnorm-convert',
@@ -153,7 +154,7 @@ def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
     assert '_adv.py' not in (tmp_path / 'export' / 'README.md').read_text()
 
 
-@pytest.mark.parametrize('command', [
+HELP_COMMANDS = (
     ['timm-advnorm-convert', '--help'],
     ['python', '-m', 'timm_advnorm.train', '--help'],
     ['python', '-m', 'timm_advnorm.eval', '--help'],
@@ -163,10 +164,15 @@ def test_short_demo_runs_from_the_installed_commands(installed, tmp_path):
     ['timm-advnorm-demo', '--help'],
     ['python', '-m', 'timm_advnorm.commands.demo', '--help'],
     ['python', '-m', 'timm_advnorm.commands.deepaugment', '--help'],
-])
-def test_every_command_and_module_form_answers_help(installed, tmp_path, command):
-    result = _run(command, tmp_path, installed[1])
-    assert result.stdout.startswith('usage:'), result.stdout[:200]
+)
+
+
+def test_every_command_and_module_form_answers_help(installed, tmp_path):
+    # all at once: each one's time is its imports, which overlap (one test per command ran them one after another)
+    results = run_concurrently(HELP_COMMANDS, jobs=len(HELP_COMMANDS), timeout=600, cwd=tmp_path, env=installed[1])
+    for command, result in zip(HELP_COMMANDS, results):
+        assert result.returncode == 0, f'{command}: {result.stderr[-3000:]}'
+        assert result.stdout.startswith('usage:'), f'{command}: {result.stdout[:200]}'
 
 
 def test_bad_input_to_an_installed_command_is_one_line_and_status_2(installed, tmp_path):

@@ -461,36 +461,55 @@ def _sync_data():
     return clean, adv, weights
 
 
-def _sync_worker(rank: int, port: int, path: str, layout: str, checkpointing: bool) -> None:
+# every layout, with and without gradient checkpointing, in one process group: starting one costs more than a check
+_SYNC_CONFIGURATIONS = [(layout, checkpointing) for layout in ('split', 'interleaved') for checkpointing in (False, True)]
+
+
+def _configuration_name(layout: str, checkpointing: bool) -> str:
+    return f'{layout}-checkpointed' if checkpointing else layout
+
+
+def _sync_step(rank: int, layout: str, checkpointing: bool) -> dict:
+    """One synchronized forward and backward of this rank's rows: its outputs, its buffers, the summed gradients."""
+    torch.manual_seed(0)
+    model = convert_sync_mixture_bn(_mbn_model()).train()
+    model.set_grad_checkpointing(checkpointing)  # recomputed in the backward pass, outside the route block
+    clean, adv, weights = _sync_data()
+    rows = slice(rank * _ROWS, (rank + 1) * _ROWS)
+    w = torch.cat([weights[:_WORLD * _ROWS][rows], weights[_WORLD * _ROWS:][rows]])
+    if layout == 'interleaved':
+        with route(model, 'interleaved'):
+            out = torch.cat(deinterleave(model(interleave(clean[rows], adv[rows]))))
+    else:
+        with route(model, 'split', n_clean=_ROWS):
+            out = model(torch.cat([clean[rows], adv[rows]]))
+    (out * w).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    for g in grads.values():
+        dist.all_reduce(g)
+    return {'out': out.detach(), 'buffers': _buffers(model), 'grads': grads}
+
+
+def _sync_worker(rank: int, port: int, path: str) -> None:
     dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=_WORLD)
     try:
-        torch.manual_seed(0)
-        model = convert_sync_mixture_bn(_mbn_model()).train()
-        model.set_grad_checkpointing(checkpointing)  # recomputed in the backward pass, outside the route block
-        clean, adv, weights = _sync_data()
-        rows = slice(rank * _ROWS, (rank + 1) * _ROWS)
-        w = torch.cat([weights[:_WORLD * _ROWS][rows], weights[_WORLD * _ROWS:][rows]])
-        if layout == 'interleaved':
-            with route(model, 'interleaved'):
-                out = torch.cat(deinterleave(model(interleave(clean[rows], adv[rows]))))
-        else:
-            with route(model, 'split', n_clean=_ROWS):
-                out = model(torch.cat([clean[rows], adv[rows]]))
-        (out * w).sum().backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-        for g in grads.values():
-            dist.all_reduce(g)
-        torch.save({'out': out.detach(), 'buffers': _buffers(model), 'grads': grads}, f'{path}/rank{rank}.pt')
+        results = {}
+        for layout, checkpointing in _SYNC_CONFIGURATIONS:
+            name = _configuration_name(layout, checkpointing)
+            try:
+                results[name] = _sync_step(rank, layout, checkpointing)
+            except Exception as error:
+                error.add_note(f'in configuration {name}')  # the child's traceback, which spawn re-raises, says it
+                raise
+        torch.save(results, f'{path}/rank{rank}.pt')
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize('checkpointing', [False, True], ids=['', 'checkpointed'])
-@pytest.mark.parametrize('layout', ['split', 'interleaved'])
-def test_synced_fused_forward_equals_single_process_over_all_rows(tmp_path, layout, checkpointing):
+def test_synced_fused_forward_equals_single_process_over_all_rows(tmp_path):
     """Two gloo processes on CPU: per-branch statistics, outputs and summed gradients match one process that sees
-    every rank's clean rows and every rank's adversarial rows, with gradient checkpointing too."""
-    mp.spawn(_sync_worker, args=(free_port(), str(tmp_path), layout, checkpointing), nprocs=_WORLD, join=True)
+    every rank's clean rows and every rank's adversarial rows, in either layout, with gradient checkpointing too."""
+    mp.spawn(_sync_worker, args=(free_port(), str(tmp_path)), nprocs=_WORLD, join=True)
     results = [torch.load(tmp_path / f'rank{r}.pt') for r in range(_WORLD)]
 
     torch.manual_seed(0)
@@ -500,11 +519,13 @@ def test_synced_fused_forward_equals_single_process_over_all_rows(tmp_path, layo
         out = model(torch.cat([clean, adv]))
     (out * weights).sum().backward()
 
-    for rank, result in enumerate(results):
-        rows = slice(rank * _ROWS, (rank + 1) * _ROWS)
-        expected = torch.cat([out[:len(clean)][rows], out[len(clean):][rows]])
-        assert torch.allclose(result['out'], expected.detach(), atol=1e-4)
-        for key, value in _buffers(model).items():
-            assert torch.allclose(result['buffers'][key].float(), value.float(), atol=1e-5), key
-        for name, p in model.named_parameters():
-            assert torch.allclose(result['grads'][name], p.grad, atol=1e-3, rtol=1e-3), name
+    for layout, checkpointing in _SYNC_CONFIGURATIONS:
+        name = _configuration_name(layout, checkpointing)
+        for rank, result in enumerate(ranks[name] for ranks in results):
+            rows = slice(rank * _ROWS, (rank + 1) * _ROWS)
+            expected = torch.cat([out[:len(clean)][rows], out[len(clean):][rows]])
+            assert torch.allclose(result['out'], expected.detach(), atol=1e-4), name
+            for key, value in _buffers(model).items():
+                assert torch.allclose(result['buffers'][key].float(), value.float(), atol=1e-5), f'{name}: {key}'
+            for param, p in model.named_parameters():
+                assert torch.allclose(result['grads'][param], p.grad, atol=1e-3, rtol=1e-3), f'{name}: {param}'

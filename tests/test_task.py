@@ -306,12 +306,12 @@ def test_shuffle_bn_permutation_is_shared_and_lossless(tmp_path):
     assert torch.equal(rows, expected), 'ranks did not use the one shared permutation'
 
 
-def _ddp_worker(rank: int, world_size: int, port: int, method: str, out_dir: str):
-    """Two DDP steps of `method` on this rank's own batch; saves the DDP gradients and the local ones of a plain copy
-    that saw the same batch and draws (the average of the local ones over ranks is what DDP must produce)."""
-    import torch.distributed as dist
-    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=world_size)
-    torch.set_num_threads(1)
+_DDP_METHODS = ('fast_advprop', 'madry')  # both in one process group: starting one costs more than a method's steps
+
+
+def _ddp_steps(rank: int, method: str) -> dict:
+    """Two DDP steps of `method` on this rank's own batch: the DDP gradients and the local ones of a plain copy that
+    saw the same batch and draws (the average of the local ones over ranks is what DDP must produce)."""
     tasks = []
     for wrap in (True, False):
         model = _model()
@@ -329,21 +329,38 @@ def _ddp_worker(rank: int, world_size: int, port: int, method: str, out_dir: str
             task(x, y)['loss'].backward()
             grads[f'{name}{step}'] = [p.grad.clone() if p.grad is not None else torch.zeros_like(p)
                                       for p in model.parameters()]
+    return grads
+
+
+def _ddp_worker(rank: int, world_size: int, port: int, out_dir: str):
+    """`_ddp_steps` of every method of `_DDP_METHODS`, saved by method."""
+    import torch.distributed as dist
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=world_size)
+    torch.set_num_threads(1)
+    grads = {}
+    for method in _DDP_METHODS:
+        try:
+            grads[method] = _ddp_steps(rank, method)
+        except Exception as error:
+            error.add_note(f'in method {method}')  # the child's traceback, which spawn re-raises, says it
+            raise
     torch.save(grads, os.path.join(out_dir, f'rank{rank}.pt'))
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize('method', ['fast_advprop', 'madry'])
-def test_ddp_averages_the_gradients_of_single_route_passes(tmp_path, method):
+def test_ddp_averages_the_gradients_of_single_route_passes(tmp_path):
     """Fast AdvProp's adversarial pass leaves the clean BN unused, Madry on an MBN model the adversarial BN: DDP
     must neither fail on the next step nor drop those gradients."""
-    mp.spawn(_ddp_worker, args=(2, free_port(), method, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_ddp_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f'rank{r}.pt') for r in range(2)]
-    for step in range(2):
-        for ddp_0, ddp_1, local_0, local_1 in zip(ranks[0][f'ddp{step}'], ranks[1][f'ddp{step}'],
-                                                  ranks[0][f'local{step}'], ranks[1][f'local{step}']):
-            torch.testing.assert_close(ddp_0, ddp_1)
-            torch.testing.assert_close(ddp_0, (local_0 + local_1) / 2, rtol=1e-4, atol=1e-6)
+    for method in _DDP_METHODS:
+        for step in range(2):
+            for ddp_0, ddp_1, local_0, local_1 in zip(ranks[0][method][f'ddp{step}'], ranks[1][method][f'ddp{step}'],
+                                                      ranks[0][method][f'local{step}'],
+                                                      ranks[1][method][f'local{step}']):
+                torch.testing.assert_close(ddp_0, ddp_1, msg=lambda m: f'{method}, step {step}: {m}')
+                torch.testing.assert_close(ddp_0, (local_0 + local_1) / 2, rtol=1e-4, atol=1e-6,
+                                           msg=lambda m: f'{method}, step {step}: {m}')
 
 
 def test_fast_advprops_attack_is_pgd_with_its_gradients_reused():

@@ -2,6 +2,7 @@
 import csv
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from concurrent_runs import run_concurrently
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-attack-steps', '2', '--num-samples', '32',
@@ -111,7 +113,7 @@ def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedP
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, **kwargs)
 
 
-@pytest.mark.parametrize('bad, message', [
+BAD_INPUTS = (
     (['--model', 'no_such_model'], 'Unknown model'),
     (['--attack-steps', '0'], '--attack-steps'),
     (['--eval-metric', 'accuracy'], '--eval-metric'),
@@ -129,14 +131,23 @@ def _run_script(*args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedP
     (['--pretrained'], '--pretrained: test_mbn_resnet has no pretrained weights'),  # the cause, not a class count
     (['--model', 'resnet18', '--pretrained'], 'have 1000 classes but the run has 10 (--num-classes or the data set); '
                                               'add --reset-classifier'),
-])
-def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir, bad, message):
-    result = _run_script('train_adv.py', '--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, *bad)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith('train_adv.py: error:') and message in lines[-1]
-    assert 'Traceback' not in result.stderr
-    assert not any(tmp_path.iterdir()), 'bad input must fail before the run folder is made'
+)
+
+
+def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir):
+    # one per core: each one's time is its single-threaded imports (a process holds up to 1 GB, hence at most 4)
+    outputs = [tmp_path / str(case) for case in range(len(BAD_INPUTS))]
+    for output in outputs:
+        output.mkdir()
+    commands = [[sys.executable, 'train_adv.py', '--data-dir', digits_dir, '--output', output, *FAST, *bad]
+                for output, (bad, _) in zip(outputs, BAD_INPUTS)]
+    results = run_concurrently(commands, jobs=min(4, os.cpu_count() or 1), timeout=300, cwd=REPO)
+    for output, (bad, message), result in zip(outputs, BAD_INPUTS, results):
+        assert result.returncode == 2, f'{bad}: {result.stderr[-3000:]}'
+        lines = result.stderr.strip().splitlines()
+        assert lines[-1].startswith('train_adv.py: error:') and message in lines[-1], f'{bad}: {lines[-1]}'
+        assert 'Traceback' not in result.stderr, f'{bad}: {result.stderr[-3000:]}'
+        assert not any(output.iterdir()), f'{bad}: bad input must fail before the run folder is made'
 
 
 def test_torchrun_two_processes_with_sync_mixture_bn(tmp_path, digits_dir):
