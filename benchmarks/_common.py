@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,11 +28,9 @@ import torch
 import torch.nn as nn
 
 from timm_advnorm.attacks import InputSpace
-from timm_advnorm.study.provenance import machine
+from timm_advnorm.study.provenance import checkout_changes, machine
 from timm_advnorm.write_guard import atomic_write, check_creatable
 
-#: The checkout the benchmarks belong to (its git commit is recorded).
-REPO = Path(__file__).resolve().parent.parent
 #: What a record's environment file is called, after the benchmark's name.
 ENVIRONMENT_SUFFIX = '.environment.json'
 
@@ -159,20 +156,14 @@ def shown_command(benchmark: str, argv: Sequence[str]) -> str:
     return shlex.join(['python', f'benchmarks/{benchmark}.py', *kept])
 
 
-def _git(*args: str) -> str:
-    return subprocess.run(['git', '-C', str(REPO), *args], capture_output=True, text=True, timeout=30,
-                          check=True).stdout
-
-
 def checkout_state() -> Dict[str, Any]:
     """The checkout's commit, its uncommitted changes to tracked files (``changed``), and whether any of them is to
     code (``dirty``): the documentation's pages and records (``docs/``, ``*.md``) change no measured figure, and an
     earlier benchmark's record is one of them. ``commit`` is None where git or the checkout is missing."""
-    try:
-        commit = _git('rev-parse', 'HEAD').strip()
-        changed = [line[3:] for line in _git('status', '--porcelain', '--untracked-files=no').splitlines()]
-    except (OSError, subprocess.SubprocessError):
+    checkout = checkout_changes()
+    if checkout is None:
         return {'commit': None, 'dirty': None, 'changed': []}
+    commit, changed = checkout
     code = [path for path in changed if not (path.startswith('docs/') or path.endswith('.md'))]
     return {'commit': commit, 'dirty': bool(code), 'changed': changed}
 

@@ -11,7 +11,7 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import timm
 import torch
@@ -19,24 +19,34 @@ import torch
 from ..messages import read_utf8
 from ..write_guard import atomic_write
 
-__all__ = ['PROVENANCE_FILE', 'code_commit', 'machine', 'record_invocation']
+__all__ = ['PROVENANCE_FILE', 'checkout_changes', 'code_commit', 'machine', 'record_invocation']
 
 PROVENANCE_FILE = 'provenance.json'
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
+def checkout_changes() -> Optional[Tuple[str, List[str]]]:
+    """The git commit of the package's checkout and its tracked files with uncommitted changes, or None (an installed
+    wheel, no git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(['git', '-C', str(_PACKAGE_ROOT), *args], capture_output=True, text=True,
+                              timeout=30, check=True).stdout
+    try:
+        commit = git('rev-parse', 'HEAD').strip()
+        status = git('status', '--porcelain', '--untracked-files=no')
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit, [line[3:] for line in status.splitlines()]
+
+
 def code_commit() -> str:
     """The git commit of the package's checkout, ``+dirty`` when it has uncommitted changes to tracked files, or
     ``unknown`` (an installed wheel, no git)."""
-    def git(*args: str) -> str:
-        return subprocess.run(['git', '-C', str(_PACKAGE_ROOT), *args], capture_output=True, text=True,
-                              timeout=30, check=True).stdout.strip()
-    try:
-        commit = git('rev-parse', 'HEAD')
-        dirty = git('status', '--porcelain', '--untracked-files=no')
-    except (OSError, subprocess.SubprocessError):
+    checkout = checkout_changes()
+    if checkout is None:
         return 'unknown'
-    return commit + ('+dirty' if dirty else '')
+    commit, changed = checkout
+    return commit + ('+dirty' if changed else '')
 
 
 def _cpu_name() -> str:
