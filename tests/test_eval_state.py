@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from timm_advnorm.eval.results.files import check_writable, write_csv, write_json
 from timm_advnorm.eval.run.records import ResultTable, make_record
-from timm_advnorm.eval.results.files import atomic_write, check_writable, write_csv, write_json
 from timm_advnorm.eval.run.state import EvalState, check_state_path
+from timm_advnorm.write_guard import atomic_write
 
 FINGERPRINT = dict(model='m', protocol=dict(name='p', attacks=[1, 2]), seed=0)
 

@@ -37,7 +37,7 @@ from ...write_guard import (
     Writer, atomic_write, check_folder_writable, check_names, reported_write, temp_name, written_temp)
 from ..schema import EvalResults
 
-__all__ = ['OutputFiles', 'kept_name', 'check_writable', 'atomic_write', 'write_json',
+__all__ = ['OutputFiles', 'kept_name', 'check_writable', 'write_json',
            'write_csv', 'csv_rows', 'json_text', 'csv_text', 'CSV_FIELDS']
 
 CSV_FIELDS = ('model', 'variant', 'gamma', 'attack', 'protocol_attack', 'threat', 'norm', 'eps_255', 'eps_rule',
