@@ -20,18 +20,18 @@ import timm_advnorm  # noqa: F401  (registers the models and the methods)
 from timm_advnorm.attacks import InputSpace, apgd, attack_context, create_attack, pgd, square
 from timm_advnorm.attacks.fold_bn import fold_batchnorm
 from timm_advnorm.attacks.registry import attack_config
-from timm_advnorm.eval.run.data import IndexedSubset
-from timm_advnorm.eval.run.evaluator import RobustEvaluator
+from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.eval.plan.stage_plan import build_plan
-from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol
-from timm_advnorm.eval.run.records import ResultTable
-from timm_advnorm.eval.results.sanity import run_sanity_checks, summarize_checks
 from timm_advnorm.eval.plan.stages import EvalContext
 from timm_advnorm.eval.plan.variants import Variant
+from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol
+from timm_advnorm.eval.results.sanity import run_sanity_checks, summarize_checks
+from timm_advnorm.eval.run.data import IndexedSubset
+from timm_advnorm.eval.run.evaluator import RobustEvaluator
+from timm_advnorm.eval.run.records import ResultTable
 from timm_advnorm.layers import (
     MixtureBatchNorm2d, convert_sync_mixture_bn, mixture_bn_modules, route, set_grad_checkpointing)
 from timm_advnorm.task import AdversarialClassificationTask
-from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.train.budget import RunBudget, plan_budget
 from timm_advnorm.train.build import _loss_scaler, create_run_task
 from timm_advnorm.train.loop import LossScaler, train_one_epoch

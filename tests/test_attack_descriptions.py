@@ -14,12 +14,12 @@ import pytest
 
 from timm_advnorm.attacks import PGD, BudgetScaleWarning, InputSpace, PixelBudget, create_attack
 from timm_advnorm.commands import validate as validate_adv
-from timm_advnorm.eval.protocols.describe import describe_attack
 from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.plan.stages import EvalContext, build_attack
+from timm_advnorm.eval.protocols.describe import describe_attack
 from timm_advnorm.eval.protocols.protocol import (
     get_protocol, override_protocol, protocol_from_attacks, resolve_protocol, stepping)
 from timm_advnorm.eval.schema import AttackResult, EvalResults, SanityProbe
-from timm_advnorm.eval.plan.stages import EvalContext, build_attack
 from timm_advnorm.hub.card import CardFacts, render_model_card
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE
 from timm_advnorm.hub.results import parse_eval_results

@@ -7,11 +7,11 @@ import torch.nn as nn
 
 from timm_advnorm.attacks import AttackProgress, InputSpace, attack_context, create_attack, square
 from timm_advnorm.attacks.registry import attack_config
-from timm_advnorm.eval.run import evaluator as evaluator_module
-from timm_advnorm.eval.run.evaluator import RobustEvaluator
-from timm_advnorm.eval.protocols.protocol import AttackSpec
 from timm_advnorm.eval.plan.stages import AttackStage, CleanStage, EvalContext
 from timm_advnorm.eval.plan.variants import Variant
+from timm_advnorm.eval.protocols.protocol import AttackSpec
+from timm_advnorm.eval.run import evaluator as evaluator_module
+from timm_advnorm.eval.run.evaluator import RobustEvaluator
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

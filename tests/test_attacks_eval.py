@@ -13,8 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from timm_advnorm.attacks import (
-    AutoAttack, InputSpace, apgd, attack_context, autoattack, create_attack, cw_loss, dlr_loss, gaussian_noise,
-    margin, targeted_dlr_loss)
+    AutoAttack, InputSpace, apgd, attack_context, autoattack, create_attack, cw_loss, dlr_loss, gaussian_noise, margin,
+    targeted_dlr_loss)
 from timm_advnorm.attacks.apgd import apgd_checkpoints
 from timm_advnorm.attacks.autoattack import AUTOATTACK_STANDARD
 from timm_advnorm.attacks.base import pixel_l2_norm

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import List
 
 import pytest
-
 from test_bad_inputs import Case, case_id, check_refused
 from test_bad_inputs_last import _digits_checkpoint
+
 from timm_advnorm.commands.study import run as run_study
 from timm_advnorm.eval.schema import read_results
 from timm_advnorm.hub import read_eval_results

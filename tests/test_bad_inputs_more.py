@@ -13,15 +13,15 @@ import pytest
 import timm
 import torch
 from huggingface_hub import ModelCard
-
 from test_bad_inputs import Case, case_id, check_refused
+
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.augment.deepaugment import build_net, load_deepaugment_weights
-from timm_advnorm.convert.common import load_exactly
+from timm_advnorm.commands.publish import run as run_publish
 from timm_advnorm.commands.validate import run as run_validate
+from timm_advnorm.convert.common import load_exactly
 from timm_advnorm.hub import create_model_from_name_or_checkpoint, write_export
 from timm_advnorm.weights.digest import branch_digests, state_dict_digest
-from timm_advnorm.commands.publish import run as run_publish
 
 NUM_CLASSES = 10  # the digits'
 

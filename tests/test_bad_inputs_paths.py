@@ -17,16 +17,16 @@ from typing import List
 
 import pytest
 import timm
-
 from test_bad_inputs import Case, case_id, check_refused
+
 from timm_advnorm.commands.deepaugment import run as run_deepaugment
 from timm_advnorm.commands.demo import run as run_demo
 from timm_advnorm.commands.study import run as run_study
 from timm_advnorm.commands.train import parse_args as parse_train_args
 from timm_advnorm.data.preprocessing import minimum_image_size
-from timm_advnorm.eval.run.build import _warn_training_split
 from timm_advnorm.eval.options import EvalDataOptions
 from timm_advnorm.eval.recorded import DataRecord
+from timm_advnorm.eval.run.build import _warn_training_split
 from timm_advnorm.strict_yaml import YAMLFileError, load_yaml
 from timm_advnorm.study.spec import load_study
 from timm_advnorm.train.checks import check_validation_split

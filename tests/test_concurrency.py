@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.data import digits as digits_module
 from timm_advnorm.data import prepare_digits
-from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.eval import validate as eval_validate
 from timm_advnorm.eval.results.files import OutputFiles, check_writable, kept_name
 from timm_advnorm.hub import staged_folder

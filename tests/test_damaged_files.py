@@ -15,8 +15,8 @@ import torch
 import timm_advnorm  # noqa: F401  (registers test_mbn_resnet)
 from timm_advnorm.convert import convert_fast_advprop, convert_nofrost, convert_tensorpack_resnet
 from timm_advnorm.hub import create_model_from_name_or_checkpoint, read_checkpoint, write_export
-from timm_advnorm.weights.checkpoint import check_checkpoint_file, load_weights_file
 from timm_advnorm.layers import set_inference_branch
+from timm_advnorm.weights.checkpoint import check_checkpoint_file, load_weights_file
 
 NUM_CLASSES = 5
 

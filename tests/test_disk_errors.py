@@ -19,17 +19,17 @@ import torch
 import torch.nn as nn
 from PIL import Image
 from safetensors import SafetensorError
-
 from snapshots import folder_snapshot
-from timm_advnorm.commands.deepaugment import run as run_generate
-from timm_advnorm.eval.run import state as state_module
-from timm_advnorm.commands.validate import run as run_validate
-from timm_advnorm.eval.run.state import EvalState
-from timm_advnorm.weights import export as export_module
-from timm_advnorm.commands.publish import run as run_publish
-from timm_advnorm.train.checkpoint_saver import SafeCheckpointSaver
-from timm_advnorm.commands.train import run as run_train
+
 from timm_advnorm import write_guard
+from timm_advnorm.commands.deepaugment import run as run_generate
+from timm_advnorm.commands.publish import run as run_publish
+from timm_advnorm.commands.train import run as run_train
+from timm_advnorm.commands.validate import run as run_validate
+from timm_advnorm.eval.run import state as state_module
+from timm_advnorm.eval.run.state import EvalState
+from timm_advnorm.train.checkpoint_saver import SafeCheckpointSaver
+from timm_advnorm.weights import export as export_module
 from timm_advnorm.write_guard import WriteError
 
 NO_SPACE = os.strerror(errno.ENOSPC)  # 'No space left on device'

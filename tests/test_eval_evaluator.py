@@ -10,14 +10,14 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.attacks.registry import attack_config
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.plan.stages import RESULT_COLUMNS, AttackStage, CleanStage, EvalContext
+from timm_advnorm.eval.plan.variants import model_variants
+from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol, get_protocol, reduce_protocol
 from timm_advnorm.eval.run.data import IndexedSubset, seeded_subset, shard_range, target_offsets
 from timm_advnorm.eval.run.evaluator import RobustEvaluator, derive_seed
-from timm_advnorm.eval.plan.stage_plan import build_plan
-from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol, get_protocol, reduce_protocol
 from timm_advnorm.eval.run.records import ResultTable
-from timm_advnorm.eval.plan.stages import RESULT_COLUMNS, AttackStage, CleanStage, EvalContext
 from timm_advnorm.eval.run.state import EvalState
-from timm_advnorm.eval.plan.variants import model_variants
 
 NUM_SAMPLES, NUM_CLASSES = 24, 10
 

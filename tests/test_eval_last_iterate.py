@@ -13,17 +13,17 @@ import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import PGD, InputSpace
 from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.commands import validate as validate_adv
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.plan.stages import AttackStage, EvalContext
+from timm_advnorm.eval.plan.variants import model_variants
+from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol, get_protocol
+from timm_advnorm.eval.results.files import csv_rows
+from timm_advnorm.eval.results.report import log_results
+from timm_advnorm.eval.results.summary import summarize_variant
 from timm_advnorm.eval.run.data import IndexedSubset, seeded_subset
 from timm_advnorm.eval.run.evaluator import RobustEvaluator
-from timm_advnorm.eval.plan.stage_plan import build_plan
-from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol, get_protocol
 from timm_advnorm.eval.run.records import ResultTable
-from timm_advnorm.eval.results.report import log_results
-from timm_advnorm.eval.results.files import csv_rows
 from timm_advnorm.eval.schema import ITERATE_CONVENTIONS, EvalResults, read_results
-from timm_advnorm.eval.plan.stages import AttackStage, EvalContext
-from timm_advnorm.eval.results.summary import summarize_variant
-from timm_advnorm.eval.plan.variants import model_variants
 from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
 from timm_advnorm.hub.card import LAST_ITERATE_NAME
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE

@@ -12,17 +12,17 @@ from torch.utils.data import DataLoader, TensorDataset
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import PGD, InputSpace, attack_context
 from timm_advnorm.attacks.registry import attack_config
+from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.plan.stages import EvalContext
+from timm_advnorm.eval.plan.variants import model_variants
+from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol, get_protocol
+from timm_advnorm.eval.results.files import csv_rows
+from timm_advnorm.eval.results.report import log_results
+from timm_advnorm.eval.results.summary import summarize_variant
 from timm_advnorm.eval.run.data import IndexedSubset, seeded_subset
 from timm_advnorm.eval.run.evaluator import RobustEvaluator
-from timm_advnorm.eval.plan.stage_plan import build_plan
-from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol, get_protocol
 from timm_advnorm.eval.run.records import ResultTable
-from timm_advnorm.eval.results.report import log_results
-from timm_advnorm.eval.results.files import csv_rows
 from timm_advnorm.eval.schema import EvalResults
-from timm_advnorm.eval.plan.stages import EvalContext
-from timm_advnorm.eval.results.summary import summarize_variant
-from timm_advnorm.eval.plan.variants import model_variants
 
 NUM_SAMPLES, NUM_CLASSES, SIZE = 16, 10, 32
 SPACE = InputSpace()

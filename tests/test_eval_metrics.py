@@ -7,8 +7,8 @@ import torch.nn as nn
 
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES
-from timm_advnorm.eval.results.corruption_error import ALEXNET_MEAN_ERROR, corruption_errors
 from timm_advnorm.eval.plan.metrics import boundary_thickness, decision_margin, smoothness_kl
+from timm_advnorm.eval.results.corruption_error import ALEXNET_MEAN_ERROR, corruption_errors
 
 
 def test_decision_margin_is_the_probability_gap_and_its_sign_is_correctness():

@@ -13,15 +13,15 @@ from PIL import Image
 from torchvision.transforms import ToTensor
 
 from timm_advnorm.attacks import InputSpace
-from timm_advnorm.eval.protocols import ood
 from timm_advnorm.commands import validate as validate_adv
-from timm_advnorm.eval.run.data import IndexedSubset
-from timm_advnorm.eval.run.evaluator import RobustEvaluator
+from timm_advnorm.eval.plan.stages import CleanStage, EvalContext
+from timm_advnorm.eval.plan.variants import Variant
+from timm_advnorm.eval.protocols import ood
 from timm_advnorm.eval.protocols.ood import (
     OOD_DATASETS, ClassSubset, check_class_folders, create_ood_dataset, get_ood_dataset, imagenet_wnids)
 from timm_advnorm.eval.protocols.protocol import Protocol, get_protocol
-from timm_advnorm.eval.plan.stages import CleanStage, EvalContext
-from timm_advnorm.eval.plan.variants import Variant
+from timm_advnorm.eval.run.data import IndexedSubset
+from timm_advnorm.eval.run.evaluator import RobustEvaluator
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

@@ -5,11 +5,11 @@ import dataclasses
 import pytest
 import torch
 
-from timm_advnorm.data.preprocessing import explicit_preprocessing
 from timm_advnorm.commands.validate import eval_options, parse_args
+from timm_advnorm.data.preprocessing import explicit_preprocessing
+from timm_advnorm.eval.recorded import DataRecord, recorded_data
 from timm_advnorm.eval.run.build import build_evaluation
 from timm_advnorm.eval.run.distributed import DistributedInfo
-from timm_advnorm.eval.recorded import DataRecord, recorded_data
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

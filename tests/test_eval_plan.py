@@ -11,17 +11,17 @@ import timm
 import torch
 
 from timm_advnorm.attacks.registry import attack_config
-from timm_advnorm.eval.plan import cost as cost_module
-from timm_advnorm.eval.run import runner
 from timm_advnorm.commands import validate as validate_adv
+from timm_advnorm.durations import duration_text
+from timm_advnorm.eval.plan import cost as cost_module
 from timm_advnorm.eval.plan.cost import Passes, count_cost, stage_passes
 from timm_advnorm.eval.plan.metrics import THICKNESS_POINTS, thickness_attack
-from timm_advnorm.eval.plan.stage_plan import SANITY_PROBES, build_plan
-from timm_advnorm.eval.protocols.protocol import AttackSpec, get_protocol, protocol_from_attacks, reduce_protocol
 from timm_advnorm.eval.plan.sanity_budget import MIN_SAMPLES, SANITY_SHARE, fit_sanity
-from timm_advnorm.eval.schema import EvalResults, combined_sanity_status, sanity_status
-from timm_advnorm.durations import duration_text
+from timm_advnorm.eval.plan.stage_plan import SANITY_PROBES, build_plan
 from timm_advnorm.eval.plan.stages import AttackStage, BudgetStage, CleanStage, GradientProbe, ThicknessStage
+from timm_advnorm.eval.protocols.protocol import AttackSpec, get_protocol, protocol_from_attacks, reduce_protocol
+from timm_advnorm.eval.run import runner
+from timm_advnorm.eval.schema import EvalResults, combined_sanity_status, sanity_status
 from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE
 

@@ -5,16 +5,15 @@ from dataclasses import replace
 import pytest
 
 from timm_advnorm.attacks import InputSpace
-from timm_advnorm.attacks.registry import attack_config
-from timm_advnorm.attacks.registry import attack_threat
+from timm_advnorm.attacks.registry import attack_config, attack_threat
+from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.commands.validate import eval_options
-from timm_advnorm.eval.run.build import build_protocol
 from timm_advnorm.eval.plan.stage_plan import build_plan
 from timm_advnorm.eval.protocols.protocol import (
     PROTOCOLS, AttackSpec, Protocol, create_spec_attack, get_protocol, list_protocols, override_protocol,
     protocol_from_attacks, reduce_protocol, register_protocol, resolve_eps, resolve_protocol, scalar_std,
     unregister_protocol)
-from timm_advnorm.commands import validate as validate_adv
+from timm_advnorm.eval.run.build import build_protocol
 
 
 def _cli_protocol(*argv):

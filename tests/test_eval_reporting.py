@@ -10,17 +10,17 @@ from timm_advnorm.attacks import InputSpace
 from timm_advnorm.attacks.noise import noise_settings
 from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.eval.plan.stage_plan import build_plan
-from timm_advnorm.eval.results.intervals import wilson_interval
-from timm_advnorm.eval.results.plots import figure_accuracy_vs_eps, figure_accuracy_vs_iterations, figure_tradeoff
+from timm_advnorm.eval.plan.stages import BudgetStage
+from timm_advnorm.eval.plan.variants import Variant
 from timm_advnorm.eval.protocols.protocol import (
     AttackSpec, Protocol, get_protocol, override_protocol, reduce_protocol, resolve_protocol)
-from timm_advnorm.eval.run.records import ResultTable, make_record
 from timm_advnorm.eval.results.files import CSV_FIELDS, csv_rows, write_csv
+from timm_advnorm.eval.results.intervals import wilson_interval
+from timm_advnorm.eval.results.plots import figure_accuracy_vs_eps, figure_accuracy_vs_iterations, figure_tradeoff
 from timm_advnorm.eval.results.sanity import run_sanity_checks
-from timm_advnorm.eval.schema import AmpCheck, EvalResults, VariantResult
-from timm_advnorm.eval.plan.stages import BudgetStage
 from timm_advnorm.eval.results.summary import results_warnings, summarize_variant
-from timm_advnorm.eval.plan.variants import Variant
+from timm_advnorm.eval.run.records import ResultTable, make_record
+from timm_advnorm.eval.schema import AmpCheck, EvalResults, VariantResult
 
 INPUT_SIZE = (3, 32, 32)
 N = 64

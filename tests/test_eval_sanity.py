@@ -7,14 +7,14 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from timm_advnorm.attacks import InputSpace
 from timm_advnorm.attacks.registry import attack_config
-from timm_advnorm.eval.run.data import IndexedSubset
-from timm_advnorm.eval.run.evaluator import RobustEvaluator
 from timm_advnorm.eval.plan.stage_plan import build_plan
-from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol
-from timm_advnorm.eval.run.records import ResultTable, make_record
-from timm_advnorm.eval.results.sanity import run_sanity_checks, summarize_checks
 from timm_advnorm.eval.plan.stages import EvalContext
 from timm_advnorm.eval.plan.variants import Variant
+from timm_advnorm.eval.protocols.protocol import AttackSpec, Protocol
+from timm_advnorm.eval.results.sanity import run_sanity_checks, summarize_checks
+from timm_advnorm.eval.run.data import IndexedSubset
+from timm_advnorm.eval.run.evaluator import RobustEvaluator
+from timm_advnorm.eval.run.records import ResultTable, make_record
 
 NUM_SAMPLES = 48
 SPACE = InputSpace()

@@ -5,12 +5,11 @@ import torch
 
 import timm_advnorm  # noqa: F401  (registers test_mbn_resnet)
 from timm_advnorm.attacks import InputSpace, create_attack, fold_batchnorm
-from timm_advnorm.eval.run.bn_stats import collect_bn_stats, default_bn_layer, summarize_bn_stats
-from timm_advnorm.eval.results.plots import MAX_LAYER_TICKS, figure_bn_stats, figure_tradeoff, write_plots
-from timm_advnorm.eval.schema import EvalResults
 from timm_advnorm.eval.plan.variants import Variant, model_variants
+from timm_advnorm.eval.results.plots import MAX_LAYER_TICKS, figure_bn_stats, figure_tradeoff, write_plots
+from timm_advnorm.eval.run.bn_stats import collect_bn_stats, default_bn_layer, summarize_bn_stats
+from timm_advnorm.eval.schema import EvalResults
 from timm_advnorm.layers import get_route, route
-
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

@@ -11,10 +11,10 @@ import yaml
 from huggingface_hub import ModelCard
 
 import timm_advnorm  # noqa: F401  (registers the models)
-from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
-from timm_advnorm.weights.digest import branch_digests, state_dict_digest
 from timm_advnorm.commands.publish import get_args_parser, publish_options
+from timm_advnorm.hub import CardFacts, parse_eval_results, render_model_card
 from timm_advnorm.hub.publish import DEFAULT_CARD_TEMPLATE, publish
+from timm_advnorm.weights.digest import branch_digests, state_dict_digest
 
 NUM_CLASSES = 5
 

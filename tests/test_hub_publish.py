@@ -13,13 +13,14 @@ import timm
 import torch
 import yaml
 
-from timm_advnorm.hub import parse_eval_results, read_eval_results
-from timm_advnorm.hub import publish as publish_module
-from timm_advnorm.weights.digest import branch_digests, state_dict_digest
 from timm_advnorm.commands.publish import get_args_parser, publish_options
 from timm_advnorm.commands.publish import run as run_publish
+from timm_advnorm.hub import parse_eval_results
+from timm_advnorm.hub import publish as publish_module
+from timm_advnorm.hub import read_eval_results
 from timm_advnorm.hub.publish_options import CardOptions, ExportOptions, PublishOptions, TargetOptions
 from timm_advnorm.layers import MixtureBatchNorm2d, has_mixture_bn, route
+from timm_advnorm.weights.digest import branch_digests, state_dict_digest
 from timm_advnorm.write_guard import EXPORT_MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Tuple
 
 import pytest
+from concurrent_runs import run_concurrently
 
 import timm_advnorm
 from timm_advnorm.write_guard import EXPORT_MANIFEST
-from concurrent_runs import run_concurrently
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ('timm-advnorm-train', 'timm-advnorm-validate', 'timm-advnorm-publish', 'timm-advnorm-convert',

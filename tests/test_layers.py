@@ -2,21 +2,21 @@
 import copy
 
 import pytest
+import timm
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
-import timm
+from ports import free_port
 from timm.layers import BatchNormAct2d
 from timm.layers.norm_act import convert_sync_batchnorm as timm_convert_sync_batchnorm
 
 import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.layers import (
-    LogitInterpolation, MixtureBatchNormAct2d, SyncMixtureBatchNorm2d, branch_state_dict,
-    MixtureBatchNorm2d, convert_sync_mixture_bn, convert_to_mixture_bn, deinterleave, export_branch, get_route,
-    has_mixture_bn, interleave, mixture_bn_modules, route, set_route)
+    LogitInterpolation, MixtureBatchNorm2d, MixtureBatchNormAct2d, SyncMixtureBatchNorm2d, branch_state_dict,
+    convert_sync_mixture_bn, convert_to_mixture_bn, deinterleave, export_branch, get_route, has_mixture_bn, interleave,
+    mixture_bn_modules, route, set_route)
 from timm_advnorm.layers.routing import get_inference_branch, set_inference_branch
-from ports import free_port
 
 
 @pytest.fixture(autouse=True)

@@ -12,11 +12,11 @@ import yaml
 
 import timm_advnorm  # noqa: F401
 from timm_advnorm.attacks import InputSpace
+from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.recipes import list_recipes, recipe_path, resolve_config
 from timm_advnorm.strict_yaml import yaml_files
 from timm_advnorm.study import list_studies
 from timm_advnorm.task import TASKS
-from timm_advnorm.commands.train import parse_args, train_options
 from timm_advnorm.train.build import create_run_task
 from timm_advnorm.train.optimization import (
     create_run_optimizer, create_run_scheduler, epoch_schedule, run_learning_rate)

@@ -9,14 +9,14 @@ import timm_advnorm  # noqa: F401  (registers the models)
 from timm_advnorm.attacks import InputSpace, create_attack
 from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.commands.validate import eval_options
-from timm_advnorm.eval.run.build import build_protocol
 from timm_advnorm.eval.options import AttackOptions
 from timm_advnorm.eval.plan.stage_plan import build_plan
+from timm_advnorm.eval.plan.stages import EvalContext, build_attack
 from timm_advnorm.eval.protocols.protocol import (
     PROTOCOLS, STANDARDIZED_RULES, get_protocol, override_protocol, protocol_from_attacks, resolve_eps,
     resolve_protocol, scalar_std, stepping, with_paper_budgets)
+from timm_advnorm.eval.run.build import build_protocol
 from timm_advnorm.eval.schema import AttackResult
-from timm_advnorm.eval.plan.stages import EvalContext, build_attack
 from timm_advnorm.models.galloway_mlp import MNIST_MEAN, MNIST_STD
 
 INPUT_SIZE = (3, 32, 32)

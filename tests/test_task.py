@@ -7,6 +7,7 @@ import timm
 import torch
 import torch.multiprocessing as mp
 import torch.nn as nn
+from ports import free_port
 from timm.data import Mixup
 
 import timm_advnorm  # noqa: F401
@@ -14,7 +15,6 @@ from timm_advnorm.attacks import InputSpace, attack_context, create_attack, pgd
 from timm_advnorm.layers import MixtureBatchNorm2d, route
 from timm_advnorm.task import (
     TASKS, FastAdvPropTask, MbnTask, create_task, parameter_groups, shuffle_across_ranks, use_running_statistics)
-from ports import free_port
 
 NUM_CLASSES = 10
 SPACE = InputSpace()

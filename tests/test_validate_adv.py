@@ -11,14 +11,13 @@ import timm
 import torch
 import yaml
 
-from timm_advnorm.data import split_folder
-from timm_advnorm.eval.protocols.protocol import get_protocol  # importing the package also registers test_mbn_resnet
-from timm_advnorm.layers import mixture_bn_modules
-
-from timm_advnorm.eval.results import report
-from timm_advnorm.eval.run import build, runner
 from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.commands.validate import eval_options
+from timm_advnorm.data import split_folder
+from timm_advnorm.eval.protocols.protocol import get_protocol  # importing the package also registers test_mbn_resnet
+from timm_advnorm.eval.results import report
+from timm_advnorm.eval.run import build, runner
+from timm_advnorm.layers import mixture_bn_modules
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -510,8 +509,8 @@ def test_a_published_model_reproduces_its_card_when_loaded_from_the_hub(digits_d
     adversarial branch, and validate_adv.py on it reproduces the robust accuracy the card advertises."""
     from huggingface_hub import ModelCard, constants
 
-    from timm_advnorm.hub import install_to_hf_cache
     from timm_advnorm.commands.publish import run as run_publish
+    from timm_advnorm.hub import install_to_hf_cache
 
     attacks = ['--attacks', 'pgd', '--attack-steps', '3', '--attack-step', '4', '--gammas', '0', '1']
     assert _run(_argv(digits_dir, tmp_path / 'source', '--checkpoint', checkpoint, *attacks)) == 0

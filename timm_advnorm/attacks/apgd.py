@@ -26,8 +26,8 @@ import torch
 import torch.nn as nn
 
 from .base import attack_dataclass, attack_inputs, project, random_linf_surface
-from .core import cross_entropy_per_sample, input_gradient
 from .best_iterate import BestIterate
+from .core import cross_entropy_per_sample, input_gradient
 from .eval_attack import EvalAttack, clean_record, target_restarts
 from .losses import dlr_loss, targeted_dlr_loss
 from .progress import ProgressFn, reporter, restart_part

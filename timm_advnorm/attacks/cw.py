@@ -16,8 +16,8 @@ import torch.nn as nn
 
 from .base import attack_dataclass
 from .eval_attack import EvalAttack, pgd_correct_only
-from .progress import ProgressFn
 from .losses import cw_loss
+from .progress import ProgressFn
 from .registry import register_attack
 from .space import InputSpace
 

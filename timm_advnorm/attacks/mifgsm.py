@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 
 from .base import attack_dataclass, attack_inputs, evaluate_iterate, project
-from .core import cross_entropy_per_sample
 from .best_iterate import BestIterate
+from .core import cross_entropy_per_sample
 from .eval_attack import EvalAttack
 from .progress import ProgressFn, reporter
 from .registry import register_attack

@@ -32,8 +32,8 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .base import (
-    NORMS, STEP_DIRECTIONS, Attack, attack_dataclass, attack_inputs, bernoulli, evaluate_iterate,
-    l2_direction, normal, project_l2, project_linf, random_l2_start, random_linf_start)
+    NORMS, STEP_DIRECTIONS, Attack, attack_dataclass, attack_inputs, bernoulli, evaluate_iterate, l2_direction, normal,
+    project_l2, project_linf, random_l2_start, random_linf_start)
 from .best_iterate import BestIterate
 from .core import LossFn, cross_entropy_per_sample, input_gradient
 from .progress import ProgressFn, reporter

@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 
 from .base import attack_dataclass, attack_inputs, forward_logits, project, uniform
-from .core import rounding_tolerance
 from .best_iterate import BestIterate
+from .core import rounding_tolerance
 from .eval_attack import EvalAttack, clean_record
 from .losses import margin
 from .progress import ProgressFn, reporter, restart_part

@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..weights.checkpoint import check_finite_weights, load_weights_file, strip_wrapper_prefixes
 from ..messages import counted_names, shape_text
+from ..weights.checkpoint import check_finite_weights, load_weights_file, strip_wrapper_prefixes
 from .deepaugment_nets import CAE, EDSR, DeepAugmentRng
 
 __all__ = ['NETS', 'DeepAugment', 'build_net', 'load_deepaugment_weights', 'perturb_weights']

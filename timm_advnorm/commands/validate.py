@@ -45,15 +45,15 @@ from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int
 from ..data import builtin_dataset, list_builtin_datasets
 from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
-from ..eval.protocols.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.options import (
     LOGGER, SANITY_MODES, AttackOptions, CheckOptions, EvalDataOptions, EvalModelOptions, EvalOptions,
     EvalOutputOptions, EvalRuntimeOptions, PreprocessingOptions, VariantOptions)
+from ..eval.plan.variants import DEFAULT_GAMMAS, INTERPOLATIONS
+from ..eval.protocols.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.protocols.protocol import PROTOCOLS, get_protocol, list_protocols
 from ..eval.recorded import DataRecord, recorded_data
 from ..eval.run.subsets import SUBSETS
 from ..eval.validate import validate
-from ..eval.plan.variants import DEFAULT_GAMMAS, INTERPOLATIONS
 from ..usage import check_device, check_normalization_lengths, default_workers
 from .options import (
     AMP, AMP_DTYPE, ATTACK_EPS, ATTACK_NORM, ATTACK_STEP, ATTACK_STEPS, ATTACK_TARGETED, BATCH_SIZE, CHANNELS_LAST,

@@ -9,9 +9,9 @@ import torch
 import torch.nn as nn
 from timm.models import get_pretrained_cfg
 
+from ..messages import counted_names
 from ..weights.checkpoint import check_finite_weights
 from ..weights.export import staged_folder, write_export
-from ..messages import counted_names
 
 __all__ = ['create_target', 'load_exactly', 'provenance', 'save_converted']
 

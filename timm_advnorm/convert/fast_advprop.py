@@ -18,8 +18,8 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import timm
 import torch
 
-from ..weights.checkpoint import load_weights_file, strip_wrapper_prefixes
 from ..layers import ADV_BN_KEY, branch_state_dict
+from ..weights.checkpoint import load_weights_file, strip_wrapper_prefixes
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = ['FORMAT', 'PREPROCESSING', 'fast_advprop_state_dict', 'torchvision_resnet_name', 'convert_fast_advprop']

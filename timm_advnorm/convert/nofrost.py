@@ -18,8 +18,8 @@ from typing import Dict, Mapping, Optional, Union
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-from ..weights.checkpoint import load_weights_file, strip_wrapper_prefixes
 from ..messages import counted_names
+from ..weights.checkpoint import load_weights_file, strip_wrapper_prefixes
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = ['FORMAT', 'PREPROCESSING', 'nofrost_state_dict', 'nf_resnet_name', 'convert_nofrost']

@@ -33,9 +33,9 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ..weights.checkpoint import file_format, zip_members
 from ..layers.tf_same_padding import use_tf_same_padding
 from ..messages import counted_names
+from ..weights.checkpoint import file_format, zip_members
 from .common import create_target, load_exactly, provenance, save_converted
 
 __all__ = [

@@ -12,9 +12,9 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tup
 
 import torch.nn as nn
 
-from ..weights.checkpoint import MODEL_CONFIG_ARG, recorded_training_args
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG
+from ..weights.checkpoint import MODEL_CONFIG_ARG, recorded_training_args
 
 __all__ = ['DataRecord', 'recorded_data', 'describe_record']
 

@@ -9,15 +9,15 @@ from typing import Optional
 
 from ..data import rendered_kept_on_success
 from ..signals import Interrupted
+from .options import EvalOptions
 from .results.assemble import assemble_results
+from .results.report import check_outputs, log_results, write_outputs
 from .run.build import build_evaluation
 from .run.distributed import cleanup_distributed, gather_records, init_distributed
-from .options import EvalOptions
 from .run.records import ResultTable
-from .results.report import check_outputs, log_results, write_outputs
 from .run.runner import evaluate_runs, plan_title
-from .schema import EvalResults
 from .run.state import EvalState
+from .schema import EvalResults
 
 __all__ = ['validate']
 

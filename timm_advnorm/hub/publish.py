@@ -32,14 +32,14 @@ from timm.models import split_model_name_tag
 
 from ..layers import has_mixture_bn
 from ..layers.routing import INFERENCE_BRANCH_ARG, get_inference_branch
-from ..write_guard import EXPORT_MANIFEST, check_write_target
-from .card import CardFacts, render_model_card
 from ..weights.checkpoint import Checkpoint, read_checkpoint, split_source
 from ..weights.digest import state_dict_digest
 from ..weights.export import (
     build_export_model, check_folder_target, export_data_args, export_model_args, needs_plugin, staged_folder,
     write_export)
 from ..weights.loading import PLUGIN_CONFIG_KEY
+from ..write_guard import EXPORT_MANIFEST, check_write_target
+from .card import CardFacts, render_model_card
 from .model_stats import count_model_stats
 from .publish_options import CardOptions, ExportOptions, PublishOptions, TargetOptions
 from .results import CardResults, read_eval_results

@@ -21,11 +21,11 @@ from timm.data import resolve_data_config
 
 from ..attacks import InputSpace
 from ..data import dataset_img_size, dataset_num_classes
-from ..eval.run.build import evaluation_plan
-from ..eval.plan.cost import count_cost, time_passes
 from ..eval.options import EvalOptions
+from ..eval.plan.cost import count_cost, time_passes
 from ..eval.plan.sanity_budget import fit_sanity
 from ..eval.plan.variants import model_variants
+from ..eval.run.build import evaluation_plan
 from ..messages import read_utf8
 from ..train.budget import plan_budget, plan_validation
 from ..train.build import create_run_task, validation_attack

@@ -27,12 +27,12 @@ from ..data import (
     split_folder)
 from ..data.preprocessing import check_input_channels, check_input_size, record_preprocessing
 from ..data.readable import DecodeReport
+from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
+from ..strict_yaml import load_yaml
+from ..task import AdversarialClassificationTask, TrainingContext, get_task_class
+from ..usage import AMP_DTYPES, check_pretrained_option
 from ..weights import MODEL_CONFIG_ARG, create_model_from_name_or_checkpoint, model_config
 from ..weights.checkpoint import check_finite_weights
-from ..layers import convert_sync_mixture_bn, has_mixture_bn, route, set_grad_checkpointing, set_inference_branch
-from ..task import AdversarialClassificationTask, TrainingContext, get_task_class
-from ..strict_yaml import load_yaml
-from ..usage import AMP_DTYPES, check_pretrained_option
 from ..write_guard import check_creatable, check_write_target
 from .accumulation import GradientAccumulation
 from .budget import RunBudget, count_budget, plan_budget, plan_validation

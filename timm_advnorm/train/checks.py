@@ -11,8 +11,8 @@ from timm.data import create_transform
 from ..data import list_builtin_datasets, same_split
 from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
-from ..weights.checkpoint import check_checkpoint_file
 from ..usage import check_device, check_normalization_lengths, one_line
+from ..weights.checkpoint import check_checkpoint_file
 from ..write_guard import check_folder_name
 from .options import DataOptions, TrainOptions
 from .recorded import check_resume_path

@@ -21,11 +21,11 @@ the same count the evaluation's plan prints.
 from dataclasses import replace
 from typing import Callable, Collection, Optional
 
+from ..protocols.protocol import Protocol
 from .cost import stage_kind, stage_passes
 from .stage_plan import (
     REDUCED_SANITY_EPS_FACTORS, REDUCED_SANITY_QUERIES, REDUCED_SANITY_SAMPLES, REDUCED_SANITY_STEPS, SANITY_PROBES,
     EvalPlan, SanityBudget, sanity_stages)
-from ..protocols.protocol import Protocol
 
 __all__ = ['fit_sanity', 'sanity_allowance', 'SANITY_SHARE', 'MIN_SAMPLES', 'MIN_STEPS', 'MIN_QUERIES']
 

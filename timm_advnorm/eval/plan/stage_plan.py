@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...attacks import PGD, InputSpace, PixelBudget, Square, list_attacks
-from .metrics import METRICS, smoothness_attack, thickness_attack
 from ..protocols.protocol import SQRT_DIM_RULES, AttackSpec, Protocol, check_resolved
 from ..schema import SanityProbe
+from .metrics import METRICS, smoothness_attack, thickness_attack
 from .stages import (
     AttackStage, BudgetStage, CleanStage, DeterminismProbe, EvalContext, GradientProbe, SmoothnessStage, Stage,
     ThicknessStage, attack_norm, build_attack)

@@ -12,8 +12,8 @@ import torch.nn as nn
 
 from ...attacks import InputSpace, ProgressFn, attack_context, cross_entropy_per_sample, input_gradient
 from ...attacks.space import PIXEL_SCALE
-from .metrics import boundary_thickness, decision_margin, smoothness_kl
 from ..protocols.protocol import AttackSpec, create_spec_attack
+from .metrics import boundary_thickness, decision_margin, smoothness_kl
 
 __all__ = ['Batch', 'EvalContext', 'Stage', 'CleanStage', 'AttackStage', 'BudgetStage', 'GradientProbe',
            'DeterminismProbe', 'ThicknessStage', 'SmoothnessStage', 'Columns', 'RESULT_COLUMNS', 'LAST_ITERATE_COLUMNS',

@@ -73,8 +73,8 @@ from ...attacks.mifgsm import MIFGSM
 from ...attacks.noise import GaussianNoise
 from ...attacks.pgd import PGD
 from ...attacks.registry import attack_config, attack_threat
-from ...attacks.square import Square
 from ...attacks.space import PIXEL_SCALE, InputSpace, PixelBudget, check_budget_scale
+from ...attacks.square import Square
 from ...models.galloway_mlp import MNIST_STD
 from ...registry import Registry
 from .ood import OOD_DATASETS, get_ood_dataset

@@ -11,20 +11,20 @@ from dataclasses import replace
 from typing import Sequence
 
 from ...layers import get_inference_branch
-from ..run.bn_stats import summarize_bn_stats
-from ..run.build import EvalSetup
-from ..protocols.ood import get_ood_dataset
 from ..options import EvalOptions
 from ..plan.stage_plan import EvalPlan
+from ..plan.variants import Variant
+from ..protocols.ood import get_ood_dataset
+from ..run.bn_stats import summarize_bn_stats
+from ..run.build import EvalSetup
 from ..run.records import ResultTable
 from ..run.runner import RunOutcome
-from .sanity import run_sanity_checks, summarize_checks
+from ..run.subsets import robustbench_model_info
 from ..schema import (
     ITERATE_CONVENTIONS, BNStats, EvalResults, ProtocolInfo, SanityResult, VariantResult, combined_sanity_status,
     passed_flag)
-from ..run.subsets import robustbench_model_info
+from .sanity import run_sanity_checks, summarize_checks
 from .summary import amp_report, results_warnings, summarize_variant
-from ..plan.variants import Variant
 
 __all__ = ['assemble_results']
 

@@ -30,12 +30,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ...attacks.registry import attack_arguments
-from ..run.bn_stats import default_bn_layer
-from ..protocols.describe import NORM_NAMES, pixels_text, step_phrase
-from .intervals import wilson_interval
 from ..plan.stage_plan import SANITY_STEP_FACTOR
-from .files import OutputFiles
+from ..protocols.describe import NORM_NAMES, pixels_text, step_phrase
+from ..run.bn_stats import default_bn_layer
 from ..schema import AttackResult, EvalResults, SanityProbe, VariantResult
+from .files import OutputFiles
+from .intervals import wilson_interval
 
 __all__ = ['figure_accuracy_vs_iterations', 'figure_accuracy_vs_eps', 'figure_tradeoff', 'figure_bn_stats',
            'write_plots', 'eps_text', 'robust_text', 'step_text', 'suite_text', 'PLOT_NAMES']

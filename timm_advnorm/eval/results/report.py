@@ -16,13 +16,13 @@ from typing import Any, Dict, Optional, Tuple
 
 from ...weights import split_source
 from ...write_guard import check_write_target
-from ..run.distributed import DistributedInfo
-from ..protocols.ood import OOD_DATASETS
 from ..options import LOGGER, EvalOptions, EvalOutputOptions
-from .plots import PLOT_NAMES, write_plots
-from .files import OutputFiles, check_writable, csv_rows, csv_text, json_text
-from ..schema import AttackResult, EvalResults, sanity_text
+from ..protocols.ood import OOD_DATASETS
+from ..run.distributed import DistributedInfo
 from ..run.state import check_state_path, state_path
+from ..schema import AttackResult, EvalResults, sanity_text
+from .files import OutputFiles, check_writable, csv_rows, csv_text, json_text
+from .plots import PLOT_NAMES, write_plots
 from .summary import attack_title
 
 __all__ = ['results_paths', 'check_outputs', 'write_outputs', 'log_results']

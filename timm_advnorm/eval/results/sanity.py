@@ -32,12 +32,12 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from ..plan.sanity_budget import SANITY_SHARE
 from ..plan.stage_plan import EvalPlan
+from ..plan.stages import BudgetStage, attack_norm
 from ..protocols.protocol import AttackSpec, resolve_eps
 from ..run.records import ResultTable
-from ..plan.sanity_budget import SANITY_SHARE
 from ..schema import SanityCheck, passed_flag, sanity_status
-from ..plan.stages import BudgetStage, attack_norm
 
 __all__ = ['Flips', 'SanityThresholds', 'run_sanity_checks', 'MASKING_CHECKS', 'summarize_checks',
            'check_warnings']

@@ -31,14 +31,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ...attacks.noise import noise_settings
-from .corruption_error import corruption_errors
 from ..plan.stage_plan import EvalPlan, SanityPlan, ood_stage
-from ..protocols.protocol import AttackSpec, Protocol, resolve_eps, stepping
-from ..run.records import ResultTable
-from .sanity import check_warnings
-from ..schema import AmpCheck, AmpComparison, AttackResult, EpsPoint, OODAccuracy, VariantResult
 from ..plan.stages import AttackStage, attack_norm
 from ..plan.variants import Variant
+from ..protocols.protocol import AttackSpec, Protocol, resolve_eps, stepping
+from ..run.records import ResultTable
+from ..schema import AmpCheck, AmpComparison, AttackResult, EpsPoint, OODAccuracy, VariantResult
+from .corruption_error import corruption_errors
+from .sanity import check_warnings
 
 __all__ = ['summarize_variant', 'amp_report', 'attack_title', 'headline', 'headline_label', 'round_percent',
            'results_warnings', 'scores', 'EPS_SCALE']

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch.utils.data import Dataset, IterableDataset
-
 from timm.data import ImageDataset, create_dataset, create_transform, resolve_data_config
+from torch.utils.data import Dataset, IterableDataset
 
 from ... import models  # noqa: F401  (registers the plugin's models)
 from ...attacks import InputSpace
@@ -24,24 +23,24 @@ from ...data import SPLIT_SYNONYMS, builtin_dataset, is_folder_dataset, resolve_
 from ...data.folders import check_num_classes, scan_image_folder
 from ...data.preprocessing import check_input_channels, check_input_size, explicit_preprocessing
 from ...data.readable import checked_indices
+from ...usage import AMP_DTYPES, check_pretrained_option, one_line
 from ...weights import create_model_from_name_or_checkpoint, split_source
 from ...weights.digest import branch_digests, state_dict_digest
-from ...usage import AMP_DTYPES, check_pretrained_option, one_line
-from .bn_stats import collect_bn_stats
-from .data import seeded_subset
-from .distributed import DistributedInfo, primary_first
-from ..protocols.ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
 from ..options import LOGGER, AttackOptions, EvalDataOptions, EvalModelOptions, EvalOptions, EvalRuntimeOptions
+from ..plan.sanity_budget import fit_sanity
 from ..plan.stage_plan import EvalPlan, SanityBudget, build_plan, ood_stage
+from ..plan.stages import EvalContext, Stage
+from ..plan.variants import Variant, model_variants
+from ..protocols.ood import IMAGENET_CLASSES, OODDataset, create_ood_dataset, get_ood_dataset
 from ..protocols.protocol import (
     Protocol, get_protocol, override_protocol, protocol_from_attacks, reduce_protocol, resolve_protocol,
     with_paper_budgets)
 from ..recorded import describe_record
-from ..plan.sanity_budget import fit_sanity
-from ..plan.stages import EvalContext, Stage
+from .bn_stats import collect_bn_stats
+from .data import seeded_subset
+from .distributed import DistributedInfo, primary_first
 from .state import EvalState, evaluation_fingerprint, open_state, state_path, weights_digest
 from .subsets import named_subset_order
-from ..plan.variants import Variant, model_variants
 
 __all__ = ['EvalSetup', 'DataRun', 'build_evaluation', 'create_eval_model', 'build_protocol', 'evaluation_plan',
            'create_eval_dataset', 'select_subset', 'create_runs', 'REDUCED_ROOT']

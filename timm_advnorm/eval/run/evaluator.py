@@ -27,12 +27,12 @@ from tqdm import tqdm
 
 from ...attacks import AttackProgress
 from ..plan.cost import stage_passes, time_passes
-from .data import target_offsets
-from ..protocols.ood import ClassSubset
-from .records import Record, make_record
 from ..plan.stages import Batch, Columns, EvalContext, Stage
-from .state import EvalState
 from ..plan.variants import Variant
+from ..protocols.ood import ClassSubset
+from .data import target_offsets
+from .records import Record, make_record
+from .state import EvalState
 
 __all__ = ['RobustEvaluator', 'derive_seed']
 

@@ -24,13 +24,13 @@ from tqdm import tqdm
 from ...durations import duration_text
 from ...layers import get_inference_branch
 from ...usage import show_progress
-from .build import DataRun, EvalSetup
+from ..options import LOGGER, EvalOptions, EvalRuntimeOptions
 from ..plan.cost import EvalCost, count_cost
+from ..protocols.ood import get_ood_dataset
+from .build import DataRun, EvalSetup
 from .data import IndexedSubset, shard_range
 from .distributed import DistributedInfo
 from .evaluator import RobustEvaluator
-from ..options import LOGGER, EvalOptions, EvalRuntimeOptions
-from ..protocols.ood import get_ood_dataset
 from .records import Record
 from .state import EvalState
 

@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 import torch
 
 from ...weights.digest import tensors_digest
-from ...write_guard import check_creatable, check_names, reported_write
+from ...write_guard import atomic_write, check_creatable, check_names, reported_write
 from .records import Record
-from ...write_guard import atomic_write
 
 if TYPE_CHECKING:
-    from .build import DataRun
-    from .distributed import DistributedInfo
     from ..options import EvalOptions
     from ..plan.stage_plan import EvalPlan
-    from ..protocols.protocol import Protocol
     from ..plan.variants import Variant
+    from ..protocols.protocol import Protocol
+    from .build import DataRun
+    from .distributed import DistributedInfo
 
 __all__ = ['EvalState', 'check_state_path', 'state_path', 'open_state', 'weights_digest', 'evaluation_fingerprint']
 
