@@ -126,3 +126,32 @@ def test_every_benchmark_figure_of_the_site_is_a_committed_record():
         assert environment.resolve() in downloads, f'the page does not link {environment.name}'
         markdown_nodes(markdown.read_text(encoding='utf-8'), str(markdown))
     assert '.. warning::' not in page
+
+
+def test_the_checkout_state_is_read_once_for_studies_and_benchmarks(common, tmp_path, monkeypatch):
+    """`code_commit` (studies) and the benchmarks' `checkout_state` read one git state: the commit, ``+dirty`` for
+    any changed tracked file; a benchmark calls the checkout dirty only for changed code, not pages or records."""
+    from timm_advnorm.study import provenance
+
+    def git(*args):
+        subprocess.run(['git', '-C', str(tmp_path), '-c', 'user.name=t', '-c', 'user.email=t@t', *args], check=True,
+                       capture_output=True)
+
+    git('init', '-q')
+    (tmp_path / 'docs').mkdir()
+    for name in ('code.py', 'docs/page.rst'):
+        (tmp_path / name).write_text('a\n')
+    git('add', '.')
+    git('commit', '-qm', 'first')
+    commit = subprocess.run(['git', '-C', str(tmp_path), 'rev-parse', 'HEAD'], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    monkeypatch.setattr(provenance, '_PACKAGE_ROOT', tmp_path)
+    assert provenance.code_commit() == commit
+    (tmp_path / 'docs' / 'page.rst').write_text('b\n')
+    assert provenance.code_commit() == commit + '+dirty'
+    assert common.checkout_state() == {'commit': commit, 'dirty': False, 'changed': ['docs/page.rst']}
+    (tmp_path / 'code.py').write_text('b\n')
+    assert common.checkout_state()['dirty'] is True
+    monkeypatch.setattr(provenance, '_PACKAGE_ROOT', tmp_path / 'not-a-checkout')
+    assert provenance.code_commit() == 'unknown'
+    assert common.checkout_state() == {'commit': None, 'dirty': None, 'changed': []}
