@@ -5,6 +5,7 @@ resumable command.
     timm-advnorm-study nofrost --scale digits --dry-run        # the cells, their commands and planned budgets
     timm-advnorm-study galloway-mnist --scale mnist            # Galloway et al.'s MNIST tables, on this CPU
     timm-advnorm-study nofrost --scale mnist                   # the tiny models on real MNIST digits at 28 px
+    timm-advnorm-study galloway-mnist --scale paper --jobs 2   # full MNIST, two cells at once (one per core)
     timm-advnorm-study xie2020 --scale imagenet --data-dir /imagenet \\
         --launcher subprocess --launch-prefix "torchrun --nproc_per_node 8"
     timm-advnorm-study galloway --scale imagenet --data-dir /imagenet --launcher submitit \\
@@ -71,6 +72,11 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     parser.add_argument('--max-cells', type=int, default=None, metavar='N',
                         help='Run at most N cells not yet evaluated, then write the table of what is done (0: only '
                              'write it).')
+    parser.add_argument('--jobs', type=int, default=1, metavar='N',
+                        help='Run N cells at once on this machine, each command a child process with the CPUs shared '
+                             'out (OMP_NUM_THREADS) and its output in <study folder>/logs/<cell>.log: small models '
+                             'finish a grid sooner one cell per core than one cell on every core; with --plan, '
+                             'project the time so. (default: 1, one after another)')
     parser.add_argument('--launcher', default='local', choices=LAUNCHERS,
                         help='local: cells one after another in this process; subprocess: each command in a child '
                              'process (see --launch-prefix); submitit: each cell a submitit job (Slurm).')
@@ -108,6 +114,11 @@ def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
         parser.error('--max-cells must be >= 0')
     if args.world_size < 1:
         parser.error('--world-size must be >= 1')
+    if args.jobs < 1:
+        parser.error('--jobs must be >= 1')
+    if args.jobs > 1 and args.launcher == 'submitit':
+        parser.error('--jobs runs cells side by side on this machine; --launcher submitit runs each cell as a job of '
+                     'its own: use one of them')
     if args.launcher == 'local' and args.launch_prefix:
         parser.error('--launch-prefix starts child processes: use --launcher subprocess or submitit')
     if args.launcher != 'submitit' and (args.submitit_cluster or args.submitit_params):
@@ -117,7 +128,8 @@ def _check_args(parser: ArgumentParser, args: argparse.Namespace) -> None:
         if args.record:
             parser.error(f'--record copies the results of a run: {mode} runs nothing')
         unused = [flag for flag, given in (('--max-cells', args.max_cells is not None),
-                                           ('--launcher', args.launcher != 'local')) if given]
+                                           ('--launcher', args.launcher != 'local'),
+                                           ('--jobs', args.jobs > 1 and not args.plan)) if given]
         if unused:
             parser.error(f'{mode} runs no cell: {" and ".join(unused)} would not be used')
 
@@ -126,9 +138,10 @@ def study_options(args: argparse.Namespace) -> StudyOptions:
     """The typed options of the study run `args` (as the parser returns them, checked) describe."""
     return StudyOptions(
         study=args.study, scale=args.scale, data_dir=args.data_dir, output=args.output, seeds=tuple(args.seeds or ()),
-        device=args.device, dry_run=args.dry_run or args.plan, plan=args.plan, world_size=args.world_size, max_cells=args.max_cells,
-        launcher=args.launcher, launch_prefix=args.launch_prefix, submitit_cluster=args.submitit_cluster,
-        submitit_params=dict(args.submitit_params), record=args.record)
+        device=args.device, dry_run=args.dry_run or args.plan, plan=args.plan, world_size=args.world_size,
+        max_cells=args.max_cells, launcher=args.launcher, launch_prefix=args.launch_prefix,
+        submitit_cluster=args.submitit_cluster, submitit_params=dict(args.submitit_params), record=args.record,
+        jobs=args.jobs)
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:

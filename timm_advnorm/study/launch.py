@@ -2,18 +2,22 @@
 plan them (``--dry-run``) or run them with the chosen launcher, then write the results table, the paper-style plot
 and the provenance of the numbers, and, with `StudyOptions.record`, copy them where the documentation reads them.
 """
+import contextlib
 import logging
 import shlex
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Union
+
+import torch
 
 from ..durations import duration_text
 from ..write_guard import check_folder_writable, check_names
 from .cells import Cell, expand_cells
 from .options import CellCommands, StudyOptions
+from .parallel import LOG_FOLDER, cell_threads, makespan, run_cells_side_by_side
 from .plan import plan_cell_budget
 from .plot import plot_study
 from .projection import CellTime, measured_factor, time_cell
@@ -44,26 +48,33 @@ def _time_left(cell: Cell, projected: CellTime) -> float:
     return (projected.after_training if state == 'trained' else projected).total
 
 
-def _time_summary(cells: Sequence[Cell], projected: Dict[str, CellTime]) -> str:
-    """The line that projects the study's remaining time, scaled by what the cells that ran here took."""
+def _time_summary(cells: Sequence[Cell], projected: Dict[str, CellTime], jobs: int) -> str:
+    """The line that projects the study's remaining time, `jobs` cells at once, scaled by what the cells that ran
+    here took."""
     left = [cell for cell in cells if cell_state(cell) != 'evaluated']
-    seconds = sum(_time_left(cell, projected[cell.id]) for cell in cells)
+    seconds = [_time_left(cell, projected[cell.id]) for cell in left]
     where = f'this machine ({", ".join(sorted({projected[cell.id].device for cell in cells}))})'
     cells_left = f'the {len(left)} cells' if len(left) != 1 else 'the cell'
-    line = f'Projected time of {cells_left} not yet evaluated: {duration_text(seconds)} of compute on {where}'
+    line = f'Projected time of {cells_left} not yet evaluated: {duration_text(sum(seconds))} of compute on {where}'
+    wall = makespan(seconds, jobs) if seconds else 0.0
+    side_by_side = f', {duration_text(wall)} with {jobs} at a time' if jobs > 1 else ''
     factor = measured_factor(cells, projected)
     if factor is None:
-        return line + ('; loading and decoding images, checkpoints and starting each command are not counted (no '
-                       'cell has run here yet to measure them).\n')
+        return line + side_by_side + ('; loading and decoding images, checkpoints and starting each command are not '
+                                      'counted (no cell has run here yet to measure them).\n')
     ratio, count = factor
     ran = (f'the {count} cells run here took {ratio:.2f}x their' if count > 1
            else f'the cell run here took {ratio:.2f}x its')
-    return line + f'; {ran} projection (data, checkpoints, start-up), so {duration_text(seconds * ratio)} in all.\n'
+    at_once = f' ({jobs} at a time)' if jobs > 1 else ''
+    return line + side_by_side + (f'; {ran} projection (data, checkpoints, start-up), so '
+                                  f'{duration_text(wall * ratio if jobs > 1 else sum(seconds) * ratio)} in all'
+                                  f'{at_once}.\n')
 
 
-def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, timed: bool) -> None:
+def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, timed: bool, jobs: int) -> None:
     """Log every cell: its state, commands and counted budget (once per grid point: the seeds cost the same) and,
-    when `timed`, its projected time on this machine and the study's."""
+    when `timed`, its projected time on this machine and the study's, `jobs` cells at once (each timed on its share
+    of the CPUs, `parallel.cell_threads`)."""
     budgets: Dict[tuple, object] = {}
     times: Dict[tuple, CellTime] = {}
     total_passes = total_flops = 0.0
@@ -73,7 +84,8 @@ def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, tim
             train_options = commands.train_options(cell.train_argv)
             budgets[key] = plan_cell_budget(train_options, world_size=world_size)
             if timed:
-                times[key] = time_cell(train_options, commands.validate_options(cell.validate_argv), world_size)
+                with _threads(cell_threads(jobs) if jobs > 1 else None):
+                    times[key] = time_cell(train_options, commands.validate_options(cell.validate_argv), world_size)
         budget = budgets[key]
         total_passes += budget.passes_total
         total_flops += budget.flops_total
@@ -90,7 +102,19 @@ def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, tim
     sys.stdout.write(f'{len(cells)} cells: {total_passes:,.0f} forward+backward passes, {total_flops:.3g} FLOPs in all '
                      f'(training; evaluation not counted)\n')
     if timed:
-        sys.stdout.write(_time_summary(cells, {cell.id: times[tuple(cell.labels.items())] for cell in cells}))
+        sys.stdout.write(_time_summary(cells, {cell.id: times[tuple(cell.labels.items())] for cell in cells}, jobs))
+
+
+@contextlib.contextmanager
+def _threads(count: Optional[int]) -> Iterator[None]:
+    """Within the block, torch computes on `count` threads (None: as it does)."""
+    previous = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _runner(options: StudyOptions, commands: CellCommands) -> Union[InProcessCommands, SubprocessCommands]:
@@ -136,7 +160,7 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     study_dir = Path(options.output) / f'{spec.name}-{options.scale}'
     cells = expand_cells(spec, options.scale, study_dir, commands, data_dir=options.data_dir, device=options.device)
     if options.dry_run:
-        _dry_run(cells, commands, options.world_size, options.plan)
+        _dry_run(cells, commands, options.world_size, options.plan, options.jobs)
         return
     check_folder_writable(study_dir)  # its name and every cell's, and the file system: before the first cell runs
     for cell in cells:
@@ -144,14 +168,18 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     study_dir.mkdir(parents=True, exist_ok=True)
     started, started_at, commit = time.perf_counter(), time.time(), code_commit()
     runner = _runner(options, commands)
-    if options.launcher == 'submitit':
+    if options.jobs > 1:
+        prefix = shlex.split(options.launch_prefix) if options.launch_prefix else (sys.executable,)
+        ran = run_cells_side_by_side(cells, options.jobs, study_dir / LOG_FOLDER, prefix, options.max_cells)
+    elif options.launcher == 'submitit':
         ran = SubmititLauncher(study_dir / 'submitit', options.submitit_cluster, options.submitit_params).run(
             cells, runner, options.max_cells)
     else:
         ran = run_cells(cells, runner, options.max_cells)
     _report(spec, options, cells, study_dir, time.perf_counter() - started, prog)
     record_invocation(study_dir, commit, _command(options, prog), started_at, time.perf_counter() - started,
-                      [cell.id for cell in ran])
+                      [cell.id for cell in ran], jobs=options.jobs,
+                      cell_threads=cell_threads(options.jobs) if options.jobs > 1 else torch.get_num_threads())
     if options.record:
         target = record_study(study_dir, Path(options.record) / spec.name / options.scale)
         _logger.info(f'Recorded the tables, plot and provenance in {target}')

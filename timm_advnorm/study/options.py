@@ -33,6 +33,8 @@ class StudyOptions:
         launch_prefix: The command line that starts a command's module in a child process (None: this Python).
         submitit_cluster: submitit's executor (None: Slurm where available, else local).
         submitit_params: submitit's executor parameters.
+        jobs: Cells run at once on this machine, each command a child process with the CPUs shared out
+            (`timm_advnorm.study.parallel`); with `plan`, the cells the projection runs at once.
         record: Root of the recorded results (``docs/results``): the study's tables, plot and provenance are copied
             to ``<record>/<study>/<scale>/`` after it runs (None: not recorded).
     """
@@ -52,6 +54,7 @@ class StudyOptions:
     submitit_params: Mapping[str, Any]
     record: Optional[str] = None
     plan: bool = False
+    jobs: int = 1
 
 
 @dataclass(frozen=True)

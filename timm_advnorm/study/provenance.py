@@ -68,7 +68,7 @@ def machine() -> Dict[str, Any]:
 
 
 def record_invocation(study_dir: Path, commit: str, command: str, started: float, wall_s: float,
-                      cells_run: List[str]) -> Dict:
+                      cells_run: List[str], jobs: int = 1, cell_threads: Optional[int] = None) -> Dict:
     """Append this invocation to `study_dir`'s ``provenance.json`` (written atomically) and return the record.
 
     Args:
@@ -77,12 +77,16 @@ def record_invocation(study_dir: Path, commit: str, command: str, started: float
         started: When the invocation started (seconds since the epoch).
         wall_s: Its wall time.
         cells_run: Ids of the cells it trained or evaluated.
+        jobs: The cells it ran at once (``--jobs``).
+        cell_threads: The threads each cell computed on (None: this process's).
     """
     path = study_dir / PROVENANCE_FILE
     invocations = json.loads(read_utf8(path))['invocations'] if path.is_file() else []
     invocations.append({'commit': commit, 'command': command,
                         'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started)),
-                        'wall_s': round(wall_s, 1), 'cells_run': cells_run, 'machine': machine()})
+                        'wall_s': round(wall_s, 1), 'cells_run': cells_run, 'jobs': jobs,
+                        'cell_threads': cell_threads if cell_threads is not None else torch.get_num_threads(),
+                        'machine': machine()})
     first = invocations[0]
     record = {'commit': first['commit'], 'command': first['command'], 'started': first['started'],
               'wall_s': round(sum(i['wall_s'] for i in invocations), 1), 'machine': first['machine'],

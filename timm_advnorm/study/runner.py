@@ -10,8 +10,9 @@ A cell's state is read from its run folder alone, so any launcher, and a rerun a
 
 The commands run in this process (`InProcessCommands`), or each in a child process that a prefix such as
 ``torchrun --nproc_per_node 8`` can start (`SubprocessCommands`). The cells run one after another here
-(`run_cells`), or are each submitted as a job through submitit (`SubmititLauncher`: Slurm, or its local and debug
-executors), never through a scheduler of our own.
+(`run_cells`), side by side on this machine in child processes (`timm_advnorm.study.parallel`), or are each
+submitted as a job through submitit (`SubmititLauncher`: Slurm, or its local and debug executors): a cluster is
+scheduled by its own scheduler, never by one of ours.
 """
 import csv
 import io
@@ -32,14 +33,15 @@ from ..train.run_folder import BUDGET_FILE
 from .cells import Cell
 from .options import CellCommands
 
-__all__ = ['CellError', 'InProcessCommands', 'SubprocessCommands', 'SubmititLauncher', 'cell_state', 'run_cell',
-           'run_cells', 'TIMING_FILE']
+__all__ = ['CellError', 'InProcessCommands', 'SubprocessCommands', 'SubmititLauncher', 'cell_state', 'check_status',
+           'run_cell', 'run_cells', 'TIMING_FILE', 'TRAIN_MODULE', 'VALIDATE_MODULE']
 
 _logger = logging.getLogger(__name__)
 
 TIMING_FILE = 'study_timing.json'
-_TRAIN_MODULE = 'timm_advnorm.train'
-_VALIDATE_MODULE = 'timm_advnorm.eval'
+#: The modules a child process runs a cell's commands as (``python -m``).
+TRAIN_MODULE = 'timm_advnorm.train'
+VALIDATE_MODULE = 'timm_advnorm.eval'
 
 
 class CellError(RuntimeError):
@@ -57,10 +59,10 @@ class InProcessCommands:
     commands: CellCommands
 
     def train(self, argv: Sequence[str]) -> None:
-        _check_status('timm-advnorm-train', self.commands.train_main(list(argv)))
+        check_status('timm-advnorm-train', self.commands.train_main(list(argv)))
 
     def validate(self, argv: Sequence[str]) -> None:
-        _check_status('timm-advnorm-validate', self.commands.validate_main(list(argv)))
+        check_status('timm-advnorm-validate', self.commands.validate_main(list(argv)))
 
 
 @dataclass(frozen=True)
@@ -74,16 +76,17 @@ class SubprocessCommands:
     prefix: Sequence[str] = (sys.executable,)
 
     def train(self, argv: Sequence[str]) -> None:
-        self._run(_TRAIN_MODULE, argv)
+        self._run(TRAIN_MODULE, argv)
 
     def validate(self, argv: Sequence[str]) -> None:
-        self._run(_VALIDATE_MODULE, argv)
+        self._run(VALIDATE_MODULE, argv)
 
     def _run(self, module: str, argv: Sequence[str]) -> None:
-        _check_status(module, subprocess.run([*self.prefix, '-m', module, *argv], check=False).returncode)
+        check_status(module, subprocess.run([*self.prefix, '-m', module, *argv], check=False).returncode)
 
 
-def _check_status(command: str, status: int) -> None:
+def check_status(command: str, status: int) -> None:
+    """Raise `CellError` for a command that exited with a status other than 0."""
     if status != 0:
         raise CellError(f'{command} exited with status {status}.')
 
