@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from timm_advnorm.attacks import InputSpace, PixelBudget, create_attack, list_attacks
-from timm_advnorm.attacks.base import BOUND_OPTIONS, Attack, attack_dataclass
+from timm_advnorm.attacks.base import BOUND_OPTIONS, DEFAULT_EPS, Attack, attack_dataclass
 from timm_advnorm.attacks.eval_attack import EvalAttack
+from timm_advnorm.attacks.noise import GaussianNoise
 from timm_advnorm.attacks.pgd import PGD, PGDOptions, pgd_budgets
 from timm_advnorm.attacks.registry import _ATTACKS, attack_arguments, register_attack
 
@@ -149,3 +150,17 @@ def test_a_config_is_the_attack_without_its_space_and_budget():
         PGD.Config.of(space=SPACE)  # bound when it runs, not configured
     assert [_ATTACKS.get(name).title for name in ('pgd', 'cw-linf', 'corruption')] == ['PGD', 'CW-L∞', None]
     assert [_ATTACKS.get(name).forwards_per_step for name in ('pgd', 'fab-t')] == [1, 2]
+
+
+def test_what_evaluation_reads_of_an_attack_is_its_classs():
+    """Threat, last-iterate scoring and what results state about noise: attributes of the attack's class, no table
+    of names elsewhere."""
+    names = ('pgd', 'fgsm', 'bim-linf', 'square', 'gaussian-noise', 'corruption')
+    assert [_ATTACKS.get(name).threat for name in names] == ['white-box'] * 3 + ['black-box', 'noise', 'noise']
+    assert [name for name in list_attacks() if _ATTACKS.get(name).scores_last_iterate] == ['fgsm', 'pgd']
+    assert _ATTACKS.get('gaussian-noise').noise_fields(GaussianNoise.Config.of(std=2.0).options()) == dict(
+        noise='gaussian', sigma=2.0, sigma_scale='normalized input', clipped=True)
+    assert _ATTACKS.get('corruption').noise_fields(dict(corruption='fog', severity=5)) == dict(
+        noise='imagenet-c', corruption='fog', severity=5)
+    assert Attack.noise_fields({}) == dict(noise=None) and _ATTACKS.get('pgd').noise_fields({}) == dict(noise='pgd')
+    assert attack_arguments('pgd')['eps'] == Attack.eps == DEFAULT_EPS

@@ -80,8 +80,8 @@ def test_the_papers_protocols_score_the_last_pgd_iterate():
     assert [spec.label for spec in get_protocol('nofrost').attacks if spec.last_iterate] == ['pgd']
     assert not any(spec.last_iterate for spec in get_protocol('robustbench').attacks)
     assert all(spec.last_iterate for spec in get_protocol('galloway-mnist').attacks if spec.threat != 'noise')
-    with pytest.raises(ValueError, match='only pgd, fgsm can score its last iterate'):
-        AttackSpec('square', attack_config('square', n_queries=10), 4.0, threat='black-box', last_iterate=True)
+    with pytest.raises(ValueError, match='^square: only fgsm, pgd can score its last iterate, not square.$'):
+        AttackSpec('square', attack_config('square', n_queries=10), 4.0, last_iterate=True)
 
 
 @pytest.mark.parametrize('label', ['pgd-t-5', 'pgd-t-2', 'pgd'])

@@ -263,6 +263,13 @@ def test_protocol_threats_are_the_attacks_own(name):
     assert all(spec.threat == attack_threat(spec.attack) for spec in get_protocol(name).attacks)
 
 
+def test_a_spec_takes_its_attacks_threat_unless_it_states_another():
+    specs = [AttackSpec(name, attack_config(name), 4.0) for name in ('pgd', 'square', 'gaussian-noise')]
+    assert [spec.threat for spec in specs] == ['white-box', 'black-box', 'noise']
+    assert AttackSpec('pgd', attack_config('pgd'), 4.0, threat='noise').threat == 'noise'
+    assert replace(specs[1], eps=8.0).threat == 'black-box'
+
+
 def test_an_attack_list_takes_each_attacks_threat_and_noise_runs_as_in_galloway():
     """`--attacks gaussian-noise` was white-box at eps 16: noise on correct samples only, a false budget failure."""
     listed = protocol_from_attacks(['gaussian-noise', 'corruption', 'square', 'pgd'], eps=8.0)

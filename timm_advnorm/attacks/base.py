@@ -15,7 +15,8 @@ import logging
 import math
 import typing
 from dataclasses import KW_ONLY, MISSING, Field, dataclass, field, fields, make_dataclass, replace
-from typing import Any, Callable, ClassVar, Dict, Iterable, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (
+    Any, Callable, ClassVar, Dict, Iterable, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union)
 
 import torch
 import torch.nn as nn
@@ -25,15 +26,19 @@ from .fold_bn import BatchNormFolder
 from .space import InputSpace, check_budget_scale
 
 __all__ = [
-    'Attack', 'AttackConfig', 'attack_dataclass', 'BOUND_OPTIONS', 'NORMS', 'STEP_DIRECTIONS', 'pixel_l2_norm',
-    'project_linf', 'project_l2', 'project',
-    'random_linf_start', 'random_linf_surface', 'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels',
-    'num_classes_of', 'forward_logits', 'evaluate_iterate', 'AttackInputs', 'attack_inputs',
+    'Attack', 'AttackConfig', 'attack_dataclass', 'BOUND_OPTIONS', 'DEFAULT_EPS', 'NORMS', 'STEP_DIRECTIONS',
+    'pixel_l2_norm', 'project_linf', 'project_l2', 'project', 'random_linf_start', 'random_linf_surface',
+    'random_l2_start', 'l2_direction', 'uniform', 'normal', 'bernoulli', 'hard_labels', 'num_classes_of',
+    'forward_logits', 'evaluate_iterate', 'AttackInputs', 'attack_inputs',
 ]
 
 _logger = logging.getLogger(__name__)
 
 NORMS = ('linf', 'l2')
+#: The budget of an attack built without one (`Attack.eps`) and of an attack list (`protocol_from_attacks`,
+#: ``--attacks``), on the 0-255 scale: 16/255, the ε of Xie & Yuille (2020), whose evaluation PGD the attacks'
+#: defaults follow (`PGD`).
+DEFAULT_EPS = 16.0
 #: The direction of a gradient step in each norm, as `Attack.step_description` names it.
 STEP_DIRECTIONS = {'linf': 'sign step', 'l2': 'L2 step'}
 
@@ -316,8 +321,9 @@ class Attack:
 
     Args:
         space: The model's input normalization (`InputSpace.from_model(model)`).
-        eps: Perturbation budget on the 0-255 pixel scale (Xie & Yuille 2020: 16). A budget in (0, 1) warns
-            (`space.check_budget_scale`: 8/255 = 0.031 given on the [0, 1] scale) unless given as a `PixelBudget`.
+        eps: Perturbation budget on the 0-255 pixel scale (default `DEFAULT_EPS`, Xie & Yuille 2020's). A budget in
+            (0, 1) warns (`space.check_budget_scale`: 8/255 = 0.031 given on the [0, 1] scale) unless given as a
+            `PixelBudget`.
         bn_stats: ``running`` (eval mode; standard adversarial training and every evaluation) or ``batch`` (BN uses
             the attacked batch's statistics, Fast AdvProp); running statistics are never changed either way.
         autocast_dtype: Forward under autocast at this dtype (bf16 is safe: loss and perturbation stay fp32).
@@ -343,12 +349,17 @@ class Attack:
         title: How it is written in prose (``PGD``, ``CW-L∞``; `eval.describe`); None: as registered.
         forwards_per_step: Forward passes of the model per iteration besides the backward one (FAB's linearization
             adds one), for the cost of an evaluation (`eval.cost`).
+        threat: What the attack uses of the model: ``white-box`` (gradients), ``black-box`` (output queries only) or
+            ``noise`` (nothing: it perturbs every sample and has no ε budget). Evaluation treats them differently
+            (`AttackSpec.threat`).
+        scores_last_iterate: Whether an evaluation can score its last iterate beside the best one, from the same run
+            (`AttackSpec.last_iterate`): the attack has ``best_and_last`` (PGD and FGSM).
         Config: Its frozen configuration without input space and budget (`AttackConfig`, made by `attack_dataclass`).
     """
 
     space: InputSpace
     _: KW_ONLY
-    eps: float = 16.0
+    eps: float = DEFAULT_EPS
     bn_stats: str = 'running'
     autocast_dtype: Optional[torch.dtype] = None
     seed: Optional[int] = None
@@ -364,6 +375,8 @@ class Attack:
     name: ClassVar[Optional[str]] = None
     title: ClassVar[Optional[str]] = None
     forwards_per_step: ClassVar[int] = 1
+    threat: ClassVar[str] = 'white-box'
+    scores_last_iterate: ClassVar[bool] = False
 
     def __post_init__(self):
         if not isinstance(self.space, InputSpace):
@@ -476,6 +489,12 @@ class Attack:
         sets the size itself, how (``sign step, max(1/255, ε/N)``, ``sign step, ε/N``); None for an attack whose
         iterations are not steps of its own (a composite like AutoAttack, noise)."""
         return None
+
+    @classmethod
+    def noise_fields(cls, options: Mapping[str, Any]) -> Dict[str, Any]:
+        """What results state about the perturbation of an attack evaluated as noise (`threat` ``noise``), in place of
+        a norm and ε, from its configured `options` (`AttackConfig.options`): by default its name (``noise``)."""
+        return dict(noise=cls.name)
 
     def option_repr(self, option: Field) -> str:
         """``name=value`` of one of the attack's own options in `extra_repr` (floats as ``%g``)."""

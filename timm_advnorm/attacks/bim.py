@@ -23,11 +23,14 @@ from .base import NORMS, STEP_DIRECTIONS, attack_dataclass
 from .eval_attack import EvalAttack, pgd_correct_only
 from .progress import ProgressFn
 from .registry import register_attack
-from .space import InputSpace
+from .space import PIXEL_SCALE, InputSpace
 
-__all__ = ['bim', 'BIMLinf', 'BIML2', 'galloway_l2_eps', 'GALLOWAY_EPS_LINF']
+__all__ = ['bim', 'BIMLinf', 'BIML2', 'galloway_l2_eps', 'GALLOWAY_EPS', 'GALLOWAY_EPS_LINF']
 
-GALLOWAY_EPS_LINF = 0.03 * 255.0
+#: Galloway et al.'s ε∞ (§3), in units of the standardized input.
+GALLOWAY_EPS = 0.03
+#: ... read on the [0, 1] pixel scale, on the 0-255 scale: the budget of a BIM built without one.
+GALLOWAY_EPS_LINF = GALLOWAY_EPS * PIXEL_SCALE
 
 
 def galloway_l2_eps(eps_linf: float, input_size: Sequence[int]) -> float:

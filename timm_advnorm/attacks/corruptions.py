@@ -13,7 +13,7 @@ the others run with numpy's global RNG seeded with it and restored afterwards.
 """
 import inspect
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -144,3 +144,8 @@ class Corruption(NoiseAttack):
 
     def perturb(self, model: nn.Module, x, y, targets):
         return corrupt(x, seeds=self._seeds(x.shape[0]), **self.core_kwargs())
+
+    @classmethod
+    def noise_fields(cls, options: Mapping[str, Any]) -> Dict[str, Any]:
+        """An ImageNet-C corruption (``noise`` ``imagenet-c``), its name and severity."""
+        return dict(noise='imagenet-c', corruption=options['corruption'], severity=options['severity'])

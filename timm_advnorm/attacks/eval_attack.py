@@ -159,9 +159,6 @@ class EvalAttack(Attack):
     trains: ClassVar[bool] = False
     #: Per sample the first iterate that fools the model, else the best candidate (`best_iterate.BestIterate`).
     best_iterate = True
-    #: What the attack uses of the model: ``white-box`` (gradients), ``black-box`` (output queries only) or ``noise``
-    #: (nothing: it perturbs every sample and has no ε budget). Evaluation treats them differently (`AttackSpec`).
-    threat: ClassVar[str] = 'white-box'
 
     def __post_init__(self):
         if self.bn_stats != 'running':

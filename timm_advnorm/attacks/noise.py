@@ -113,6 +113,11 @@ class GaussianNoise(NoiseAttack):
     def perturb(self, model: nn.Module, x, y, targets):
         return gaussian_noise(x, **self.core_kwargs())
 
+    @classmethod
+    def noise_fields(cls, options: Mapping[str, Any]) -> Dict[str, Any]:
+        """The noise's model, σ, the scale σ is on and whether it is clipped (`noise_settings`)."""
+        return noise_settings(options)
+
 
 def noise_settings(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
     """What a results entry states about the noise `kwargs` configure (`GaussianNoise` arguments, defaults where unset).

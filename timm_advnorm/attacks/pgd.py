@@ -389,9 +389,9 @@ def _run_pgd(
 class PGD(Attack):
     """Configured PGD attack (see `pgd`); ``PGD(space)(model, x, y)`` returns adversarial inputs.
 
-    Defaults follow the evaluation attacker of Xie & Yuille (2020) with 10 iterations (L∞ ε=16, step 1 with the
-    ``max(step, ε / N)`` rule, random start, best iterate) except that it is untargeted unless ``targeted=True``:
-    their evaluation is targeted (the `xie2020` protocol sets it). Their training attacker is
+    Defaults follow the evaluation attacker of Xie & Yuille (2020) with 10 iterations (L∞ ε=16, every attack's
+    `DEFAULT_EPS`; step 1 with the ``max(step, ε / N)`` rule, random start, best iterate) except that it is untargeted
+    unless ``targeted=True``: their evaluation is targeted (the `xie2020` protocol sets it). Their training attacker is
     ``PGD(space, eps=16, step=1, steps=30, targeted=True, clean_start_prob=0.2, best_iterate=False)`` (their released
     code draws the clean start per batch: ``clean_start_mode='per_batch'``).
 
@@ -415,8 +415,8 @@ class PGD(Attack):
         bn_stats, autocast_dtype, seed, fold_bn: See `Attack`.
     """
     title = 'PGD'
+    scores_last_iterate = True
 
-    eps: float = 16.0
     norm: str = 'linf'
     steps: int = 10
     step: float = 1.0

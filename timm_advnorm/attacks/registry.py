@@ -4,6 +4,7 @@ Training takes its attack from the same registry, among the attacks that can mak
 (`training_attacks`): the evaluation attacks keep best iterates and drop fooled samples, which is no training batch.
 """
 import inspect
+from dataclasses import MISSING, Field, fields
 from typing import Any, Callable, Dict, List
 
 from ..registry import Registry
@@ -59,22 +60,28 @@ def list_attacks() -> List[str]:
     return _ATTACKS.names()
 
 
+def _default(option: Field) -> Any:
+    """The default of attack option `option`: its value, what its factory makes, or `inspect.Parameter.empty`."""
+    if option.default is not MISSING:
+        return option.default
+    return inspect.Parameter.empty if option.default_factory is MISSING else option.default_factory()
+
+
 def attack_arguments(name: str) -> Dict[str, Any]:
     """The keyword arguments the attack `name` takes and their defaults (`inspect.Parameter.empty` if required).
 
     Protocols read it to give an attack only the options it has and to record the budget (``steps``,
-    ``n_queries``) it runs with when none is given. For the built-in attacks these are the fields of their
-    dataclass (`base.attack_dataclass`), as its constructor takes them.
+    ``n_queries``) it runs with when none is given. These are the fields of the attack's dataclass
+    (`base.attack_dataclass`) that its constructor takes, in their order: the input space, the options bound when it
+    runs (`base.BOUND_OPTIONS`) and those of its configuration (``Config``).
     """
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    parameters = inspect.signature(_ATTACKS.get(name)).parameters.values()
-    return {p.name: p.default for p in parameters if p.kind in keyword}
+    return {option.name: _default(option) for option in fields(_ATTACKS.get(name)) if option.init}
 
 
 def attack_threat(name: str) -> str:
     """``white-box`` (gradients), ``black-box`` (output queries only) or ``noise`` (no adversary) for attack `name`
-    (its class's ``threat``; attacks registered without one use gradients)."""
-    return getattr(_ATTACKS.get(name), 'threat', 'white-box')
+    (its class's ``threat``, `base.Attack.threat`)."""
+    return _ATTACKS.get(name).threat
 
 
 def training_attacks() -> List[str]:

@@ -42,12 +42,16 @@ import torch
 from timm.utils import ParseKwargs, setup_default_logging
 
 from ..arg_types import non_negative_int, pixel_budget, pixel_step, positive_int, probability
+from ..attacks.base import DEFAULT_EPS
+from ..attacks.bim import GALLOWAY_EPS
 from ..data import builtin_dataset, list_builtin_datasets
 from ..data.folders import check_class_map_file
 from ..data.names import check_dataset_name
 from ..eval.options import (
     LOGGER, SANITY_MODES, AttackOptions, CheckOptions, EvalDataOptions, EvalModelOptions, EvalOptions,
     EvalOutputOptions, EvalRuntimeOptions, PreprocessingOptions, VariantOptions)
+from ..eval.plan.sanity_budget import MIN_QUERIES, MIN_STEPS
+from ..eval.plan.stage_plan import SanityBudget
 from ..eval.plan.variants import DEFAULT_GAMMAS, INTERPOLATIONS
 from ..eval.protocols.ood import OOD_DATASETS, OODDataset, get_ood_dataset
 from ..eval.protocols.protocol import PROTOCOLS, get_protocol, list_protocols
@@ -156,10 +160,10 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--attacks', nargs='+', default=None, metavar='NAME',
                        help='Registered attack names to run instead of a protocol.')
     ATTACK_EPS.add(group, default=None, metavar='EPS',
-                   help='Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; 16 with --attacks, '
-                        'but bim-linf and bim-l2 at the galloway protocol\'s 0.03 of the standardized input, '
-                        'resolved from the model\'s std). '
-                        'A value in (0, 1) is refused as one of the [0, 1] scale.')
+                   help=f'Budget on the 0-255 scale: 8 means 8/255 (default: the protocol\'s; {DEFAULT_EPS:g} with '
+                        f'--attacks, but bim-linf and bim-l2 at the galloway protocol\'s {GALLOWAY_EPS:g} of the '
+                        'standardized input, resolved from the model\'s std). A value in (0, 1) is refused as one of '
+                        'the [0, 1] scale.')
     ATTACK_STEP.add(group, type=pixel_step, default=None, metavar='STEP',
                     help='Step size on the 0-255 scale (default: the protocol\'s or the attack\'s). A value in '
                          '(0, 0.1) is refused as one of the [0, 1] scale.')
@@ -198,6 +202,7 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
     group.add_argument('--bn-layer', default=None, metavar='NAME', help='Layer of the BN statistics plot.')
 
     group = parser.add_argument_group('Metrics and sanity checks')
+    full = SanityBudget()  # the complete battery: its sweep is its ε multiples and the huge budget
     group.add_argument('--metrics', nargs='*', default=None, metavar='NAME',
                        help='Robustness metrics: margin thickness smoothness (default: the protocol\'s).')
     group.add_argument('--metric-samples', type=positive_int, default=None, metavar='N',
@@ -206,17 +211,19 @@ def get_args_parser(prog: str = PROG) -> ArgumentParser:
                        help='Sanity probes: budget (default) = at most a quarter of the requested attacks\' cost '
                             '(forward/backward passes): fewer samples first, then fewer queries, iterations and ε '
                             'points, and a probe that cannot run meaningfully within it is skipped and reported as not '
-                            'run; full = the complete battery (64 samples, PGD-10 over 5 ε, PGD-40, Square-400); '
+                            f'run; full = the complete battery ({full.samples} samples, PGD-{full.steps} over '
+                            f'{len(full.eps_factors) + 1} ε, PGD-{4 * full.steps}, Square-{full.queries}); '
                             'off = none.')
     group.add_argument('--sanity-samples', type=non_negative_int, default=None, metavar='N',
-                       help='Samples of the sanity probes (default 64, fewer under the budget); a value given replaces '
-                            'the budgeted one; 0 is --sanity off.')
+                       help=f'Samples of the sanity probes (default {full.samples}, fewer under the budget); a value '
+                            'given replaces the budgeted one; 0 is --sanity off.')
     group.add_argument('--sanity-steps', type=positive_int, default=None, metavar='N',
-                       help='PGD iterations of the probes\' ε-sweep, 4x as many for the iteration check (default 10, '
-                            'as few as 5 under the budget); a value given replaces the budgeted one.')
+                       help=f'PGD iterations of the probes\' ε-sweep, 4x as many for the iteration check (default '
+                            f'{full.steps}, as few as {MIN_STEPS} under the budget); a value given replaces the '
+                            'budgeted one.')
     group.add_argument('--sanity-queries', type=positive_int, default=None, metavar='N',
-                       help='Square queries of the black-box probe (default NoFrost\'s 400, as few as 100 under the '
-                            'budget); a value given replaces the budgeted one.')
+                       help=f'Square queries of the black-box probe (default NoFrost\'s {full.queries}, as few as '
+                            f'{MIN_QUERIES} under the budget); a value given replaces the budgeted one.')
     group.add_argument('--strict-sanity', action='store_true', help='Exit with status 1 when a sanity check fails.')
 
     group = parser.add_argument_group('Output')

@@ -123,7 +123,7 @@ class AttackOptions:
     Attributes:
         protocol: The named protocol (None: ``xie2020`` unless `attacks` are given).
         attacks: Registered attack names run instead of a protocol.
-        eps: Budget on the 0-255 scale (None: the protocol's; 16 for an attack list).
+        eps: Budget on the 0-255 scale (None: the protocol's; `attacks.base.DEFAULT_EPS` for an attack list).
         step: Step size on the 0-255 scale (None: the protocol's or the attack's).
         steps: Iterations; several make a sweep of an attack list (empty: the protocol's or the attack's).
         norm: Threat-model norm (None: the protocol's or the attack's).

@@ -250,7 +250,7 @@ def sanity_stages(protocol: Protocol, budget: SanityBudget, mode: str = 'full',
     has_blackbox = any(spec.threat == 'black-box' for spec in protocol.attacks)
     if 'blackbox' in probes and not has_blackbox and 'square' in list_attacks() and queries > 0:
         blackbox = f'sanity/square-{queries}-eps{eps:g}'
-        spec = AttackSpec(blackbox, Square.Config.of(n_queries=queries), eps, threat='black-box')
+        spec = AttackSpec(blackbox, Square.Config.of(n_queries=queries), eps)
         stages.append(AttackStage(spec, limit=samples))
     return stages, SanityPlan(samples, eps, tuple(sweep), more_iterations, blackbox, steps, queries, budget.reduced,
                               tuple(probes), mode, tuple(not_run))

@@ -63,8 +63,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ...attacks.apgd import APGDCE, APGDDLR, APGDT
-from ...attacks.base import Attack, AttackConfig
-from ...attacks.bim import BIML2, BIMLinf, galloway_l2_eps
+from ...attacks.base import DEFAULT_EPS, Attack, AttackConfig
+from ...attacks.bim import GALLOWAY_EPS, BIML2, BIMLinf, galloway_l2_eps
 from ...attacks.corruptions import IMAGENET_C_CORRUPTIONS, SEVERITIES, Corruption
 from ...attacks.cw import CWLinf
 from ...attacks.fab import FABT
@@ -72,7 +72,7 @@ from ...attacks.fgsm import FGSM
 from ...attacks.mifgsm import MIFGSM
 from ...attacks.noise import GaussianNoise
 from ...attacks.pgd import PGD
-from ...attacks.registry import attack_config, attack_threat
+from ...attacks.registry import attack_class, attack_config, list_attacks
 from ...attacks.space import PIXEL_SCALE, InputSpace, PixelBudget, check_budget_scale
 from ...attacks.square import Square
 from ...models.galloway_mlp import MNIST_STD
@@ -83,7 +83,7 @@ __all__ = [
     'AttackSpec', 'Protocol', 'PROTOCOLS', 'AGGREGATIONS', 'THREATS', 'get_protocol', 'list_protocols',
     'register_protocol', 'unregister_protocol',
     'protocol_from_attacks', 'override_protocol', 'reduce_protocol', 'resolve_eps', 'HEADLINES', 'budget_label',
-    'LAST_ITERATE_ATTACKS', 'Stepping', 'stepping', 'resolve_protocol', 'EPS_RULES',
+    'Stepping', 'stepping', 'resolve_protocol', 'EPS_RULES',
     'STANDARDIZED_RULES', 'SQRT_DIM_RULES', 'check_resolved', 'scalar_std', 'with_paper_budgets', 'create_spec_attack',
 ]
 
@@ -100,8 +100,6 @@ SQRT_DIM_RULES = ('sqrt_dim', 'std_sqrt_dim')
 _PIXEL_RULES = {'std': 'fixed', 'std_sqrt_dim': 'sqrt_dim'}
 
 HEADLINES = ('worst-case', 'last', 'mean', 'clean')
-#: Attacks whose last iterate a spec can score beside the best iterate (`AttackSpec.last_iterate`).
-LAST_ITERATE_ATTACKS = ('pgd', 'fgsm')
 
 
 def budget_label(name: str, budget: int) -> str:
@@ -126,7 +124,8 @@ class AttackSpec:
             budget that `resolve_eps` scales by √d. With a standardized rule (``std``, ``std_sqrt_dim``), in units of
             the standardized input until `resolve_protocol` resolved it, on the 0-255 scale after.
         threat: ``white-box`` (gradient-based), ``black-box`` (queries only) or ``noise`` (no adversary); sanity
-            checks compare them.
+            checks compare them. None (the default): the attack's own (`Attack.threat`), which a spec states only
+            where it differs.
         eps_rule: How ε is set (`EPS_RULES`): ``fixed``; ``sqrt_dim`` (Galloway et al.: ε2 = ε∞·√d, d the input
             dimension); ``std``: ε and the configured ``step`` in units of the standardized input, resolved from the
             evaluated model's std (`resolve_protocol`); ``std_sqrt_dim``: both, ε∞ in standardized units.
@@ -135,8 +134,8 @@ class AttackSpec:
         success_rate: Report the targeted attack-success rate (fraction classified as the target).
         label_budget: The iterations or queries `label` stands for, set by `reduce_protocol` and `override_protocol`
             when the budget that runs differs (``None``: the label names the budget that runs); see `run_label`.
-        last_iterate: Also score the last iterate of the same run (PGD only), the papers' convention, beside the
-            best iterate every evaluation attack reports.
+        last_iterate: Also score the last iterate of the same run (an attack that can: `Attack.scores_last_iterate`,
+            PGD and FGSM), the papers' convention, beside the best iterate every evaluation attack reports.
         eps_standardized: The ε a standardized rule declared (in units of the standardized input; ε∞ for
             ``std_sqrt_dim``), set by `resolve_protocol` with `input_std`; None before, and for the other rules.
         input_std: The model's input std the budget was resolved with (`scalar_std`: the std its channels share,
@@ -146,7 +145,7 @@ class AttackSpec:
     label: str
     config: AttackConfig
     eps: float
-    threat: str = 'white-box'
+    threat: Optional[str] = None
     eps_rule: str = 'fixed'
     step_rule: Optional[str] = None
     success_rate: bool = False
@@ -159,6 +158,8 @@ class AttackSpec:
         if not isinstance(self.config, AttackConfig) or self.config.attack_class.name is None:
             raise TypeError(f'{self.label}: config must be the configuration of a registered attack '
                             f"(PGD.Config.of(steps=10), attack_config('pgd', steps=10)), got {self.config!r}.")
+        if self.threat is None:
+            object.__setattr__(self, 'threat', self.config.attack_class.threat)
         if self.threat not in THREATS:
             raise ValueError(f'threat must be one of {THREATS}, got {self.threat!r}.')
         if self.eps_rule not in EPS_RULES:
@@ -171,9 +172,9 @@ class AttackSpec:
         step = getattr(self.config, 'step', None)
         if isinstance(step, (int, float)):
             _check_finite(f'{self.label}: step', step)
-        if self.last_iterate and self.attack not in LAST_ITERATE_ATTACKS:
-            raise ValueError(f'{self.label}: only {", ".join(LAST_ITERATE_ATTACKS)} can score its last iterate, '
-                             f'not {self.attack}.')
+        if self.last_iterate and not self.config.attack_class.scores_last_iterate:
+            able = (name for name in list_attacks() if attack_class(name).scores_last_iterate)
+            raise ValueError(f'{self.label}: only {", ".join(able)} can score its last iterate, not {self.attack}.')
         if (self.input_std is None) != (self.eps_standardized is None):
             raise ValueError(f'{self.label}: a resolved budget has both eps_standardized and input_std, got '
                              f'{self.eps_standardized} and {self.input_std}.')
@@ -375,32 +376,36 @@ class Protocol:
 
 
 def _xie2020() -> Protocol:
+    # Xie & Yuille's evaluation (§3, Table 7): L∞ ε = 16 on the 0-255 scale, step 1, 10 to 2000 iterations. The
+    # paper's numbers, stated as such: the attacks' `DEFAULT_EPS` is also 16 because PGD's defaults follow this paper.
+    eps, step, budgets = 16.0, 1.0, (10, 20, 100, 500, 2000)
     attacks = tuple(
-        AttackSpec(budget_label('pgd-t', n), PGD.Config.of(steps=n, step=1.0, step_rule='max', targeted=True,
+        AttackSpec(budget_label('pgd-t', n), PGD.Config.of(steps=n, step=step, step_rule='max', targeted=True,
                                                           random_start=True),
-                   eps=16.0, success_rate=True, last_iterate=True)
-        for n in (10, 20, 100, 500, 2000))
+                   eps=eps, success_rate=True, last_iterate=True)
+        for n in budgets)
     return Protocol(
-        'xie2020', 'Targeted PGD, Linf eps=16, step 1, 10 to 2000 iterations; accuracy and attack-success rate.',
-        'Xie & Yuille, ICLR 2020, Sec. 3 and Table 7', attacks, headline='pgd-t-2000')
+        'xie2020', f'Targeted PGD, Linf eps={eps:g}, step {step:g}, {budgets[0]} to {budgets[-1]} iterations; '
+        'accuracy and attack-success rate.', 'Xie & Yuille, ICLR 2020, Sec. 3 and Table 7', attacks,
+        headline=budget_label('pgd-t', budgets[-1]))
 
 
 def _robustbench() -> Protocol:
-    eps = 4.0
+    eps, steps, restarts, targets, queries = 4.0, 100, 1, 9, 5000  # AutoAttack's standard version, RobustBench's ε
     attacks = (
-        AttackSpec('apgd-ce', APGDCE.Config.of(steps=100, n_restarts=1), eps),
-        AttackSpec('apgd-t', APGDT.Config.of(steps=100, n_restarts=1, n_target_classes=9), eps),
-        AttackSpec('fab-t', FABT.Config.of(steps=100, n_restarts=1, n_target_classes=9), eps),
-        AttackSpec('square', Square.Config.of(n_queries=5000, n_restarts=1), eps, threat='black-box'),
+        AttackSpec('apgd-ce', APGDCE.Config.of(steps=steps, n_restarts=restarts), eps),
+        AttackSpec('apgd-t', APGDT.Config.of(steps=steps, n_restarts=restarts, n_target_classes=targets), eps),
+        AttackSpec('fab-t', FABT.Config.of(steps=steps, n_restarts=restarts, n_target_classes=targets), eps),
+        AttackSpec('square', Square.Config.of(n_queries=queries, n_restarts=restarts), eps),
     )
     return Protocol(
-        'robustbench', 'AutoAttack standard (APGD-CE, APGD-T, FAB-T, Square) at Linf eps=4/255, as a cascade.',
+        'robustbench', f'AutoAttack standard (APGD-CE, APGD-T, FAB-T, Square) at Linf eps={eps:g}/255, as a cascade.',
         'Croce & Hein, ICML 2020; RobustBench ImageNet Linf', attacks, aggregation='cascade', worst_case=True,
         headline='worst-case')
 
 
 def _nofrost() -> Protocol:
-    eps, steps = 8.0, 20
+    eps, steps, queries = 8.0, 20, 400
     attacks = tuple(_with_step(spec) for spec in (
         AttackSpec('pgd', PGD.Config.of(steps=steps, step_rule='fixed', random_start=True), eps, step_rule='nofrost',
                    last_iterate=True),
@@ -408,10 +413,11 @@ def _nofrost() -> Protocol:
         AttackSpec('apgd-dlr', APGDDLR.Config.of(steps=steps), eps),
         AttackSpec('mifgsm', MIFGSM.Config.of(steps=steps, decay=1.0), eps, step_rule='nofrost'),
         AttackSpec('cw-linf', CWLinf.Config.of(steps=steps, confidence=50.0), eps, step_rule='nofrost'),
-        AttackSpec('square', Square.Config.of(n_queries=400), eps, threat='black-box'),
+        AttackSpec('square', Square.Config.of(n_queries=queries), eps),
     ))
     return Protocol(
-        'nofrost', 'Linf eps=8 suite: PGD, APGD-CE, APGD-DLR, MI-FGSM, CW-Linf (20 iterations), Square (400 queries).',
+        'nofrost', f'Linf eps={eps:g} suite: PGD, APGD-CE, APGD-DLR, MI-FGSM, CW-Linf ({steps} iterations), Square '
+        f'({queries} queries).',
         'Wang et al., ICML 2022, Sec. 4.1 and 4.3', attacks, worst_case=True, headline='worst-case',
         metrics=('margin', 'thickness', 'smoothness'))
 
@@ -421,23 +427,22 @@ def _nofrost() -> Protocol:
 # budgets are in units of the model's input std, which `resolve_protocol` reads off the evaluated model.
 
 def _galloway() -> Protocol:
-    eps_inf = 0.03  # of the standardized input
+    eps_inf, steps = GALLOWAY_EPS, 20  # ε∞ of the standardized input
     attacks = tuple(_with_step(spec) for spec in (
-        AttackSpec('gaussian-noise', GaussianNoise.Config.of(std=0.5), 0.0, threat='noise'),
-        AttackSpec('bim-linf', BIMLinf.Config.of(steps=20), eps_inf, eps_rule='std', step_rule='fraction'),
+        AttackSpec('gaussian-noise', GaussianNoise.Config.of(std=0.5), 0.0),
+        AttackSpec('bim-linf', BIMLinf.Config.of(steps=steps), eps_inf, eps_rule='std', step_rule='fraction'),
         # No step rule: it would take ε/20 of the L∞-sized ε before √d scaling; BIM-L2 steps its resolved ε/20.
-        AttackSpec('bim-l2', BIML2.Config.of(steps=20), eps_inf, eps_rule='std_sqrt_dim'),
+        AttackSpec('bim-l2', BIML2.Config.of(steps=steps), eps_inf, eps_rule='std_sqrt_dim'),
     ))
     return Protocol(
-        'galloway', 'Gaussian noise (variance 1/4), BIM-Linf eps=0.03 and BIM-L2 eps=0.03*sqrt(d), 20 iterations, '
-        "budgets in units of the standardized input (times the model's std).",
+        'galloway', f'Gaussian noise (variance 1/4), BIM-Linf eps={eps_inf:g} and BIM-L2 eps={eps_inf:g}*sqrt(d), '
+        f"{steps} iterations, budgets in units of the standardized input (times the model's std).",
         'Galloway et al., 2019, Sec. 3', attacks, headline='bim-linf')
 
 
 def _galloway_mnist() -> Protocol:
     attacks = (
-        AttackSpec('gaussian-noise', GaussianNoise.Config.of(std=1.0, size=28, grey=True, clip=False), 0.0,
-                   threat='noise'),
+        AttackSpec('gaussian-noise', GaussianNoise.Config.of(std=1.0, size=28, grey=True, clip=False), 0.0),
         # BIM as PGD from the clean input, so that it also scores its last iterate: the loss is the paper's, at the
         # attack's final point over every digit (a best iterate stops at the first fooling one, just past the boundary)
         *(AttackSpec(label, PGD.Config.of(steps=100, step=1e-3, step_rule='fixed', random_start=False), eps,
@@ -456,7 +461,7 @@ def _galloway_mnist() -> Protocol:
 
 def _corruptions() -> Protocol:
     attacks = tuple(
-        AttackSpec(f'{name}-{severity}', Corruption.Config.of(corruption=name, severity=severity), 0.0, threat='noise')
+        AttackSpec(f'{name}-{severity}', Corruption.Config.of(corruption=name, severity=severity), 0.0)
         for name in IMAGENET_C_CORRUPTIONS for severity in SEVERITIES)
     return Protocol(
         'corruptions', 'The 15 ImageNet-C corruptions at severities 1-5, applied on the fly.',
@@ -531,8 +536,7 @@ def _list_specs(name: str, eps: float, options: Mapping[str, Any], counts: Seque
     """
     config = attack_config(name)
     config = config.stating(**{key: value for key, value in options.items() if key in config.option_names()})
-    threat = attack_threat(name)
-    spec = AttackSpec(name, config, 0.0 if threat == 'noise' else eps, threat=threat,
+    spec = AttackSpec(name, config, 0.0 if config.attack_class.threat == 'noise' else eps,
                       success_rate=bool(getattr(config, 'targeted', False)))
     if not counts or 'steps' not in config.option_names():
         return [_with_budget(spec)]
@@ -542,7 +546,7 @@ def _list_specs(name: str, eps: float, options: Mapping[str, Any], counts: Seque
 
 def protocol_from_attacks(
         attacks: Sequence[str],
-        eps: float = 16.0,
+        eps: float = DEFAULT_EPS,
         attack_kwargs: Optional[Mapping[str, Any]] = None,
         aggregation: str = 'independent',
         steps: Sequence[int] = (),
@@ -594,7 +598,8 @@ def with_paper_budgets(protocol: Protocol) -> Protocol:
     kept = [spec for spec in specs if spec.attack not in paper and spec.threat != 'noise']
     budgets = [f'{", ".join(spec.label for spec in kept)} at eps={kept[0].eps:g}.'] if kept else []
     description = ' '.join([f'Attacks {", ".join(spec.label for spec in specs)}.', *budgets,
-                            f"{names}: eps=0.03 of the standardized input (Galloway et al.'s, as in galloway)."])
+                            f"{names}: eps={GALLOWAY_EPS:g} of the standardized input (Galloway et al.'s, as in "
+                            'galloway).'])
     return replace(protocol, attacks=specs, description=description)
 
 

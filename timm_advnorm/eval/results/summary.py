@@ -30,7 +30,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ...attacks.noise import noise_settings
 from ..plan.stage_plan import EvalPlan, SanityPlan, ood_stage
 from ..plan.stages import AttackStage, attack_norm
 from ..plan.variants import Variant
@@ -68,18 +67,15 @@ def _size_fields(spec: AttackSpec, input_size: Sequence[int]) -> Dict[str, Any]:
     ε is the budget the attack was built with (`resolve_eps`, on the `EPS_SCALE`; ``eps_rule`` ``sqrt_dim``:
     Galloway's ε∞·√d, the spec's ε being ε∞; ``std``: ε declared in units of the standardized input, with that
     declared ε, ``eps_standardized``, and the model's std it was resolved with, ``input_std``). Noise has no norm nor
-    ε: Gaussian noise states its σ and the scale σ is on (`noise_settings`), a corruption its name and severity.
+    ε: it states what its attack class says of it (`Attack.noise_fields`): Gaussian noise its σ and the scale σ is on
+    (`noise_settings`), a corruption its name and severity.
     """
     if spec.threat != 'noise':
         step, rule, iterate = stepping(spec, input_size)
         return dict(norm=attack_norm(spec), eps=resolve_eps(spec, input_size), eps_scale=EPS_SCALE,
                     eps_rule=spec.eps_rule, eps_standardized=spec.eps_standardized, input_std=spec.input_std,
                     step=step, step_rule=rule, iterate=iterate)
-    if spec.attack == 'gaussian-noise':
-        return noise_settings(spec.config.options())
-    if spec.attack == 'corruption':
-        return dict(noise='imagenet-c', corruption=spec.config.corruption, severity=spec.config.severity)
-    return dict(noise=spec.attack)
+    return spec.config.attack_class.noise_fields(spec.config.options())
 
 
 def _attack_summary(table: ResultTable, variant: str, stage: AttackStage, input_size) -> AttackResult:

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from ... import models  # noqa: F401  (registers the plugin's models)
 from ...attacks import InputSpace
+from ...attacks.base import DEFAULT_EPS
 from ...data import SPLIT_SYNONYMS, builtin_dataset, is_folder_dataset, resolve_dataset, same_split, split_folder
 from ...data.folders import check_num_classes, scan_image_folder
 from ...data.preprocessing import check_input_channels, check_input_size, explicit_preprocessing
@@ -110,7 +111,7 @@ def build_protocol(options: AttackOptions, space: InputSpace) -> Protocol:
                 attack_kwargs[key] = value
         if options.targeted:
             attack_kwargs['targeted'] = True
-        eps = 16.0 if options.eps is None else options.eps
+        eps = DEFAULT_EPS if options.eps is None else options.eps
         protocol = protocol_from_attacks(list(options.attacks), eps, attack_kwargs,
                                          'cascade' if options.cascade else 'independent', steps=options.steps)
         if options.eps is None:  # BIM at the galloway protocol's budget, resolved from the model's std
