@@ -47,3 +47,22 @@ def test_the_demo_table_is_the_recorded_demo_report():
     rows = table.split('\n\n', 1)[0].splitlines()[2:]  # the table ends at the first blank line
     documented = [_percentages(line) for line in rows]
     assert len(recorded) == 5 and documented == recorded
+
+
+def test_the_galloway_calibration_table_is_its_evaluations_numbers():
+    """``docs/results/galloway-mnist/calibration/calibration.csv`` (a table of the site): each row of ours is what its
+    source evaluation's ``results.csv`` says, clean, loss, noise and the attack at ε = 0.1 (FGSM for the linear
+    model, BIM for the MLPs; the [0, 1] run is one FGSM step, run as a one-iteration BIM)."""
+    import csv
+
+    folder = RECORDS / 'galloway-mnist' / 'calibration'
+    rows = list(csv.DictReader((folder / 'calibration.csv').open(encoding='utf-8')))
+    ours = [row for row in rows if row['Source'] != 'paper']
+    assert len(ours) == 10 and len(rows) == 13
+    for row in ours:
+        results = {r['attack']: r for r in csv.DictReader((folder / row['Source']).open(encoding='utf-8'))}
+        attack = results.get('fgsm-0.1' if row['Attack at ε = 0.1'] == 'FGSM' else 'bim-linf') or results['bim-linf']
+        noise = results['gaussian-noise']['accuracy'] if 'gaussian-noise' in results else '—'
+        assert (row['Clean'], row['Noise'], row['Accuracy']) == (results['clean']['accuracy'], noise,
+                                                                 attack['accuracy']), row['Source']
+        assert row['Clean loss'] in ('—', f"{float(results['clean']['loss'] or 'nan'):.4f}"), row['Source']

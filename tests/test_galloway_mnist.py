@@ -100,7 +100,7 @@ def test_a_reduced_galloway_mnist_cell_runs_end_to_end(tmp_path, mnist5k_dir):
     assert all(a['attacked'] == 24 for a in attacks.values())  # the loss is over every digit: all are attacked
     assert 0.0 < variant['clean_loss'] < attacks['fgsm-0.05']['loss'] < attacks['fgsm-0.1']['loss']
     assert attacks['bim-linf-0.05']['loss'] < attacks['bim-linf']['loss']
-    unit = 0.3081 * 255  # the paper's budgets are on the standardized input: one unit is MNIST's pixel std
+    unit = 127.5  # the paper's budgets read on the [-1, 1] input scale: one unit is half the pixel range
     assert attacks['bim-linf-0.05']['max_perturbation'] <= 0.05 * unit + 1e-3
     metrics = read_cell(cell).metrics  # what the study's tables read
     assert metrics['loss:clean'] == variant['clean_loss'] and metrics['loss:bim-linf'] == attacks['bim-linf']['loss']
@@ -112,7 +112,7 @@ def test_a_reduced_galloway_mnist_cell_runs_end_to_end(tmp_path, mnist5k_dir):
     assert bim['attack'] == 'pgd' and bim['kwargs']['random_start'] is False
     assert bim['accuracy'] <= bim['accuracy_last_iterate'] and attacks['fgsm-0.1']['accuracy_last_iterate'] is not None
     described = EvalResults.from_dict(results).variants[0].attacks[1].describe()
-    assert 'from the clean input' in described and 'ε = 7.857/255, α = 0.07857/255' in described, described
+    assert 'from the clean input' in described and 'ε = 12.75/255, α = 0.1275/255' in described, described
     noise = attacks['gaussian-noise']
     assert (noise['sigma'], noise['sigma_scale'], noise['clipped']) == (1.0, 'normalized input', False)
     assert noise['kwargs']['size'] == 28 and noise['kwargs']['grey'] is True

@@ -68,21 +68,21 @@ def test_channels_of_different_stds_take_their_mean_and_a_shared_std_is_exact():
     assert scalar_std(InputSpace(MNIST_MEAN, MNIST_STD)) == 0.3081
 
 
-def test_galloway_mnist_on_an_mnist_model_runs_the_papers_budgets():
-    """ε = 0.1 and 0.05, step 1e-3, FGSM ε = 0.05 and 0.1 of the standardized digit: the numbers the protocol had
-    when MNIST's std was written into it, exactly."""
-    space = InputSpace.from_model(timm.create_model('galloway_mlp'))
-    unit = 0.3081 * 255.0
-    protocol = resolve_protocol(get_protocol('galloway-mnist'), space)
+def test_galloway_mnist_reads_the_papers_budgets_on_the_signed_unit_scale_whatever_the_model():
+    """ε = 0.1 and 0.05, step 1e-3, FGSM ε = 0.05 and 0.1 on the [-1, 1] input scale: half the pixel range, on the
+    0-255 scale before any model is seen (12.75/255 for ε = 0.1)."""
+    unit = 127.5
+    protocol = get_protocol('galloway-mnist')
+    assert resolve_protocol(protocol, InputSpace.from_model(timm.create_model('galloway_mlp'))) is protocol
     specs = {spec.label: spec for spec in protocol.attacks}
     assert [(specs[label].eps, specs[label].config.step) for label in ('bim-linf', 'bim-linf-0.05')] == [
         (0.1 * unit, 1e-3 * unit), (0.05 * unit, 1e-3 * unit)]
     assert [(specs[label].eps, specs[label].config.step) for label in ('fgsm-0.05', 'fgsm-0.1')] == [
         (0.05 * unit, 0.05 * unit), (0.1 * unit, 0.1 * unit)]
-    assert all(specs[label].input_std == 0.3081 for label in specs if label != 'gaussian-noise')
+    assert all(specs[label].eps_rule == 'fixed' and specs[label].input_std is None for label in specs)
     plan = build_plan(protocol, sanity_samples=8, sanity_steps=10)
-    assert plan.sanity.eps == 0.1 * unit  # the sanity sweep centers on the resolved budget, as before
-    ctx = EvalContext(space, (3, 28, 28))
+    assert plan.sanity.eps == 0.1 * unit  # the sanity sweep centers on the headline budget
+    ctx = EvalContext(InputSpace(MNIST_MEAN, MNIST_STD), (3, 28, 28))
     assert build_attack(specs['bim-linf'], ctx, seed=0).eps == 0.1 * unit
 
 
@@ -90,7 +90,7 @@ def test_galloway_mnist_on_an_mnist_model_runs_the_papers_budgets():
 def test_a_protocol_without_standardized_budgets_is_unchanged(name):
     protocol = get_protocol(name)
     if any(spec.eps_rule in STANDARDIZED_RULES for spec in protocol.attacks):
-        assert name in ('galloway', 'galloway-mnist')
+        assert name == 'galloway'
         return
     assert resolve_protocol(protocol, _space(0.3)) is protocol
     assert all('input_std' not in spec for spec in protocol.to_dict()['attacks'])
@@ -102,8 +102,8 @@ def test_an_unresolved_budget_is_refused_where_it_would_be_read():
     message = "bim-linf, bim-l2 state a budget in units of the standardized input, not resolved from the model's"
     with pytest.raises(ValueError, match=f"^Protocol 'galloway': {message}"):
         build_plan(galloway, sanity_samples=0)
-    with pytest.raises(ValueError, match="^Protocol 'galloway-mnist': bim-linf, "):
-        override_protocol(get_protocol('galloway-mnist'), eps=8.0)
+    with pytest.raises(ValueError, match="^Protocol 'galloway': bim-linf, "):
+        override_protocol(get_protocol('galloway'), eps=8.0)
     with pytest.raises(ValueError, match='^Attack: bim-linf states a budget in units of the standardized input'):
         build_attack(galloway.attacks[1], EvalContext(InputSpace(), INPUT_SIZE), seed=0)
 
@@ -117,11 +117,12 @@ def _cli_protocol(space, *argv):
 def test_the_command_resolves_before_its_overrides_which_stay_on_the_0_255_scale():
     mnist = InputSpace(MNIST_MEAN, MNIST_STD)
     assert _cli_protocol(mnist, '--protocol', 'galloway').attacks[1].eps == pytest.approx(0.03 * 0.3081 * 255)
-    bim = _cli_protocol(mnist, '--protocol', 'galloway-mnist', '--eps', '8').attacks[1]
+    bim = _cli_protocol(mnist, '--protocol', 'galloway', '--eps', '8').attacks[1]
     assert (bim.eps, bim.eps_rule, bim.input_std) == (8.0, 'fixed', None)
-    assert bim.config.step == pytest.approx(1e-3 * 0.3081 * 255)  # the paper's step, resolved: not overridden
-    step = _cli_protocol(mnist, '--protocol', 'galloway-mnist', '--step', '0.5').attacks[1]
-    assert (step.eps, step.eps_rule, step.config.step) == (pytest.approx(0.1 * 0.3081 * 255), 'std', 0.5)
+    step = _cli_protocol(mnist, '--protocol', 'galloway', '--step', '0.5').attacks[1]
+    assert (step.eps, step.eps_rule, step.config.step) == (pytest.approx(0.03 * 0.3081 * 255), 'std', 0.5)
+    mnist_bim = _cli_protocol(mnist, '--protocol', 'galloway-mnist', '--eps', '8').attacks[1]
+    assert (mnist_bim.eps, mnist_bim.config.step) == (8.0, 0.1275)  # the paper's step: not overridden
 
 
 def test_results_name_the_rule_the_std_and_the_0_255_budget():
