@@ -45,7 +45,7 @@ def test_training_writes_checkpoint_summary_and_its_arguments(trained_run):
     assert [row['epoch'] for row in rows] == ['0']
     assert float(rows[0]['train_passes_per_image']) == 3.0  # PGD-1 + clean + adversarial pass
     checkpoint = torch.load(trained_run / 'last.pth.tar', map_location='cpu', weights_only=False)
-    assert checkpoint['args'].grad_checkpointing and checkpoint['args'].img_size == IMG_SIZE
+    assert checkpoint['args']['grad_checkpointing'] and checkpoint['args']['img_size'] == IMG_SIZE
     # two steps, each counted once by every BN layer of both branches, recomputed blocks included
     batches = {k: int(v) for k, v in checkpoint['state_dict'].items() if k.endswith('num_batches_tracked')}
     assert any('.adv_bn.' in k for k in batches) and set(batches.values()) == {2}

@@ -5,6 +5,7 @@ preprocessing and inference branch the checkpoint records unless told otherwise,
 One tiny run of a recipe unlike the defaults (ε 8, lr 0.02, 16-pixel images, 2 epochs), stopped after its first
 epoch, serves every test; each test that writes works on its own copy of the run folder.
 """
+import argparse
 import json
 import logging
 import shutil
@@ -81,8 +82,10 @@ def test_a_resume_without_the_config_keeps_the_recorded_recipe(tiny, folder, mon
     for argv in (resume + ['--checkpoint-hist', '1'], tiny_train_argv(tiny, folder.parent, *RECIPE, *resume)):
         training = _built(monkeypatch, argv)
         args = training.recorded
-        assert (args.attack_eps, args.attack_steps, args.attack_targeted, args.lr) == (8.0, 1, False, 0.02), argv
-        assert (args.dataset, args.data_dir, args.img_size, args.method) == ('', str(tiny), 16, 'mbn'), argv
+        assert [args[name] for name in ('attack_eps', 'attack_steps', 'attack_targeted', 'lr')] == [8.0, 1, False,
+                                                                                                  0.02], argv
+        assert [args[name] for name in ('dataset', 'data_dir', 'img_size', 'method')] == ['', str(tiny), 16,
+                                                                                         'mbn'], argv
         assert (training.start_epoch, training.epochs) == (1, 2), argv
         assert (training.task.attack.eps, training.task.attack.steps) == (8.0, 1), argv  # on the 0-255 scale
         assert set(training.scheduler.base_values) == {0.02}, argv  # each parameter group
@@ -112,8 +115,18 @@ def test_resume_with_changes_trains_on_with_them_and_records_them(folder, caplog
     assert resumed.startswith(f'# Resumed from {folder / "last.pth.tar"} with --resume-with-changes (recorded -> '
                               f'given):\n#   attack_eps: 8.0 -> 4.0\n'), resumed
     assert yaml.safe_load(resumed)['attack_eps'] == 4.0 and yaml.safe_load(resumed)['lr'] == 0.02
-    last = torch.load(folder / 'last.pth.tar', map_location='cpu', weights_only=False)
-    assert last['epoch'] == 1 and last['args'].attack_eps == 4.0  # the next resume keeps the changed recipe
+    last = torch.load(folder / 'last.pth.tar', map_location='cpu', weights_only=True)
+    assert last['epoch'] == 1 and last['args']['attack_eps'] == 4.0  # the next resume keeps the changed recipe
+
+
+def test_a_checkpoint_recording_a_namespace_resumes_with_its_recipe(tiny, folder, monkeypatch):
+    """Checkpoints record their arguments as a dict of plain values; older ones, as timm does, as an
+    `argparse.Namespace`, which is still read."""
+    checkpoint = torch.load(folder / 'last.pth.tar', map_location='cpu', weights_only=True)
+    checkpoint['args'] = argparse.Namespace(**checkpoint['args'])
+    torch.save(checkpoint, folder / 'last.pth.tar')
+    training = _built(monkeypatch, ['--resume', str(folder / 'last.pth.tar')])
+    assert (training.recorded['attack_eps'], training.recorded['lr'], training.start_epoch) == (8.0, 0.02, 1)
 
 
 def test_a_checkpoint_recording_no_arguments_resumes_on_the_command_line_with_a_warning(tiny, folder, monkeypatch,
@@ -124,7 +137,7 @@ def test_a_checkpoint_recording_no_arguments_resumes_on_the_command_line_with_a_
     caplog.set_level(logging.WARNING, logger='train_adv')
     training = _built(monkeypatch, tiny_train_argv(tiny, folder.parent, '--epochs', '2', '--resume',
                                                    str(folder / 'last.pth.tar')))
-    assert training.recorded.attack_eps == 16.0  # the recipe's and the command line's, nothing recorded
+    assert training.recorded['attack_eps'] == 16.0  # the recipe's and the command line's, nothing recorded
     assert 'records no timm-advnorm-train arguments: this command line and its defaults set the whole recipe' in caplog.text
 
 

@@ -47,7 +47,7 @@ def test_two_processes_with_grad_checkpointing(tmp_path, digits_dir, sync_bn):
     args = yaml.safe_load((run / 'args.yaml').read_text())
     assert args['grad_checkpointing'] is True and args['sync_bn'] is bool(sync_bn)
     checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=False)
-    assert checkpoint['args'].world_size == 2 and checkpoint['args'].distributed
+    assert checkpoint['args']['world_size'] == 2 and checkpoint['args']['distributed']
     assert not any(k.startswith('module.') for k in checkpoint['state_dict'])
     # recomputed blocks counted no batch twice: every BN layer (both branches) saw as many batches as the stem's
     batches = {k: int(v) for k, v in checkpoint['state_dict'].items() if k.endswith('num_batches_tracked')}

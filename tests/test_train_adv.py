@@ -228,6 +228,6 @@ def test_vanilla_on_a_mixture_bn_model_neither_logs_nor_ranks_by_the_untrained_b
     assert [c for c in rows[0] if c.startswith('train_loss')] == ['train_loss']  # loss_clean would repeat it
     assert 'train_lr' not in rows[0] and 'lr' in rows[0]
     best = torch.load(run / 'model_best.pth.tar', map_location='cpu', weights_only=False)
-    assert best['args'].eval_metric == 'top1'
+    assert best['args']['eval_metric'] == 'top1'
     assert best['metric'] == max(float(row['eval_top1']) for row in rows)
     assert yaml.safe_load((run / 'args.yaml').read_text())['eval_metric'] == 'top1'

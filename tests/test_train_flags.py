@@ -198,8 +198,8 @@ def test_a_run_records_the_iterations_its_attack_runs(tmp_path, digits_dir, capl
     saved = yaml.safe_load((run / 'args.yaml').read_text())
     assert (saved['attack_steps'], saved['attack_step_rule']) == (1, 'fixed')
     assert '--attack fgsm runs with --attack-steps 1, --attack-step-rule fixed' in caplog.text
-    checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=False)
-    assert checkpoint['args'].attack_steps == 1
+    checkpoint = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=True)  # a plain dict of values
+    assert checkpoint['args']['attack_steps'] == 1
 
 
 def test_no_schedule_trains_every_epoch_at_a_constant_lr(tmp_path, digits_dir):

@@ -20,7 +20,7 @@ def test_the_conversion_fills_each_group_from_the_arguments_it_keeps_unchanged()
                           '--checkpoint-hist', '4'])
     before = copy.deepcopy(vars(args))
     options = train_options(args)
-    assert vars(args) == before and options.recorded is args
+    assert vars(args) == before and options.recorded == vars(args) and options.recorded is not vars(args)
     assert (options.method, options.model.model, options.data.dataset) == (args.method, args.model, 'digits')
     assert (options.optimizer.lr, options.optimizer.lr_base, options.schedule.epochs) == (0.05, 0.3, args.epochs)
     assert (options.augment.aa, options.output.checkpoint_hist, options.runtime.seed) == ('v0', 4, args.seed)
@@ -47,8 +47,8 @@ def test_building_a_run_resolves_into_new_objects_and_changes_neither_input(digi
     assert (resolved.data.img_size, resolved.runtime.device, resolved.runtime.world_size) == (32, 'cpu', 1)
     assert resolved.validation.eval_metric == 'adv_branch_robust_top1'  # mixture BN's own
     recorded = run.recorded  # what the checkpoints save: the parsed arguments with the resolved values
-    assert recorded is not args
-    assert (recorded.lr, recorded.img_size, recorded.eval_metric, recorded.rank) == (
+    assert recorded is not options.recorded and options.recorded == vars(args)
+    assert (recorded['lr'], recorded['img_size'], recorded['eval_metric'], recorded['rank']) == (
         resolved.optimizer.lr, 32, resolved.validation.eval_metric, 0)
 
 

@@ -1,4 +1,4 @@
-"""argparse types of the numeric options: a finite number within a range, said in the error.
+"""argparse types of the numeric options: a finite number within a range, said in the error (and of ``--attack``).
 
 The commands' numeric options (training, evaluation, the preprocessing options they share) and each method's own
 (`AdversarialClassificationTask.add_args`) use them, so that every number is checked the same way, from the command
@@ -9,11 +9,12 @@ import math
 import re
 from typing import Optional, Union
 
+from .attacks.registry import check_training_attack
 from .attacks.space import scale_255_text
 
 __all__ = ['BooleanOptionalAction', 'Number', 'PixelScale', 'finite_float', 'non_negative_float', 'positive_float',
            'probability', 'fraction', 'open_fraction', 'non_negative_int', 'positive_int', 'seed_int', 'pixel_budget',
-           'pixel_step', 'positive_pixel_step']
+           'pixel_step', 'positive_pixel_step', 'training_attack']
 
 #: argparse's action of an on/off option with its ``--no-`` form, for the methods' option declarations (which do not
 #: import argparse themselves).
@@ -121,3 +122,11 @@ pixel_budget = PixelScale(1.0, 'budgets')
 #: [0, 1]-scale step (2/255 = 0.0078, 0.01).
 pixel_step = PixelScale(0.1, 'steps')
 positive_pixel_step = PixelScale(0.1, 'steps', positive=True)
+
+
+def training_attack(name: str) -> str:
+    """argparse type of ``--attack``: a registered attack that can make training examples (the error names them)."""
+    try:
+        return check_training_attack(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

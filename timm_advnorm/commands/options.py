@@ -3,11 +3,12 @@ count, metavar, choices); a command adds it with what is its own (default, help,
 count that really differ, such as the single training ``--attack-steps`` against the evaluation's sweep).
 
 Groups as the commands' ``--help`` shows them: the model and its preprocessing, the data, the attack budget and the
-runtime (device, AMP, seed, workers).
+runtime (device, AMP, seed, workers). A command whose options are declared on options dataclasses (the training
+command: `train.options`) finds each field's shared settings by its flag (`shared_option_for`).
 """
 import argparse
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 from timm.utils import ParseKwargs
 
@@ -15,7 +16,8 @@ from ..arg_types import finite_float, non_negative_int, pixel_budget, positive_f
 from ..usage import AMP_DTYPES
 
 __all__ = [
-    'SharedOption', 'add_preprocessing_args', 'CONFIG', 'MODEL', 'PRETRAINED', 'NUM_CLASSES', 'MODEL_KWARGS',
+    'SharedOption', 'add_preprocessing_args', 'shared_option_for', 'IMG_SIZE', 'INPUT_SIZE', 'CROP_PCT',
+    'INTERPOLATION', 'MEAN', 'STD', 'CONFIG', 'MODEL', 'PRETRAINED', 'NUM_CLASSES', 'MODEL_KWARGS',
     'DATASET', 'DATA_DIR', 'VAL_SPLIT', 'CLASS_MAP', 'SKIP_BAD_IMAGES', 'NUM_SAMPLES', 'ATTACK_EPS', 'ATTACK_STEP',
     'ATTACK_STEPS', 'ATTACK_NORM', 'ATTACK_TARGETED', 'BATCH_SIZE', 'WORKERS', 'PIN_MEM', 'DEVICE', 'CHANNELS_LAST',
     'AMP', 'AMP_DTYPE', 'SEED', 'NO_PROGRESS', 'PLAN']
@@ -40,26 +42,30 @@ class SharedOption:
         return container.add_argument(*self.flags, *aliases, **self.settings, **own)
 
 
+# The preprocessing overrides of timm's scripts (default: the model's), checked as numbers of their range: a zero
+# std or a negative size is a usage error, not a failure deep in a data-loading worker.
+IMG_SIZE = SharedOption(('--img-size',), dict(type=positive_int, default=None, metavar='N'))
+INPUT_SIZE = SharedOption(('--input-size',), dict(type=positive_int, nargs=3, default=None, metavar=('C', 'H', 'W')))
+CROP_PCT = SharedOption(('--crop-pct',), dict(type=positive_float, default=None, metavar='PCT'))
+INTERPOLATION = SharedOption(('--interpolation',), dict(default='', type=str, metavar='NAME'))
+MEAN = SharedOption(('--mean',), dict(type=finite_float, nargs='+', default=None, metavar='MEAN'))
+STD = SharedOption(('--std',), dict(type=positive_float, nargs='+', default=None, metavar='STD'))
+
+
 def add_preprocessing_args(group: Any, images: str) -> None:
     """The preprocessing overrides of timm's scripts (``--img-size``, ``--input-size``, ``--crop-pct``,
-    ``--interpolation``, ``--mean``, ``--std``; default: the model's), checked as numbers of their range: a zero
-    std or a negative size is a usage error, not a failure deep in a data-loading worker.
+    ``--interpolation``, ``--mean``, ``--std``; default: the model's).
 
     Args:
         group: The parser or argument group to add them to.
         images: What the crop and interpolation apply to, for the help (``validation images``).
     """
-    group.add_argument('--img-size', type=positive_int, default=None, metavar='N', help='Input image size.')
-    group.add_argument('--input-size', type=positive_int, nargs=3, default=None, metavar=('C', 'H', 'W'),
-                       help='Input dimensions (e.g. 3 224 224; default: the model\'s).')
-    group.add_argument('--crop-pct', type=positive_float, default=None, metavar='PCT',
-                       help=f'Centre-crop fraction of {images} (default: the model\'s).')
-    group.add_argument('--interpolation', default='', type=str, metavar='NAME',
-                       help=f'Resize interpolation of {images} (default: the model\'s).')
-    group.add_argument('--mean', type=finite_float, nargs='+', default=None, metavar='MEAN',
-                       help='Override dataset mean.')
-    group.add_argument('--std', type=positive_float, nargs='+', default=None, metavar='STD',
-                       help='Override dataset std.')
+    IMG_SIZE.add(group, help='Input image size.')
+    INPUT_SIZE.add(group, help='Input dimensions (e.g. 3 224 224; default: the model\'s).')
+    CROP_PCT.add(group, help=f'Centre-crop fraction of {images} (default: the model\'s).')
+    INTERPOLATION.add(group, help=f'Resize interpolation of {images} (default: the model\'s).')
+    MEAN.add(group, help='Override dataset mean.')
+    STD.add(group, help='Override dataset std.')
 
 
 #: ``-c``: the YAML file of defaults (`parser.parse_with_config`).
@@ -101,3 +107,15 @@ SEED = SharedOption(('--seed',), dict(type=seed_int, default=42, metavar='S'))
 NO_PROGRESS = SharedOption(('--no-progress',), dict(action='store_true'))
 #: ``--plan``: build the run, measure its first step or batch on this device, print the budget and stop.
 PLAN = SharedOption(('--plan',), dict(action='store_true'))
+
+
+_SHARED_OPTIONS = {option.flags[-1]: option for option in (
+    IMG_SIZE, INPUT_SIZE, CROP_PCT, INTERPOLATION, MEAN, STD, CONFIG, MODEL, PRETRAINED, NUM_CLASSES, MODEL_KWARGS,
+    DATASET, DATA_DIR, VAL_SPLIT, CLASS_MAP, SKIP_BAD_IMAGES, NUM_SAMPLES, ATTACK_EPS, ATTACK_STEP, ATTACK_STEPS,
+    ATTACK_NORM, ATTACK_TARGETED, BATCH_SIZE, WORKERS, PIN_MEM, DEVICE, CHANNELS_LAST, AMP, AMP_DTYPE, SEED,
+    NO_PROGRESS, PLAN)}
+
+
+def shared_option_for(flag: str) -> Optional[SharedOption]:
+    """The shared option whose long flag is `flag` (``--batch-size``), or None."""
+    return _SHARED_OPTIONS.get(flag)

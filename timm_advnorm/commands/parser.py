@@ -43,7 +43,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
     Error lines start with the command's name (``timm-advnorm-convert: error:``), also for a sub-command's parser,
     which is created with this class and told the command (`add_subparsers`). Hidden aliases (`add_hidden_alias`)
-    are accepted on the command line and as keys of a ``-c`` YAML config.
+    are accepted on the command line and as keys of a ``-c`` YAML config. Each option added, to the parser or to one
+    of its groups, is kept in `option_actions` by its option strings.
 
     Args:
         command: Name that starts error lines (default: `prog`; a sub-command's parser gets its parent's).
@@ -51,9 +52,26 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, command: Optional[str] = None, **kwargs: Any):
         kwargs.setdefault('formatter_class', _DefaultsHelpFormatter)
+        #: Each option's action (what ``add_argument`` returned) by its option strings, ``--help`` included.
+        self.option_actions: Dict[str, argparse.Action] = {}
         super().__init__(*args, **kwargs)
         self.command = command or self.prog
         self.config_aliases: Dict[str, str] = {}
+
+    def _kept(self, action: argparse.Action) -> argparse.Action:
+        self.option_actions.update((option, action) for option in action.option_strings)
+        return action
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        """argparse's ``add_argument``, the option kept in `option_actions`."""
+        return self._kept(super().add_argument(*args, **kwargs))
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
+        """argparse's ``add_argument_group``, whose options are kept in `option_actions` too."""
+        group = super().add_argument_group(*args, **kwargs)
+        add_to_group = group.add_argument
+        group.add_argument = lambda *a, **k: self._kept(add_to_group(*a, **k))
+        return group
 
     def add_subparsers(self, **kwargs: Any) -> argparse._SubParsersAction:
         """Sub-command parsers of this class, whose errors start with this command's name."""

@@ -1,10 +1,10 @@
 """The training and evaluation commands as a study drives them (`CELL_COMMANDS`): a cell's options written as each
-command's arguments by that command's own parser, its training arguments parsed into typed options for the planned
-budget, and each command's `main` for the cells run in this process. The study package (`timm_advnorm.study`) is
-given these, so that it parses nothing itself.
+command's arguments (the training command's as its option declarations say, the evaluation's as its parser's
+options), its training arguments parsed into typed options for the planned budget, and each command's `main` for the
+cells run in this process. The study package (`timm_advnorm.study`) is given these, so that it parses nothing itself.
 """
 import argparse
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from ..eval.options import EvalOptions
 from ..study.options import CellCommands
@@ -14,29 +14,38 @@ from . import train, validate
 __all__ = ['CELL_COMMANDS', 'options_to_argv']
 
 
-def _option_actions(parser: argparse.ArgumentParser) -> Dict[str, argparse.Action]:
-    return {option: action for action in parser._actions for option in action.option_strings}
+#: How an option takes its value on the command line (`options_to_argv`): an on/off pair (``--x``/``--no-x``), a
+#: switch that turns it on (``--x``), or the values after its flag (None).
+ON_OFF, SWITCH = 'on/off', 'switch'
 
 
-def options_to_argv(options: Mapping[str, Any], parser: argparse.ArgumentParser) -> List[str]:
-    """`options` (long option names with underscores, as in a ``-c`` YAML file) as command-line arguments of
-    `parser`'s command.
+def switch_kind(action: Any) -> Optional[str]:
+    """`ON_OFF`, `SWITCH` or None (a value-taking option), from an option's ``add_argument`` ``action`` keyword or
+    the action a parser made of it."""
+    if action is argparse.BooleanOptionalAction or isinstance(action, argparse.BooleanOptionalAction):
+        return ON_OFF
+    if action == 'store_true' or (isinstance(action, argparse.Action) and action.nargs == 0 and action.const is True):
+        return SWITCH
+    return None
+
+
+def options_to_argv(options: Mapping[str, Any], kinds: Mapping[str, Optional[str]], prog: str) -> List[str]:
+    """`options` (long option names with underscores, as in a ``-c`` YAML file) as command-line arguments of the
+    command `prog`, whose options `kinds` gives (each long flag's `switch_kind`).
 
     Raises:
-        ValueError: An option the command does not have, or a switch set false that cannot be switched off.
+        ValueError: An option the command does not have.
     """
-    actions = _option_actions(parser)
     argv: List[str] = []
     for key, value in options.items():
         flag = '--' + key.replace('_', '-')
-        action = actions.get(flag)
-        if action is None:
-            raise ValueError(f'{parser.prog} has no option {flag} (study option {key!r}).')
+        if flag not in kinds:
+            raise ValueError(f'{prog} has no option {flag} (study option {key!r}).')
         if value is None:
             continue
-        if isinstance(action, argparse.BooleanOptionalAction):
+        if kinds[flag] == ON_OFF:
             argv.append(flag if value else '--no-' + flag[2:])
-        elif isinstance(action, argparse._StoreTrueAction):
+        elif kinds[flag] == SWITCH:
             if value:
                 argv.append(flag)
         elif isinstance(value, Mapping):
@@ -49,13 +58,16 @@ def options_to_argv(options: Mapping[str, Any], parser: argparse.ArgumentParser)
 
 
 def train_argv(options: Mapping[str, Any]) -> List[str]:
-    """A cell's training options as ``timm-advnorm-train`` arguments."""
-    return options_to_argv(options, train.get_args_parser())
+    """A cell's training options as ``timm-advnorm-train`` arguments, as its option declarations take them."""
+    kinds = {flag: switch_kind(arguments.get('action')) for flag, arguments in train.option_arguments().items()}
+    return options_to_argv(options, kinds, 'timm-advnorm-train')
 
 
 def validate_argv(options: Mapping[str, Any]) -> List[str]:
-    """A cell's evaluation options as ``timm-advnorm-validate`` arguments."""
-    return options_to_argv(options, validate.get_args_parser())
+    """A cell's evaluation options as ``timm-advnorm-validate`` arguments, as its parser takes them."""
+    parser = validate.get_args_parser()
+    kinds = {flag: switch_kind(action) for flag, action in parser.option_actions.items()}
+    return options_to_argv(options, kinds, parser.prog)
 
 
 def train_options_of(argv: Sequence[str]) -> TrainOptions:

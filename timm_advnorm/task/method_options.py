@@ -1,24 +1,34 @@
-"""A training method's own options: a frozen dataclass whose fields are its command-line options.
+"""Options declared on the fields of frozen dataclasses: a training method's own options, and every other option of
+the training command (`timm_advnorm.train.options`, `TrainingAttackOptions`).
 
 Each field is one option (``--clean-ratio`` for ``clean_ratio``): its type, its default and, in its metadata
-(`option`), the flag's help and parser type. The training command declares the fields of every registered method
-(`AdversarialClassificationTask.add_args`) and builds each run's options object from its parsed values
-(`options_from_values`); a method reads only the options its dataclass declares. A method that reads another
-method's option declares it too, with the same type and default (`shared_option`, checked at registration): the
-flag is made once, in the group of the method it comes from.
+(`option`), the flag's help and parser arguments, as plain data that the command turns into its parser
+(`parser_arguments`, `option_flags`). The training command declares the fields of every registered method
+(`AdversarialClassificationTask.add_args`) and of its options classes, and builds each run's options objects from
+its parsed values (`options_from_values`); a method reads only the options its dataclass declares. A field that
+holds an option declared on another field (another method's, or the seed that the schedule reads too) is declared
+with `shared_option` (for a method's, checked at registration): the flag is made once, where it is declared.
 """
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+import functools
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from ..arg_types import BooleanOptionalAction
 
-__all__ = ['MethodOptions', 'check_options_class', 'declaration', 'is_shared', 'option', 'option_flag',
-           'options_from_values', 'parser_arguments', 'shared_option']
+__all__ = ['MethodOptions', 'check_options_class', 'declaration', 'declared_fields', 'hidden_aliases', 'is_shared',
+           'option', 'option_dest', 'option_flag', 'option_flags', 'options_from_values', 'parser_arguments',
+           'shared_option']
 
 T = TypeVar('T')
 
 # Metadata key of a field declaring another method's option (`shared_option`): that method's name.
 _SHARED_FROM = 'shared_from'
+# Metadata keys that say where an option goes on the command line, not how the parser takes it (`option`).
+_FLAGS, _DEST, _ALIASES = 'flags', 'dest', 'aliases'
+_PLACEMENT = (_SHARED_FROM, _FLAGS, _DEST, _ALIASES)
+# Parser arguments that may be given as a function of nothing, called when the parser is built: a help or choices
+# that name what a registry holds then (the registered methods, the training attacks).
+_BUILT_LATE = ('help', 'choices')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,18 +36,35 @@ class MethodOptions:
     """Base of a method's options dataclass; a method without options of its own keeps this empty one."""
 
 
-def option(default: Any, help: str, **parser_arguments: Any) -> Any:
-    """A field of a method's options: its default, the flag's help and its other parser arguments (``type``,
-    ``choices``, ``nargs``, ``metavar``). A ``bool`` field is an on/off flag: ``--name``/``--no-name`` when on by
-    default, ``--name`` alone when off. Give a sequence as a tuple (an options object is immutable)."""
-    return dataclasses.field(default=default, metadata={'help': help, **parser_arguments})
+def option(default: Any, help: Any, *, flags: Optional[Sequence[str]] = None, dest: Optional[str] = None,
+           aliases: Sequence[str] = (), **parser_arguments: Any) -> Any:
+    """A field that is a command-line option: its default, the flag's help and its other parser arguments (``type``,
+    ``choices``, ``nargs``, ``metavar``, ``const``, ``action``). A ``bool`` field is an on/off flag:
+    ``--name``/``--no-name`` when on by default, ``--name`` alone when off. Give a sequence as a tuple (an options
+    object is immutable); the parser gets a list. A mapping default is copied for each options object.
+
+    Args:
+        help: The help, or a function of nothing returning it when the parser is built (as may be ``choices``).
+        flags: The option strings, when not ``--name`` alone (``-b``, ``--batch-size``; ``--world-size``).
+        dest: The option's name on the command line and in the run's record, when not the field's
+            (``val_attack_eps`` for `ValidationOptions.attack_eps`).
+        aliases: Older spellings, accepted but not listed in ``--help``.
+    """
+    placement = {key: value for key, value in ((_FLAGS, tuple(flags) if flags else None), (_DEST, dest),
+                                               (_ALIASES, tuple(aliases))) if value}
+    metadata = {'help': help, **parser_arguments, **placement}
+    if isinstance(default, Mapping):
+        return dataclasses.field(default_factory=functools.partial(dict, default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
-def shared_option(method: str, default: Any) -> Any:
-    """A field for an option of another method, `method`, that this method reads too: declared here with its type
-    (the annotation) and default, which must agree with that method's (`register_task` checks), its flag and help
-    being that method's (in its group of the training command)."""
-    return dataclasses.field(default=default, metadata={_SHARED_FROM: method})
+def shared_option(owner: str, default: Any = dataclasses.MISSING) -> Any:
+    """A field for an option declared elsewhere that this options class holds too: another method's (`owner` names
+    it), declared here with its type (the annotation) and default, which must agree with that method's
+    (`register_task` checks), its flag and help being that method's (in its group of the training command); or one
+    of the training command's other options classes (`owner`), filled from the same parsed value, without a default
+    of its own."""
+    return dataclasses.field(default=default, metadata={_SHARED_FROM: owner})
 
 
 def is_shared(field: dataclasses.Field) -> bool:
@@ -50,13 +77,39 @@ def option_flag(name: str) -> str:
     return '--' + name.replace('_', '-')
 
 
+def option_dest(field: dataclasses.Field) -> str:
+    """The name of the option `field` declares or holds: on the command line, in a ``-c`` file and in the record."""
+    return field.metadata.get(_DEST, field.name)
+
+
+def option_flags(field: dataclasses.Field) -> Tuple[str, ...]:
+    """The option strings of the option `field` declares, its long flag last: ``('--clean-ratio',)``."""
+    return field.metadata.get(_FLAGS) or (option_flag(option_dest(field)),)
+
+
+def hidden_aliases(field: dataclasses.Field) -> Tuple[str, ...]:
+    """The older spellings of the option `field` declares, accepted but not shown (``--val-samples``)."""
+    return field.metadata.get(_ALIASES, ())
+
+
+def declared_fields(options_class: Any) -> Iterator[dataclasses.Field]:
+    """The fields of `options_class` that declare an option: each with a help, none holding another's option."""
+    return (field for field in dataclasses.fields(options_class) if 'help' in field.metadata and not is_shared(field))
+
+
 def parser_arguments(field: dataclasses.Field) -> Dict[str, Any]:
-    """The keyword arguments of the parser's ``add_argument`` declaring `field`: its metadata, its default (a tuple
-    as a list, what the parser itself gives, so that the recorded arguments stay plain YAML) and, for a ``bool``, the
-    on/off action."""
-    arguments = dict(field.metadata)
-    arguments['default'] = list(field.default) if isinstance(field.default, tuple) else field.default
-    if field.type is bool:
+    """The keyword arguments of the parser's ``add_argument`` declaring `field`: its metadata's parser arguments
+    (a help or choices given as a function, called), its default (a tuple as a list, what the parser itself gives,
+    so that the recorded arguments stay plain YAML), its ``dest`` where its flag does not
+    name it, and, for a ``bool`` without an action of its own, the on/off action."""
+    arguments = {key: value() if key in _BUILT_LATE and callable(value) else value
+                 for key, value in field.metadata.items() if key not in _PLACEMENT}
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    arguments['default'] = list(default) if isinstance(default, tuple) else default
+    dest = option_dest(field)
+    if option_flags(field)[-1] != option_flag(dest):
+        arguments['dest'] = dest
+    if field.type is bool and 'action' not in arguments:
         arguments['action'] = BooleanOptionalAction if field.default else 'store_true'
     return arguments
 
@@ -78,11 +131,13 @@ def check_options_class(options_class: Any) -> Optional[str]:
     return None
 
 
-def options_from_values(options_class: Type[T], values: Mapping[str, Any]) -> T:
-    """An options object from values by option name (a run's parsed or recorded arguments): lists become tuples, and
-    an option missing from `values` (a record older than the option) keeps its default."""
-    return options_class(**{field.name: _immutable(values[field.name]) for field in dataclasses.fields(options_class)
-                            if field.name in values})
+def options_from_values(options_class: Type[T], values: Mapping[str, Any], **overrides: Any) -> T:
+    """An options object from values by option name (`option_dest`; a run's parsed or recorded arguments), then
+    `overrides` by field name: lists become tuples, and an option missing from `values` (a record older than the
+    option) keeps its default."""
+    taken = {field.name: _immutable(values[option_dest(field)]) for field in dataclasses.fields(options_class)
+             if option_dest(field) in values}
+    return options_class(**{**taken, **overrides})
 
 
 def _immutable(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """The training attack every method shares: which attack of the registry, and its budget, iterations and starts.
 
-The training command's ``--attack`` and ``--attack-*`` options, as one frozen object; a method takes those it uses
-(`AdversarialClassificationTask.used_attack_options`).
+The training command's ``--attack`` and ``--attack-*`` options, as one frozen object whose fields declare them
+(`method_options.option`); a method takes those it uses (`AdversarialClassificationTask.used_attack_options`).
 """
 import dataclasses
 from dataclasses import dataclass
@@ -9,17 +9,26 @@ from typing import Optional
 
 import torch
 
+from ..arg_types import positive_int, positive_pixel_step, probability, training_attack
 from ..attacks.base import Attack
-from ..attacks.registry import create_training_attack
+from ..attacks.pgd import CLEAN_START_MODES
+from ..attacks.registry import create_training_attack, training_attacks
 from ..attacks.space import InputSpace
+from .method_options import option
 
 __all__ = ['TRAINING_ATTACK_OPTIONS', 'TrainingAttackOptions']
 
 
+def _attack_help() -> str:
+    return (f'Training attack, from the attack registry: {", ".join(training_attacks())}. Each takes the options below '
+            f'that it has: fgsm is one step of --attack-step (Wong et al.: 1.25 × --attack-eps) and ignores '
+            f'--attack-steps and --attack-step-rule (the run records 1 and fixed). (default: pgd)')
+
+
 @dataclass(frozen=True)
 class TrainingAttackOptions:
-    """The training attack, each field named as the training command's option (``attack_eps``: ``--attack-eps``)
-    and defaulting as it does.
+    """The training attack, each field declaring the training command's option of its name (``attack_eps``:
+    ``--attack-eps``), its default the option's.
 
     Attributes:
         attack: The attack, from the attack registry's training attacks.
@@ -34,16 +43,28 @@ class TrainingAttackOptions:
         attack_bn_stats: BN statistics the attack uses, ``running`` or ``batch``.
     """
 
-    attack: str = 'pgd'
-    attack_eps: float = 16.0
-    attack_step: float = 1.0
-    attack_steps: int = 30
-    attack_norm: str = 'linf'
-    attack_targeted: bool = True
-    attack_clean_start_prob: float = 0.2
-    attack_clean_start_mode: str = 'per_sample'
-    attack_step_rule: str = 'max'
-    attack_bn_stats: str = 'running'
+    attack: str = option('pgd', _attack_help, type=training_attack, metavar='NAME')
+    attack_eps: float = option(16.0, 'Attack budget on the 0-255 scale: 16 means 16/255 (a value in (0, 1) is refused '
+                                     'as one of the [0, 1] scale).')
+    attack_step: float = option(1.0, 'Attack step size on the 0-255 scale (a value below 0.1 is refused as one of the '
+                                     '[0, 1] scale).', type=positive_pixel_step)
+    attack_steps: int = option(30, 'Attack iterations (PGD-N).', type=positive_int)
+    attack_norm: str = option('linf', 'Threat model (Fast AdvProp: linf only).')
+    attack_targeted: bool = option(True, 'Targeted attack, target uniform among the other classes (Xie & Yuille). Not '
+                                         'for Fast AdvProp, whose PGD is untargeted from a random start with batch '
+                                         'statistics.')
+    attack_clean_start_prob: float = option(
+        0.2, 'Probability that an attack starts from the clean image instead of a random start (not for Fast '
+             'AdvProp).', type=probability)
+    attack_clean_start_mode: str = option(
+        'per_sample', 'How clean starts are drawn: per_sample (each image with --attack-clean-start-prob), per_batch '
+                      '(the whole batch at once: Xie & Yuille\'s released code), per_batch_randn (the whole batch '
+                      'when a standard normal draw is <= 0.2, probability 0.579: Fast AdvProp\'s released code; '
+                      '--attack-clean-start-prob is then not used).', choices=CLEAN_START_MODES)
+    attack_step_rule: str = option('max', '"max": step = max(step, eps/N) as in the original code; "fixed": step as '
+                                          'given.', choices=('max', 'fixed'))
+    attack_bn_stats: str = option('running', 'BN statistics the attack uses: running (eval mode) or batch (train '
+                                             'mode; Fast AdvProp always).', choices=('running', 'batch'))
 
     def create_attack(self, space: InputSpace, seed: int, amp_dtype: Optional[torch.dtype] = None) -> Attack:
         """The attack these options describe, from random starts, returning its last iterate.

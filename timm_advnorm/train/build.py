@@ -9,7 +9,7 @@ import copy
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 import yaml
@@ -62,8 +62,8 @@ class TrainingRun:
     Attributes:
         options: Its options, with what the build resolved (device and processes, learning rate, image size, eval
             metric).
-        recorded: Its arguments as its checkpoints and Weights & Biases config record them: the parsed arguments
-            with the resolved values (and the model config a loaded checkpoint is rebuilt with).
+        recorded: Its arguments as its checkpoints and Weights & Biases config record them, by option name: the
+            parsed arguments with the resolved values (and the model config a loaded checkpoint is rebuilt with).
         args_text: Its arguments as the YAML text saved in the run folder, with the resolved values.
         device: The device it trains on.
         amp_dtype: The autocast dtype (None without ``--amp``).
@@ -90,7 +90,7 @@ class TrainingRun:
     """
 
     options: TrainOptions
-    recorded: Any
+    recorded: Mapping[str, Any]
     args_text: str
     device: torch.device
     amp_dtype: Optional[torch.dtype]
@@ -185,16 +185,16 @@ def _data_roots(dataset_name: str, root, data: DataOptions) -> Tuple[Optional[st
     return str(split_folder(Path(root), data.train_split)), str(split_folder(Path(root), data.val_split)), False
 
 
-def _attack_as_run(recorded, task: AdversarialClassificationTask, verbose: bool) -> Dict[str, Any]:
+def _attack_as_run(recorded: Mapping[str, Any], task: AdversarialClassificationTask, verbose: bool) -> Dict[str, Any]:
     """The iterations and step rule the training attack runs with where it fixes them itself, unlike the `recorded`
     arguments (``--attack fgsm``: one fixed step, whatever ``--attack-steps`` says), so that the run's record, and a
     card published from it, says what was run."""
     attack = task.attack
     ran = dict(attack_steps=getattr(attack, 'steps', None), attack_step_rule=getattr(attack, 'step_rule', None))
     changed = {name: value for name, value in ran.items()
-               if value is not None and value != getattr(recorded, name)}
+               if value is not None and value != recorded[name]}
     if changed and verbose:
-        _logger.info(f'--attack {recorded.attack} runs with ' + ', '.join(
+        _logger.info(f'--attack {recorded["attack"]} runs with ' + ', '.join(
             f'--{name.replace("_", "-")} {value}' for name, value in changed.items()) + '; the run records that.')
     return changed
 
@@ -255,10 +255,9 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     loaded before the EMA is set up, which starts from its EMA or the resumed weights.
     """
     check_options(options)
-    args = options.recorded
     runtime = _set_up_runtime(options.runtime)
     verbose = runtime.rank == 0
-    args = recorded_with(args, **_process_record(runtime))  # the method reads the processes from them
+    args = recorded_with(options.recorded, **_process_record(runtime))
     device = torch.device(runtime.device)
     data, model_options, resume = options.data, options.model, options.resume.resume
     learning_rate = run_learning_rate(options.optimizer, data.batch_size, runtime.world_size)
@@ -339,7 +338,7 @@ def build_training(options: TrainOptions, args_text: str) -> TrainingRun:
     optimizer = create_run_optimizer(model, optimizer_options)
     start = ResumePosition(0, 0)
     if resume:
-        changes = check_resume_args(vars(recorded), resumed_args, resume,
+        changes = check_resume_args(recorded, resumed_args, resume,
                                     options.resume.resume_with_changes, verbose=verbose)
         if changes:
             args_text = changes_note(resume, changes) + args_text

@@ -1,10 +1,14 @@
 """timm's `CheckpointSaver` with writes that never put a damaged file in the place of a good one, and fail as one
 line naming the file (a full disk used to end a run with torch's "unexpected pos ..." and nothing about space,
-whether torch raised the OS error or its own RuntimeError)."""
+whether torch raised the OS error or its own RuntimeError), and whose checkpoints record the run's arguments as a
+plain dict."""
 import contextlib
 import os
+from typing import Any, Dict
 
+import torch
 from timm.utils import CheckpointSaver
+from timm.utils.model import get_state_dict
 
 from ..write_guard import atomic_write, library_write_error, reported_write
 
@@ -25,13 +29,40 @@ class SafeCheckpointSaver(CheckpointSaver):
     names where hard links fail, so a failed copy destroyed the previous ``model_best``. Here the partial file is
     removed, every copy is written beside its target and renamed into place, and an OS error is a
     `write_guard.WriteError` naming the checkpoint and what is intact.
+
+    ``args`` is the run's record, a mapping of option names to plain values (timm's own saver takes its
+    `argparse.Namespace`), saved as a dict (`checkpoint_state`).
     """
 
+    def checkpoint_state(self, epoch: int, metric=None) -> Dict[str, Any]:
+        """What a checkpoint of `epoch` holds: timm's `CheckpointSaver._save` content, with the record under
+        ``args`` as a dict and ``arch`` its model. timm saves its arguments namespace as it is, which only loads where
+        `argparse.Namespace` is allowed to unpickle (``torch.load(weights_only=True)``, torch's default, refuses
+        it); a dict of plain values loads anywhere, and every reader of the record takes both
+        (`weights.checkpoint.recorded_training_args`)."""
+        state = {'epoch': epoch, 'arch': type(self.model).__name__.lower(), 'optimizer': self.optimizer.state_dict(),
+                 'version': 2}  # timm's: before version 2 the epoch was incremented before saving
+        if self.args is not None:
+            state.update(arch=self.args['model'], args=dict(self.args))
+        if self.amp_scaler is not None:
+            state[self.amp_scaler.state_dict_key] = self.amp_scaler.state_dict()
+        if self.task is not None:
+            state.update(self.task.get_checkpoint_state(unwrap_fn=self.unwrap_fn))
+            state.update(self.task.get_checkpoint_state(ema=True, unwrap_fn=self.unwrap_fn))
+        else:
+            state['state_dict'] = get_state_dict(self.model, self.unwrap_fn)
+            if self.model_ema is not None:
+                state['state_dict_ema'] = get_state_dict(self.model_ema, self.unwrap_fn)
+        if metric is not None:
+            state['metric'] = metric
+        state['saver'] = self.state_dict(epoch, metric)
+        return state
+
     def _save(self, save_path, epoch, metric=None):
-        """timm's write of one checkpoint file, removing what a failed write left. torch's writer reports a full
-        disk as a RuntimeError: raised as the OS error it stands for, so that it is reported like any other."""
+        """Write one checkpoint file (`checkpoint_state`), removing what a failed write left. torch's writer reports
+        a full disk as a RuntimeError: raised as the OS error it stands for, so that it is reported like any other."""
         try:
-            super()._save(save_path, epoch, metric)
+            torch.save(self.checkpoint_state(epoch, metric), save_path)
         except BaseException as e:
             failure = library_write_error(e, save_path)  # before the removal frees the space
             _remove_quietly(save_path)

@@ -17,10 +17,9 @@ method, dataset, classes, EMA) never change: that would train another model unde
 `INVOCATION_ARGS` (how to resume, ``--plan``, the device) are this invocation's alone: neither taken nor compared.
 A checkpoint that records no ``train_adv.py`` arguments resumes with this invocation's options, with a warning.
 """
-import copy
 import logging
 import os
-from typing import Any, Collection, Dict, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, Mapping, MutableMapping, Optional, Tuple
 
 from ..weights.checkpoint import recorded_training_args
 
@@ -84,29 +83,26 @@ def read_recorded_args(checkpoint: str, dests: Collection[str]) -> Optional[Dict
     return {dest: value for dest, value in recorded.items() if dest in dests and dest not in INVOCATION_ARGS}
 
 
-def apply_recorded_args(args, recorded: Dict[str, Any], given: Collection[str]) -> None:
-    """Set on `args` each recorded argument that this invocation does not give (`given`, as
-    `commands.parser.given_options`).
+def apply_recorded_args(values: MutableMapping[str, Any], recorded: Dict[str, Any], given: Collection[str]) -> None:
+    """Set in `values` (this invocation's parsed arguments, by option name) each recorded argument that this
+    invocation does not give (`given`, as `commands.parser.given_options`).
 
     Raises:
         ValueError: A given `FIXED_ARGS` option differs from the record (found before anything is built on it).
     """
-    fixed = {dest: (recorded[dest], getattr(args, dest)) for dest in FIXED_ARGS
-             if dest in recorded and dest in given and recorded[dest] != getattr(args, dest)}
+    fixed = {dest: (recorded[dest], values[dest]) for dest in FIXED_ARGS
+             if dest in recorded and dest in given and recorded[dest] != values[dest]}
     if fixed:
-        raise ValueError(f'--resume {args.resume} cannot change {_listing(fixed)}: a resumed run trains the model it '
-                         f'started; start a new run (with --initial-checkpoint {args.resume} for its weights)')
-    for dest, value in recorded.items():
-        if dest not in given:
-            setattr(args, dest, value)
+        resume = values['resume']
+        raise ValueError(f'--resume {resume} cannot change {_listing(fixed)}: a resumed run trains the model it '
+                         f'started; start a new run (with --initial-checkpoint {resume} for its weights)')
+    values.update((dest, value) for dest, value in recorded.items() if dest not in given)
 
 
-def recorded_with(args: Any, **values: Any) -> Any:
-    """A copy of the recorded arguments `args` (the parsed namespace) with `values` set: what the run resolved
-    (device, processes, learning rate, eval metric, model config) is what it records; `args` itself is unchanged."""
-    record = copy.copy(args)
-    vars(record).update(values)
-    return record
+def recorded_with(record: Mapping[str, Any], **values: Any) -> Dict[str, Any]:
+    """A copy of the run's record (its arguments by option name) with `values` set: what the run resolved (device,
+    processes, learning rate, eval metric, model config) is what it records; `record` itself is unchanged."""
+    return {**record, **values}
 
 
 def check_resume_args(current: Mapping[str, Any], recorded: Optional[Dict[str, Any]], checkpoint: str,

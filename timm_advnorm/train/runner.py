@@ -101,7 +101,7 @@ def _run_training(run: TrainingRun, start: TrainingStart) -> int:
             write_budget(os.path.join(output_dir, BUDGET_FILE), budget)
             _logger.info(budget.format())
             if options.tracking.log_wandb:
-                tracker = WandbRun(options.tracking, vars(run.recorded), output_dir, name=output.experiment or None)
+                tracker = WandbRun(options.tracking, dict(run.recorded), output_dir, name=output.experiment or None)
                 tracker.log_budget(budget.to_dict())
             _logger.info(f'{options.method}: {task.passes_per_image:g} forward+backward passes per image, '
                          f'{epochs} epochs ({task.passes_per_image * epochs:g} vanilla-epoch budget), validating the '
