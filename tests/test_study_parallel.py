@@ -3,7 +3,6 @@ of its own; a failed cell stops the study, a signal reaches the running commands
 Python script in place of the training and evaluation commands (a command prefix of ``python -c SCRIPT``)."""
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from timm_advnorm.commands.study import get_args_parser, main, study_options
+from timm_advnorm.signals import Interrupted, signals_as_interrupts
 from timm_advnorm.study.cells import Cell
 from timm_advnorm.study.parallel import ChildProcesses, cell_threads, makespan, run_cells_side_by_side
 from timm_advnorm.study.runner import CellError
@@ -108,31 +108,31 @@ def test_stopped_children_get_the_signal_and_none_starts_after(tmp_path):
 
 
 def test_a_signal_to_the_study_alone_stops_its_running_cells_which_keep_their_state(tmp_path):
-    """SIGTERM sent to the study's process (as a scheduler sends it) reaches the cells' commands; the study reports
-    the interruption in one line with exit status 143."""
-    program = textwrap.dedent(f'''
-        import sys
-        from pathlib import Path
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_study_parallel import _PREFIX, _cell
-        from timm_advnorm.commands.parser import run_cli
-        from timm_advnorm.study.parallel import run_cells_side_by_side
-        root = Path({str(tmp_path)!r})
-        cells = [_cell(root, 'sleep-1'), _cell(root, 'sleep-2'), _cell(root, 'never')]
-        sys.exit(run_cli(lambda argv: run_cells_side_by_side(cells, 2, root / 'logs', _PREFIX) and 0, 'study'))
-    ''')
-    study = subprocess.Popen([sys.executable, '-c', program], stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, 'PYTHONPATH': str(Path(__file__).parents[1])})
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / 'cells' / name / 'started').exists() for name in ('sleep-1', 'sleep-2')):
-        assert time.monotonic() < deadline and study.poll() is None, study.stderr.read()
-        time.sleep(0.05)
-    study.send_signal(signal.SIGTERM)
-    _, stderr = study.communicate(timeout=60)
-    assert study.returncode == 143
-    assert stderr.strip().splitlines()[-1].startswith('study: interrupted (SIGTERM) while running cells side by side')
-    for name in ('sleep-1', 'sleep-2'):
-        assert 'stopped by SIGTERM' in (tmp_path / 'logs' / f'{name}.log').read_text()
+    """SIGTERM sent to the study's process alone (as a scheduler sends it) reaches the cells' commands, and the study
+    stops with an interruption that says how to go on; no further cell starts."""
+    cells = [_cell(tmp_path, 'sleep-1'), _cell(tmp_path, 'sleep-2'), _cell(tmp_path, 'never')]
+    waiting = threading.Event()
+
+    def signal_once_both_started() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and waiting.is_set():
+            if all((cell.run_dir / 'started').exists() for cell in cells[:2]):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.02)
+
+    with signals_as_interrupts():
+        waiting.set()
+        threading.Thread(target=signal_once_both_started, daemon=True).start()
+        try:
+            with pytest.raises(Interrupted) as interrupted:
+                run_cells_side_by_side(cells, 2, tmp_path / 'logs', _PREFIX)
+        finally:
+            waiting.clear()
+    assert interrupted.value.exit_status == 143
+    assert str(interrupted.value).startswith('interrupted (SIGTERM) while running cells side by side')
+    for cell in cells[:2]:
+        assert 'stopped by SIGTERM' in (tmp_path / 'logs' / f'{cell.id}.log').read_text()
     assert not (tmp_path / 'logs' / 'never.log').exists()
 
 
