@@ -29,7 +29,7 @@ def test_the_command_line_becomes_options_grouped_by_what_reads_them(tmp_path):
     assert options.data.record == DataRecord() and options.data.data_dir is None
     assert options.preprocessing.img_size == 32 and options.preprocessing.mean == (0.5, 0.5, 0.5)
     assert explicit_preprocessing(options.preprocessing.as_args()) == explicit_preprocessing(vars(args))
-    assert options.runtime.amp == 'float16' and not options.runtime.fold_bn and not options.runtime.progress
+    assert options.runtime.autocast == 'float16' and not options.runtime.fold_bn and not options.runtime.progress
     assert (options.runtime.batch_size, options.runtime.workers, options.runtime.seed) == (16, 0, 42)
     assert options.attacks.protocol == 'imagenet-r' and options.attacks.steps == (7,) and options.attacks.reduced
     assert options.attacks.attacks == () and options.attacks.share_budgets
@@ -43,7 +43,7 @@ def test_the_command_line_becomes_options_grouped_by_what_reads_them(tmp_path):
 
 def test_a_positional_root_is_the_data_dir_and_no_amp_is_full_precision(tmp_path):
     options = eval_options(parse_args([str(tmp_path), '--model', 'test_mbn_resnet', '--sanity-samples', '0']))
-    assert options.data.data_dir == str(tmp_path) and options.runtime.amp is None
+    assert options.data.data_dir == str(tmp_path) and options.runtime.autocast is None
     assert options.checks.sanity == 'off' and options.checks.sanity_pinned == {'samples': 0}
     assert options.attacks.protocol is None and options.checks.metrics is None
 

@@ -3,20 +3,25 @@ count, metavar, choices); a command adds it with what is its own (default, help,
 count that really differ, such as the single training ``--attack-steps`` against the evaluation's sweep).
 
 Groups as the commands' ``--help`` shows them: the model and its preprocessing, the data, the attack budget and the
-runtime (device, AMP, seed, workers). A command whose options are declared on options dataclasses (the training
-command: `train.options`) finds each field's shared settings by its flag (`shared_option_for`).
+runtime (device, AMP, seed, workers). The training and evaluation commands declare their options on the fields of
+their typed options (`train.options`, `eval.options`; `task.method_options.option`): `declarations_of` reads them,
+each field's shared settings found by its flag (`shared_option_for`), into the `Declaration` the parser adds.
 """
 import argparse
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from timm.utils import ParseKwargs
 
 from ..arg_types import finite_float, non_negative_int, pixel_budget, positive_float, positive_int, seed_int
+from ..task.method_options import (
+    declared_fields, hidden_aliases, long_flag, option_dest, option_flags, parser_arguments)
 from ..usage import AMP_DTYPES
+from .parser import ArgumentParser, add_hidden_alias
 
 __all__ = [
-    'SharedOption', 'add_preprocessing_args', 'shared_option_for', 'IMG_SIZE', 'INPUT_SIZE', 'CROP_PCT',
+    'Declaration', 'SharedOption', 'declarations_of', 'shared_option_for', 'IMG_SIZE', 'INPUT_SIZE', 'CROP_PCT',
     'INTERPOLATION', 'MEAN', 'STD', 'CONFIG', 'MODEL', 'PRETRAINED', 'NUM_CLASSES', 'MODEL_KWARGS',
     'DATASET', 'DATA_DIR', 'VAL_SPLIT', 'CLASS_MAP', 'SKIP_BAD_IMAGES', 'NUM_SAMPLES', 'ATTACK_EPS', 'ATTACK_STEP',
     'ATTACK_STEPS', 'ATTACK_NORM', 'ATTACK_TARGETED', 'BATCH_SIZE', 'WORKERS', 'PIN_MEM', 'DEVICE', 'CHANNELS_LAST',
@@ -50,22 +55,6 @@ CROP_PCT = SharedOption(('--crop-pct',), dict(type=positive_float, default=None,
 INTERPOLATION = SharedOption(('--interpolation',), dict(default='', type=str, metavar='NAME'))
 MEAN = SharedOption(('--mean',), dict(type=finite_float, nargs='+', default=None, metavar='MEAN'))
 STD = SharedOption(('--std',), dict(type=positive_float, nargs='+', default=None, metavar='STD'))
-
-
-def add_preprocessing_args(group: Any, images: str) -> None:
-    """The preprocessing overrides of timm's scripts (``--img-size``, ``--input-size``, ``--crop-pct``,
-    ``--interpolation``, ``--mean``, ``--std``; default: the model's).
-
-    Args:
-        group: The parser or argument group to add them to.
-        images: What the crop and interpolation apply to, for the help (``validation images``).
-    """
-    IMG_SIZE.add(group, help='Input image size.')
-    INPUT_SIZE.add(group, help='Input dimensions (e.g. 3 224 224; default: the model\'s).')
-    CROP_PCT.add(group, help=f'Centre-crop fraction of {images} (default: the model\'s).')
-    INTERPOLATION.add(group, help=f'Resize interpolation of {images} (default: the model\'s).')
-    MEAN.add(group, help='Override dataset mean.')
-    STD.add(group, help='Override dataset std.')
 
 
 #: ``-c``: the YAML file of defaults (`parser.parse_with_config`).
@@ -119,3 +108,66 @@ _SHARED_OPTIONS = {option.flags[-1]: option for option in (
 def shared_option_for(flag: str) -> Optional[SharedOption]:
     """The shared option whose long flag is `flag` (``--batch-size``), or None."""
     return _SHARED_OPTIONS.get(flag)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """An option as the parser takes it, from the field that declares it (`declarations_of`).
+
+    Attributes:
+        dest: Its name: on the command line, in a ``-c`` file and in the run's record.
+        flags: Its option strings, as ``--help`` shows them.
+        arguments: Its ``add_argument`` keywords.
+        aliases: Older spellings, accepted but not shown (`parser.add_hidden_alias`).
+    """
+
+    dest: str
+    flags: Tuple[str, ...]
+    arguments: Mapping[str, Any]
+    aliases: Tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        """Its long flag (``--batch-size``): what a study's option of that name is written as."""
+        return long_flag(self.flags)
+
+    def add(self, parser: ArgumentParser, container: Any) -> None:
+        """Add the option to `container`, `parser` or one of its groups."""
+        container.add_argument(*self.flags, **self.arguments)
+        alias_arguments = {key: self.arguments[key] for key in ('type', 'nargs', 'action', 'choices')
+                           if key in self.arguments}
+        for alias in self.aliases:
+            add_hidden_alias(parser, container, alias, self.dest, **alias_arguments)
+
+
+def _declaration(field: dataclasses.Field) -> Declaration:
+    """The option `field` declares, with the settings every command gives it where it is shared: the field may state
+    them too, alike (a difference is an error: the commands would disagree), and add option strings of its own
+    (``-m`` beside ``--model``)."""
+    flags, arguments = option_flags(field), parser_arguments(field)
+    shared = shared_option_for(long_flag(flags))
+    if shared is not None:
+        unlike = sorted(key for key in shared.settings.keys() & arguments.keys()
+                        if shared.settings[key] != arguments[key])
+        if not set(shared.flags) <= set(flags) and field.metadata.get('flags'):
+            unlike.append('flags')
+        if unlike:
+            raise ValueError(f'{field.name} declares {long_flag(flags)} unlike the shared option: {", ".join(unlike)}')
+        flags, arguments = (flags if field.metadata.get('flags') else shared.flags), {**shared.settings, **arguments}
+    return Declaration(option_dest(field), flags, arguments, hidden_aliases(field))
+
+
+def declarations_of(options_classes: Iterable[Any]) -> Dict[str, Declaration]:
+    """A command's options declared on the fields of `options_classes`, by destination.
+
+    Raises:
+        ValueError: Two fields declare one option, or a field declares a shared option unlike this module.
+    """
+    declared: Dict[str, Declaration] = {}
+    for options_class in options_classes:
+        for field in declared_fields(options_class):
+            dest = option_dest(field)
+            if dest in declared:
+                raise ValueError(f'{options_class.__name__}.{field.name} declares --{dest.replace("_", "-")} again.')
+            declared[dest] = _declaration(field)
+    return declared

@@ -43,8 +43,9 @@ class ArgumentParser(argparse.ArgumentParser):
 
     Error lines start with the command's name (``timm-advnorm-convert: error:``), also for a sub-command's parser,
     which is created with this class and told the command (`add_subparsers`). Hidden aliases (`add_hidden_alias`)
-    are accepted on the command line and as keys of a ``-c`` YAML config. Each option added, to the parser or to one
-    of its groups, is kept in `option_actions` by its option strings.
+    are accepted on the command line and as keys of a ``-c`` YAML config. Each argument added, to the parser or to one
+    of its groups, is kept: an option in `option_actions` by its option strings, and every argument (positionals
+    too) in `dest_actions` by its destination.
 
     Args:
         command: Name that starts error lines (default: `prog`; a sub-command's parser gets its parent's).
@@ -54,12 +55,16 @@ class ArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault('formatter_class', _DefaultsHelpFormatter)
         #: Each option's action (what ``add_argument`` returned) by its option strings, ``--help`` included.
         self.option_actions: Dict[str, argparse.Action] = {}
+        #: Each argument's action by its destination: the first one added (an option before its hidden aliases,
+        #: which share its destination), positionals and ``--help`` included.
+        self.dest_actions: Dict[str, argparse.Action] = {}
         super().__init__(*args, **kwargs)
         self.command = command or self.prog
         self.config_aliases: Dict[str, str] = {}
 
     def _kept(self, action: argparse.Action) -> argparse.Action:
         self.option_actions.update((option, action) for option in action.option_strings)
+        self.dest_actions.setdefault(action.dest, action)
         return action
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
@@ -189,9 +194,7 @@ def _read_config(parser: ArgumentParser, path: Union[str, Path], text: str) -> D
         return {}
     if not isinstance(raw, dict):
         parser.fail(f'config file {path} must map argument names to values, got a {type(raw).__name__}')
-    actions: Dict[str, argparse.Action] = {}
-    for action in parser._actions:  # an option before its hidden aliases, which share its destination
-        actions.setdefault(action.dest, action)
+    actions = parser.dest_actions
     unknown = sorted(str(key) for key in raw if parser.config_aliases.get(key, key) not in actions)
     if unknown:
         parser.fail(f'unknown key(s) in {path}: {", ".join(unknown)}')
@@ -255,8 +258,7 @@ def given_options(parser: ArgumentParser, argv: Optional[Sequence[str]], config:
     so an option given with its default value counts as given.
     """
     unset = object()
-    namespace = argparse.Namespace(**{action.dest: unset for action in parser._actions
-                                      if action.dest != argparse.SUPPRESS})
+    namespace = argparse.Namespace(**{dest: unset for dest in parser.dest_actions if dest != argparse.SUPPRESS})
     parser.parse_args(argv, namespace=namespace)
     return {dest for dest, value in vars(namespace).items() if value is not unset} | set(config)
 

@@ -1,7 +1,7 @@
 """The training and evaluation commands as a study drives them (`CELL_COMMANDS`): a cell's options written as each
-command's arguments (the training command's as its option declarations say, the evaluation's as its parser's
-options), its training arguments parsed into typed options for the planned budget, and each command's `main` for the
-cells run in this process. The study package (`timm_advnorm.study`) is given these, so that it parses nothing itself.
+command's arguments (as its option declarations say), its training arguments parsed into typed options for the
+planned budget, and each command's `main` for the cells run in this process. The study package
+(`timm_advnorm.study`) is given these, so that it parses nothing itself.
 """
 import argparse
 from typing import Any, List, Mapping, Optional, Sequence
@@ -20,11 +20,10 @@ ON_OFF, SWITCH = 'on/off', 'switch'
 
 
 def switch_kind(action: Any) -> Optional[str]:
-    """`ON_OFF`, `SWITCH` or None (a value-taking option), from an option's ``add_argument`` ``action`` keyword or
-    the action a parser made of it."""
-    if action is argparse.BooleanOptionalAction or isinstance(action, argparse.BooleanOptionalAction):
+    """`ON_OFF`, `SWITCH` or None (a value-taking option), from an option's ``add_argument`` ``action`` keyword."""
+    if action is argparse.BooleanOptionalAction:
         return ON_OFF
-    if action == 'store_true' or (isinstance(action, argparse.Action) and action.nargs == 0 and action.const is True):
+    if action == 'store_true':
         return SWITCH
     return None
 
@@ -64,10 +63,9 @@ def train_argv(options: Mapping[str, Any]) -> List[str]:
 
 
 def validate_argv(options: Mapping[str, Any]) -> List[str]:
-    """A cell's evaluation options as ``timm-advnorm-validate`` arguments, as its parser takes them."""
-    parser = validate.get_args_parser()
-    kinds = {flag: switch_kind(action) for flag, action in parser.option_actions.items()}
-    return options_to_argv(options, kinds, parser.prog)
+    """A cell's evaluation options as ``timm-advnorm-validate`` arguments, as its option declarations take them."""
+    kinds = {flag: switch_kind(arguments.get('action')) for flag, arguments in validate.option_arguments().items()}
+    return options_to_argv(options, kinds, validate.PROG)
 
 
 def train_options_of(argv: Sequence[str]) -> TrainOptions:

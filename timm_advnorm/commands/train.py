@@ -37,7 +37,6 @@ import argparse
 import dataclasses
 import logging
 import sys
-from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import yaml
@@ -47,15 +46,15 @@ from ..data import rendered_kept_on_success
 from ..recipes import describe_recipe, list_recipes, resolve_config
 from ..task import (
     TASKS, MethodOptions, TrainingAttackOptions, declared_options, get_task_class, options_from_values, unused_options)
-from ..task.method_options import declared_fields, hidden_aliases, option_dest, option_flags, parser_arguments
+from ..task.method_options import declared_fields, long_flag, option_dest, option_flags, parser_arguments
 from ..train.build import build_training, plan_text, plan_training, prepare_training
 from ..train.options import (
     AGC_CLIP_FACTOR, DEFAULT_WORKERS, OPTIONS_CLASSES, DataOptions, ResumeOptions, TrainOptions, ValidationOptions)
 from ..train.recorded import apply_recorded_args, read_recorded_args
 from ..train.runner import run_training
 from ..usage import default_workers
-from .options import CONFIG, shared_option_for
-from .parser import ArgumentParser, add_hidden_alias, given_options, parse_with_config, run_cli
+from .options import CONFIG, Declaration, declarations_of
+from .parser import ArgumentParser, given_options, parse_with_config, run_cli
 
 __all__ = ['get_args_parser', 'parse_args', 'parse_invocation', 'Declaration', 'declarations', 'option_arguments',
            'option_dests', 'train_options', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR', 'DEFAULT_WORKERS']
@@ -102,59 +101,14 @@ _HELP_GROUPS = (
 _BEFORE_METHODS = 'Adversarial training'
 
 
-@dataclass(frozen=True)
-class Declaration:
-    """A training option as the parser takes it, from the field that declares it (`declarations`).
-
-    Attributes:
-        dest: Its name: on the command line, in a ``-c`` file and in the run's record.
-        flags: Its option strings, the long one last.
-        arguments: Its ``add_argument`` keywords.
-        aliases: Older spellings, accepted but not shown (`parser.add_hidden_alias`).
-    """
-
-    dest: str
-    flags: Tuple[str, ...]
-    arguments: Mapping[str, Any]
-    aliases: Tuple[str, ...] = ()
-
-    def add(self, parser: ArgumentParser, container: Any) -> None:
-        """Add the option to `container`, a group of `parser`."""
-        container.add_argument(*self.flags, **self.arguments)
-        alias_arguments = {key: self.arguments[key] for key in ('type', 'nargs', 'action') if key in self.arguments}
-        for alias in self.aliases:
-            add_hidden_alias(parser, container, alias, self.dest, **alias_arguments)
-
-
-def _declaration(field: dataclasses.Field) -> Declaration:
-    """The option `field` declares, with the settings every command gives it where it is shared (`options.py`):
-    the field may state them too, alike (a difference is an error: the commands would disagree)."""
-    flags, arguments = option_flags(field), parser_arguments(field)
-    shared = shared_option_for(flags[-1])
-    if shared is not None:
-        unlike = sorted(key for key in shared.settings.keys() & arguments.keys()
-                        if shared.settings[key] != arguments[key])
-        if unlike:
-            raise ValueError(f'{field.name} declares {flags[-1]} unlike the shared option: {", ".join(unlike)}')
-        flags, arguments = shared.flags, {**shared.settings, **arguments}
-    return Declaration(option_dest(field), flags, arguments, hidden_aliases(field))
-
-
 def declarations() -> Dict[str, Declaration]:
     """The training command's options but the methods' own, by destination, from the fields of the options classes
-    that declare them (`train.options.OPTIONS_CLASSES`).
+    that declare them (`train.options.OPTIONS_CLASSES`; `options.declarations_of`).
 
     Raises:
         ValueError: Two fields declare one option, or a field declares a shared option unlike `options.py`.
     """
-    declared: Dict[str, Declaration] = {}
-    for options_class in OPTIONS_CLASSES:
-        for field in declared_fields(options_class):
-            dest = option_dest(field)
-            if dest in declared:
-                raise ValueError(f'{options_class.__name__}.{field.name} declares --{dest.replace("_", "-")} again.')
-            declared[dest] = _declaration(field)
-    return declared
+    return declarations_of(OPTIONS_CLASSES)
 
 
 class _MethodGroup:
@@ -229,9 +183,9 @@ def option_arguments() -> Dict[str, Mapping[str, Any]]:
     """The ``add_argument`` keywords of every option of the command, the methods' own included, by long flag (and
     hidden alias): what a study writes a cell's options with (`study_cells`)."""
     arguments = {flag: declaration.arguments for declaration in declarations().values()
-                 for flag in (declaration.flags[-1], *declaration.aliases)}
+                 for flag in (declaration.flag, *declaration.aliases)}
     for task in TASKS.values():
-        arguments.update((option_flags(field)[-1], parser_arguments(field))
+        arguments.update((long_flag(option_flags(field)), parser_arguments(field))
                          for field in declared_fields(task.options_class))
     return arguments
 

@@ -18,8 +18,9 @@ library reads; `validate` runs one evaluation from them. The subpackages are flo
   checks (`results.sanity`), the assembled results (`results.assemble`) and what is written: atomic JSON/CSV
   (`results.files`), the console summary (`results.report`) and PNG plots (`results.plots`).
 
-Beside them, `options` (the typed options) and `recorded` (the data, preprocessing and branch a training checkpoint
-records) sit at the bottom, `validate` on top.
+Beside them, `recorded` (the data, preprocessing and branch a training checkpoint records) sits at the bottom,
+`options` (the typed options, whose fields declare the command's options: their help names the protocols, subsets,
+probes and variants below) above `protocols`, `plan` and `run.subsets`, and `validate` on top.
 """
 from .plan.metrics import boundary_thickness, decision_margin, smoothness_kl
 from .plan.stage_plan import EvalPlan, build_plan

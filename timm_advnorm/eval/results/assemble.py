@@ -58,7 +58,7 @@ def assemble_results(options: EvalOptions, setup: EvalSetup, table: ResultTable,
     # the headline is the model as loaded: a mixture-BN model on the branch it runs on (recorded by its checkpoint)
     inference_branch = get_inference_branch(model)
     primary = next((v for v in variants if v.kind in (inference_branch, 'model')), variants[0])
-    amp, checks, data = options.runtime.amp, options.checks, options.data
+    amp, checks, data = options.runtime.autocast, options.checks, options.data
     amp_check = amp_report(table, primary.name, setup.plan, checks.amp_tolerance) if checks.amp_samples else None
     data_config = setup.data_config
     sanity = combined_sanity_status([v.sanity.status for v in variants])

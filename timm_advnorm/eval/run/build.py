@@ -371,7 +371,7 @@ def build_evaluation(options: EvalOptions, dist_info: DistributedInfo) -> EvalSe
         _warn_training_split(options.data)
     variants = model_variants(model, options.variants.gammas, options.variants.interpolations)
     ctx = EvalContext(space=space, input_size=tuple(data_config['input_size']),
-                      autocast_dtype=AMP_DTYPES[runtime.amp] if runtime.amp else None, fold_bn=runtime.fold_bn)
+                      autocast_dtype=AMP_DTYPES[runtime.amp_dtype] if runtime.amp else None, fold_bn=runtime.fold_bn)
     plan.check_attacks(ctx)
     bn_stats = collect_bn_stats(model)
     _check_bn_layer(options.outputs.bn_layer, bn_stats)

@@ -102,7 +102,7 @@ def evaluation_fingerprint(options: 'EvalOptions', model_name: str, weights: str
                 split=data.split, class_map=data.class_map, protocol=protocol.to_dict(),
                 variants=[v.name for v in variants], subset=_subset_digest(runs[0].indices), seed=runtime.seed,
                 stages=[[s.name, s.limit, getattr(s, 'source', None)] for s in plan.stages],
-                batch_size=runtime.batch_size, amp=runtime.amp,
+                batch_size=runtime.batch_size, amp=runtime.autocast,
                 data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},
                 rank=dist_info.rank, world_size=dist_info.world_size, **(dict(ood=ood) if ood else {}))
 
