@@ -16,7 +16,7 @@ import torch
 from ..durations import duration_text
 from ..write_guard import check_folder_writable, check_names
 from .cells import Cell, expand_cells
-from .options import CellCommands, StudyOptions
+from .options import LAUNCHERS, CellCommands, StudyOptions
 from .parallel import LOG_FOLDER, cell_threads, makespan, run_cells_side_by_side
 from .plan import plan_cell_budget
 from .plot import plot_study
@@ -29,8 +29,6 @@ from .table import SPREADS, summarize_findings, write_tables
 
 __all__ = ['LAUNCHERS', 'run_study']
 
-#: ``--launcher``: where the cells' commands run.
-LAUNCHERS = ('local', 'subprocess', 'submitit')
 _logger = logging.getLogger('study')
 
 
