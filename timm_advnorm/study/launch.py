@@ -79,11 +79,11 @@ def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, tim
     for cell in cells:
         key = tuple(cell.labels.items())
         if key not in budgets:
-            train_options = commands.train_options(cell.train_argv)
+            train_options = commands.train_options(cell.train_values)
             budgets[key] = plan_cell_budget(train_options, world_size=world_size)
             if timed:
                 with _threads(cell_threads(jobs) if jobs > 1 else None):
-                    times[key] = time_cell(train_options, commands.validate_options(cell.validate_argv), world_size)
+                    times[key] = time_cell(train_options, commands.validate_options(cell.validate_values), world_size)
         budget = budgets[key]
         total_passes += budget.passes_total
         total_flops += budget.flops_total

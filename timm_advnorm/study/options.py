@@ -7,7 +7,7 @@ The commands a study drives, training and evaluation, are given to it the same w
 (`CellCommands`): this package parses no command line of its own.
 """
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple
 
 from timm.utils import ParseKwargs
 
@@ -118,19 +118,21 @@ class CellCommands:
     can pickle them.
 
     Attributes:
-        train_argv: A cell's training options (long option names with underscores, as in a ``-c`` YAML file) as
-            ``timm-advnorm-train`` arguments; raises ValueError on an option the command does not have.
+        train_argv: A cell's training options (long option names with underscores, as in a ``-c`` YAML file; its
+            ``config``, the ``-c`` recipe) as ``timm-advnorm-train`` arguments, for what runs the command; raises
+            ValueError on an option the command does not have.
         validate_argv: A cell's evaluation options as ``timm-advnorm-validate`` arguments, likewise.
-        train_options: ``timm-advnorm-train`` arguments parsed and checked into the run's typed options.
-        validate_options: ``timm-advnorm-validate`` arguments parsed and checked into the evaluation's typed options
-            (a checkpoint that does not exist yet is not read).
+        train_options: A cell's training options built into the run's typed options, checked, as the command builds
+            its own: the options that parsing `train_argv`'s arguments gives.
+        validate_options: A cell's evaluation options built into the evaluation's typed options, likewise (a
+            checkpoint that does not exist yet is not read).
         train_main: ``timm-advnorm-train`` run in this process on its arguments; returns its exit status.
         validate_main: ``timm-advnorm-validate`` run in this process on its arguments; returns its exit status.
     """
 
     train_argv: Callable[[Mapping[str, Any]], List[str]]
     validate_argv: Callable[[Mapping[str, Any]], List[str]]
-    train_options: Callable[[Sequence[str]], 'TrainOptions']
-    validate_options: Callable[[Sequence[str]], 'EvalOptions']
+    train_options: Callable[[Mapping[str, Any]], 'TrainOptions']
+    validate_options: Callable[[Mapping[str, Any]], 'EvalOptions']
     train_main: Callable[[List[str]], int]
     validate_main: Callable[[List[str]], int]
