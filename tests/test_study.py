@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from timm_advnorm.commands.validate import parse_args as parse_validate_args
+from timm_advnorm.commands.validate import eval_options, parse_args as parse_validate_args
 from timm_advnorm.study import cell_state, expand_cells, list_studies, load_study
 from timm_advnorm.study.plot import figure_study
 from timm_advnorm.study.runner import CellError, InProcessCommands, SubmititLauncher, run_cell
@@ -22,7 +22,7 @@ from timm_advnorm.commands.study_cells import CELL_COMMANDS
 from timm_advnorm.study.launch import run_study
 from timm_advnorm.study.spec import PlotSpec
 from timm_advnorm.study.table import CellResult, GroupResult, read_cell
-from timm_advnorm.commands.train import parse_args as parse_train_args
+from timm_advnorm.commands.train import parse_args as parse_train_args, train_options
 
 # Two cells, clean (vanilla) and adversarial (madry) training: 1 epoch (PGD-1) at 16 px, PGD-2 on 48 digits.
 _TRAIN = dict(model='tiny_bn_resnet', img_size=16, epochs=1, batch_size=64, workers=0, hflip=0.0,
@@ -194,6 +194,22 @@ def test_shipped_study_grid_parses_as_train_and_validate_arguments(name, scale, 
         assert sum(table.shows(c.labels) for c in cells) > len(spec.scale(scale).seeds), table.title
 
 
+@pytest.mark.parametrize('name', list_studies())
+def test_a_cells_typed_options_are_those_its_arguments_parse_into(name, tmp_path):
+    """The typed options a cell's options are built into (what the dry run plans with) equal those that parsing the
+    arguments they are written as gives (what a cell's command runs with), defaults the parser resolves included
+    (workers, AGC's clip, the validation attack's budget, the device, the sanity probes); one seed of every scale."""
+    spec = load_study(name)
+    for scale in spec.scales:
+        cells = expand_cells(spec, scale, tmp_path, CELL_COMMANDS, data_dir='/data/imagenet' if scale == 'imagenet'
+                             else None)
+        for cell in (cell for cell in cells if cell.seed == cells[0].seed):
+            assert CELL_COMMANDS.train_options(cell.train_values) == train_options(
+                parse_train_args(list(cell.train_argv))[0]), cell.id
+            assert CELL_COMMANDS.validate_options(cell.validate_values) == eval_options(
+                parse_validate_args(list(cell.validate_argv))), cell.id
+
+
 @pytest.mark.parametrize('name', ['xie2020', 'fast-advprop', 'nofrost'])
 def test_tiny_model_studies_run_their_digits_grid_on_mnist5k_at_28px(name, tmp_path):
     options = study_options(get_args_parser().parse_args([name, '--scale', 'mnist', '--output', str(tmp_path)]))
@@ -271,16 +287,16 @@ def test_the_study_package_imports_neither_the_commands_nor_argparse():
 def test_a_dry_run_plans_each_grid_point_once_with_the_commands_it_is_given(tmp_path, digits_dir, capsys):
     parsed = []
 
-    def train_options(argv):
-        parsed.append(list(argv))
-        return CELL_COMMANDS.train_options(argv)
+    def train_options(values):
+        parsed.append(dict(values))
+        return CELL_COMMANDS.train_options(values)
 
     commands = dataclasses.replace(CELL_COMMANDS, train_options=train_options)
     args = get_args_parser().parse_args([str(_study(tmp_path, digits_dir)), '--output', str(tmp_path / 'out'),
                                          '--dry-run', '--seeds', '1', '2'])
     run_study(study_options(args), commands, prog='timm-advnorm-study')
-    assert [argv[argv.index('--method') + 1] for argv in parsed] == ['vanilla', 'madry']  # seed 2 costs the same
-    assert all(argv[argv.index('--seed') + 1] == '1' for argv in parsed)
+    assert [values['method'] for values in parsed] == ['vanilla', 'madry']  # seed 2 costs the same
+    assert all(values['seed'] == 1 for values in parsed)
     assert capsys.readouterr().out.count(' [new]\n') == 4  # two grid points at two seeds
     assert not (tmp_path / 'out').exists()
 

@@ -87,3 +87,17 @@ def test_a_cells_options_become_arguments_as_the_declarations_take_them():
         study_cells.train_argv({'no_such': 1})
     assert study_cells.validate_argv(dict(attack_eps=8, num_samples=None, attacks=['pgd', 'fgsm'])) == [
         '--attack-eps', '8', '--attacks', 'pgd', 'fgsm']
+
+
+def test_a_cells_options_build_the_typed_options_their_arguments_parse_into():
+    """Built from the options by name (`train.options_of`), as parsing them written as arguments: the ``-c`` recipe
+    under them, a hidden alias, a None and an unset switch left at their defaults, AGC's clip resolved."""
+    values = dict(config='digits_demo_mbn', method='nofrost', val_samples=8, pretrained=False, lr=None,
+                  clip_mode='agc', attack_targeted=False, workers=0)
+    argv = study_cells.train_argv(values)
+    assert argv == ['-c', 'digits_demo_mbn', '--method', 'nofrost', '--val-samples', '8', '--clip-mode', 'agc',
+                    '--no-attack-targeted', '--workers', '0']
+    options = train.options_of(values)
+    assert options == train_options(parse_args(argv)[0])
+    assert options.recorded['config'] == 'digits_demo_mbn' and options.recorded['num_samples'] == 8
+    assert options.optimizer.clip_grad == train.AGC_CLIP_FACTOR

@@ -73,3 +73,15 @@ def test_a_cells_options_become_arguments_as_the_declarations_take_them():
     with pytest.raises(ValueError, match=r"^timm-advnorm-validate has no option --no-such \(study option "
                                          r"'no_such'\)\.$"):
         study_cells.validate_argv({'no_such': 1})
+
+
+def test_a_cells_options_build_the_typed_options_their_arguments_parse_into(tmp_path):
+    """Built from the options by name (`validate.options_of`), as parsing them written as arguments: a hidden
+    alias, a single count of a sweep, the device, workers and sanity probes resolved; a checkpoint not yet trained
+    is not read."""
+    values = dict(checkpoint=str(tmp_path / 'last.pth.tar'), dataset='digits', attacks=['pgd'], attack_eps=8,
+                  steps=2, sanity_samples=0, no_fold_bn=True, overwrite=False, num_samples=None)
+    argv = study_cells.validate_argv(values)
+    options = validate.options_of(values)
+    assert options == eval_options(parse_args(argv))
+    assert options.attacks.steps == (2,) and options.checks.sanity == 'off' and not options.runtime.fold_bn

@@ -19,7 +19,7 @@ from ..signals import Interrupted, signals_as_interrupts
 from ..strict_yaml import YAMLFileError, load_yaml
 from ..usage import USER_ERRORS, one_line
 
-__all__ = ['ArgumentParser', 'add_hidden_alias', 'given_options', 'parse_with_config', 'run_cli']
+__all__ = ['ArgumentParser', 'add_hidden_alias', 'given_options', 'parse_mapping', 'parse_with_config', 'run_cli']
 
 _logger = logging.getLogger(__name__)
 
@@ -194,18 +194,43 @@ def _read_config(parser: ArgumentParser, path: Union[str, Path], text: str) -> D
         return {}
     if not isinstance(raw, dict):
         parser.fail(f'config file {path} must map argument names to values, got a {type(raw).__name__}')
+    return _converted(parser, raw, f'config file {path}', f'in {path}')
+
+
+def _converted(parser: ArgumentParser, raw: Mapping[Any, Any], source: str, where: str) -> Dict[str, Any]:
+    """`raw` (option names or hidden aliases to values, from `source`) by destination, each value converted and
+    checked as the option's action would on the command line; a usage error for a key no option has or a value the
+    option would not take."""
     actions = parser.dest_actions
     unknown = sorted(str(key) for key in raw if parser.config_aliases.get(key, key) not in actions)
     if unknown:
-        parser.fail(f'unknown key(s) in {path}: {", ".join(unknown)}')
+        parser.fail(f'unknown key(s) {where}: {", ".join(unknown)}')
     config = {}
     for key, value in raw.items():
         dest = parser.config_aliases.get(key, key)
         try:
             config[dest] = _convert_config_value(actions[dest], value)
         except _ConfigValueError as e:
-            parser.fail(f'config file {path}, key {key}: {e}')
+            parser.fail(f'{source}, key {key}: {e}')
     return config
+
+
+def _read_config_file(parser: ArgumentParser, name: str, resolve: Optional[Callable[[str], Path]]) -> Dict[str, Any]:
+    """The values of the ``-c`` config `name` (a file, or what `resolve` turns it into), converted (`_read_config`);
+    a usage error for one that names no file or cannot be read."""
+    try:
+        path = resolve(name) if resolve else Path(name)
+    except ValueError as e:
+        parser.fail(one_line(e))
+    if not path.is_file():
+        parser.fail(f'config file {name} not found')
+    try:
+        text = read_utf8(path, f'config file {path}')
+    except OSError as e:
+        parser.fail(f'cannot read config file {path}: {e.strerror or one_line(e)}')
+    except ValueError as e:
+        parser.fail(str(e))
+    return _read_config(parser, path, text)
 
 
 def parse_with_config(
@@ -231,23 +256,38 @@ def parse_with_config(
     pre = ArgumentParser(prog=parser.prog, command=parser.command, add_help=False)
     pre.add_argument('-c', '--config', default='')
     config_args, _ = pre.parse_known_args(argv)
-    config: Dict[str, Any] = {}
-    if config_args.config:
-        try:
-            path = resolve(config_args.config) if resolve else Path(config_args.config)
-        except ValueError as e:
-            parser.fail(one_line(e))
-        if not path.is_file():
-            parser.fail(f'config file {config_args.config} not found')
-        try:
-            text = read_utf8(path, f'config file {path}')
-        except OSError as e:
-            parser.fail(f'cannot read config file {path}: {e.strerror or one_line(e)}')
-        except ValueError as e:
-            parser.fail(str(e))
-        config = _read_config(parser, path, text)
-        parser.set_defaults(**config)
+    config = _read_config_file(parser, config_args.config, resolve) if config_args.config else {}
+    parser.set_defaults(**config)
     return parser.parse_args(argv), config
+
+
+def parse_mapping(
+        parser: ArgumentParser,
+        values: Mapping[str, Any],
+        resolve: Optional[Callable[[str], Path]] = None,
+) -> Tuple[argparse.Namespace, Dict[str, Any], Set[str]]:
+    """The namespace of the invocation whose options `values` gives by name (long option names with underscores or
+    hidden aliases, as in a ``-c`` YAML file; its ``config``, the ``-c`` file), without a command line: what the
+    arguments `values` stands for (a study cell's, `study_cells`) would parse into.
+
+    The layers are `parse_with_config`'s: the options' declared defaults, the ``-c`` file's values, then `values`,
+    each converted and checked as its option's action would the command line's text. As on that command line, a
+    None leaves the option at its default, and so does False for a switch that is only ever turned on (neither is
+    written as an argument).
+
+    Returns:
+        The namespace, the ``-c`` file's values (as `parse_with_config`) and the destinations `values` gives (as
+        `given_options` finds them on a command line).
+    """
+    written = {key: value for key, value in values.items() if value is not None and not (
+        value is False and isinstance(parser.dest_actions.get(parser.config_aliases.get(key, key)),
+                                      argparse._StoreTrueAction))}
+    config = _read_config_file(parser, written['config'], resolve) if written.get('config') else {}
+    parser.set_defaults(**config)
+    own = _converted(parser, written, 'options by name', 'among the options by name')
+    parser.set_defaults(**own)
+    # no arguments: every value is a default now, which argparse resolves as it does (a text one through its type)
+    return parser.parse_args([]), config, set(own)
 
 
 def given_options(parser: ArgumentParser, argv: Optional[Sequence[str]], config: Mapping[str, Any]) -> Set[str]:

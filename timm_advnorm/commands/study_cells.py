@@ -1,14 +1,14 @@
-"""The training and evaluation commands as a study drives them (`CELL_COMMANDS`): a cell's options written as each
-command's arguments (as its option declarations say), its training arguments parsed into typed options for the
-planned budget, and each command's `main` for the cells run in this process. The study package
-(`timm_advnorm.study`) is given these, so that it parses nothing itself.
+"""The training and evaluation commands as a study drives them (`CELL_COMMANDS`): a cell's options (by name, as in
+a ``-c`` YAML file) built into each command's typed options, as the command builds its own (`train.options_of`,
+`validate.options_of`: the planned budget and the projected time read them), and written as each command's arguments,
+as its option declarations say, for what runs the command (child processes, torchrun, submitit, a rerun by hand); and
+each command's `main` for the cells run in this process. The study package (`timm_advnorm.study`) is given these, so
+that it parses nothing itself.
 """
 import argparse
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional
 
-from ..eval.options import EvalOptions
 from ..study.options import CellCommands
-from ..train.options import TrainOptions
 from . import train, validate
 
 __all__ = ['CELL_COMMANDS', 'options_to_argv']
@@ -57,9 +57,11 @@ def options_to_argv(options: Mapping[str, Any], kinds: Mapping[str, Optional[str
 
 
 def train_argv(options: Mapping[str, Any]) -> List[str]:
-    """A cell's training options as ``timm-advnorm-train`` arguments, as its option declarations take them."""
+    """A cell's training options as ``timm-advnorm-train`` arguments, as its option declarations take them; its
+    ``config``, the ``-c`` recipe the others override, first."""
     kinds = {flag: switch_kind(arguments.get('action')) for flag, arguments in train.option_arguments().items()}
-    return options_to_argv(options, kinds, 'timm-advnorm-train')
+    recipe = ['-c', options['config']] if options.get('config') else []
+    return recipe + options_to_argv({k: v for k, v in options.items() if k != 'config'}, kinds, 'timm-advnorm-train')
 
 
 def validate_argv(options: Mapping[str, Any]) -> List[str]:
@@ -68,19 +70,7 @@ def validate_argv(options: Mapping[str, Any]) -> List[str]:
     return options_to_argv(options, kinds, validate.PROG)
 
 
-def train_options_of(argv: Sequence[str]) -> TrainOptions:
-    """The typed options of the ``timm-advnorm-train`` run `argv` describes, checked by its method."""
-    args, _ = train.parse_args(list(argv))
-    return train.train_options(args)
-
-
-def validate_options_of(argv: Sequence[str]) -> EvalOptions:
-    """The typed options of the ``timm-advnorm-validate`` evaluation `argv` describes (its checkpoint need not exist
-    yet)."""
-    return validate.eval_options(validate.parse_args(list(argv)))
-
-
 #: The commands every study's cells run.
-CELL_COMMANDS = CellCommands(train_argv=train_argv, validate_argv=validate_argv, train_options=train_options_of,
-                             validate_options=validate_options_of, train_main=train.main,
+CELL_COMMANDS = CellCommands(train_argv=train_argv, validate_argv=validate_argv, train_options=train.options_of,
+                             validate_options=validate.options_of, train_main=train.main,
                              validate_main=validate.main)

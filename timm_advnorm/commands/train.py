@@ -37,7 +37,7 @@ import argparse
 import dataclasses
 import logging
 import sys
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import yaml
 from timm.utils import setup_default_logging
@@ -54,10 +54,11 @@ from ..train.recorded import apply_recorded_args, read_recorded_args
 from ..train.runner import run_training
 from ..usage import default_workers
 from .options import CONFIG, Declaration, declarations_of
-from .parser import ArgumentParser, given_options, parse_with_config, run_cli
+from .parser import ArgumentParser, given_options, parse_mapping, parse_with_config, run_cli
 
 __all__ = ['get_args_parser', 'parse_args', 'parse_invocation', 'Declaration', 'declarations', 'option_arguments',
-           'option_dests', 'train_options', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR', 'DEFAULT_WORKERS']
+           'option_dests', 'options_of', 'train_options', 'main', 'run', 'console_main', 'AGC_CLIP_FACTOR',
+           'DEFAULT_WORKERS']
 
 _logger = logging.getLogger('train_adv')
 #: Training-attack options whose value is the robust validation's default (``--val-attack-eps``, ...) when not given.
@@ -211,7 +212,22 @@ def parse_invocation(argv: Optional[List[str]], prog: str) -> Tuple[argparse.Nam
     own data: only then is a built-in dataset rendered into ``--data-dir``."""
     parser = get_args_parser(prog)
     args, config = parse_with_config(parser, argv, resolve=resolve_config)
-    given = given_options(parser, argv, config)
+    return _resolved(args, given_options(parser, argv, config), given_options(parser, argv, {}))
+
+
+def options_of(values: Mapping[str, Any]) -> TrainOptions:
+    """The typed options of the run whose options `values` gives by name (a ``-c`` recipe under ``config``; a study
+    cell's, `study_cells`), built from them as the command builds its command line's (`parser.parse_mapping`), not
+    through arguments: the same options as parsing what `values` is written as (`study_cells.train_argv`)."""
+    args, config, given = parse_mapping(get_args_parser(), values, resolve=resolve_config)
+    return train_options(_resolved(args, given | set(config), given)[0])
+
+
+def _resolved(args: argparse.Namespace, given: AbstractSet[str],
+              given_here: AbstractSet[str]) -> Tuple[argparse.Namespace, str, Optional[str]]:
+    """`parse_invocation` past the parse: `args` with what the parser leaves unresolved resolved (the resumed run's
+    record, AGC's clip factor, the workers), the options given here (`given_here`, not by the ``-c`` file) that the
+    method does not use named in a warning; `given`: the options given here or by the ``-c`` file."""
     recorded = read_recorded_args(args.resume, option_dests()) if args.resume else None
     if recorded is not None:
         apply_recorded_args(vars(args), recorded, given)
@@ -220,7 +236,7 @@ def parse_invocation(argv: Optional[List[str]], prog: str) -> Tuple[argparse.Nam
     args.workers, note = default_workers(args.workers, DEFAULT_WORKERS)
     if note:
         _logger.info(note)
-    _warn_unused_options(args, given_options(parser, argv, {}))
+    _warn_unused_options(args, given_here)
     if 'dataset' in given or ('dataset' in (recorded or {}) and 'data_dir' not in given):
         chosen_by = None  # given, or resumed on the data of the run, where it was rendered already
     else:
@@ -228,7 +244,7 @@ def parse_invocation(argv: Optional[List[str]], prog: str) -> Tuple[argparse.Nam
     return args, yaml.safe_dump(vars(args), default_flow_style=False), chosen_by
 
 
-def _warn_unused_options(args: argparse.Namespace, given: FrozenSet[str]) -> None:
+def _warn_unused_options(args: argparse.Namespace, given: AbstractSet[str]) -> None:
     """Name the options given on the command line (`given`) that ``--method`` does not use (`task.unused_options`):
     another method's own, or the training attack's where the method runs none. They are accepted (see the module's
     docstring) and ignored; a warning keeps that from passing without a word."""

@@ -38,7 +38,7 @@ import argparse
 import dataclasses
 import logging
 import sys
-from typing import Any, Collection, Dict, Mapping, Optional, Sequence
+from typing import AbstractSet, Any, Collection, Dict, Mapping, Optional, Sequence
 
 import torch
 from timm.utils import setup_default_logging
@@ -54,10 +54,10 @@ from ..eval.validate import validate
 from ..task.method_options import declared_fields, option_dest, options_from_values
 from ..usage import check_device, check_normalization_lengths, default_workers
 from .options import Declaration, declarations_of
-from .parser import ArgumentParser, given_options, parse_with_config, run_cli
+from .parser import ArgumentParser, given_options, parse_mapping, parse_with_config, run_cli
 
-__all__ = ['get_args_parser', 'declarations', 'option_arguments', 'parse_args', 'eval_options', 'main', 'run',
-           'console_main', 'PROG']
+__all__ = ['get_args_parser', 'declarations', 'option_arguments', 'parse_args', 'options_of', 'eval_options', 'main',
+           'run', 'console_main', 'PROG']
 
 PROG = 'timm-advnorm-validate'
 _logger = logging.getLogger(LOGGER)
@@ -152,11 +152,28 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> argpar
     """
     parser = get_args_parser(prog)
     args, config = parse_with_config(parser, argv)
+    return _checked(parser, args, given_options(parser, argv, config))
+
+
+def options_of(values: Mapping[str, Any]) -> EvalOptions:
+    """The typed options of the evaluation whose options `values` gives by name (a study cell's, `study_cells`),
+    built from them as the command builds its command line's (`parser.parse_mapping`; its checkpoint need not exist
+    yet), not through arguments: the same options as parsing what `values` is written as
+    (`study_cells.validate_argv`)."""
+    parser = get_args_parser()
+    args, config, given = parse_mapping(parser, values)
+    return eval_options(_checked(parser, args, given | set(config)))
+
+
+def _checked(parser: ArgumentParser, args: argparse.Namespace, given: AbstractSet[str]) -> argparse.Namespace:
+    """`parse_args` past the parse: `args` checked (a usage error for what argparse cannot see) and resolved (the
+    checkpoint's recorded data, the device, the workers, the sanity probes); `given`: the options the invocation
+    sets (`parser.given_options`)."""
     if not args.model and not args.checkpoint:
         parser.error('give --model, --checkpoint, or both')
     if args.attacks and args.protocol:
         parser.error('give either --protocol or --attacks, not both')
-    args.data_record = (take_recorded_data(args, given_options(parser, argv, config))
+    args.data_record = (take_recorded_data(args, given)
                         if args.checkpoint and not _runs_on_ood(args) else DataRecord())
     if (args.attack_kwargs or args.attack_targeted or args.cascade) and not args.attacks:
         parser.error('--attack-kwargs, --attack-targeted and --cascade need --attacks')

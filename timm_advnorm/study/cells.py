@@ -4,11 +4,14 @@ evaluation.
 A cell is one point of a grid block's axes product at one seed. Its training arguments are the scale's recipe and
 options, the block's options and the axis values' options, in that order (later ones win), then the seed and the
 cell's run folder (``<study folder>/cells/<cell id>``); its evaluation reads that folder's ``last.pth.tar`` and
-writes ``results.json`` beside it. The argument lists are the commands' own, so a cell can be rerun by hand.
+writes ``results.json`` beside it. A cell keeps these options by name (`Cell.train_values`, `Cell.validate_values`),
+which the commands build into their typed options (`CellCommands.train_options`, `CellCommands.validate_options`),
+and writes them as the commands' own argument lists, for what runs a command in a process of its own (and so that a
+cell can be rerun by hand).
 """
 import itertools
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -31,8 +34,11 @@ class Cell:
         labels: The axis values of the cell.
         seed: Its training seed.
         run_dir: Its run folder (training outputs, evaluation results).
-        train_argv: ``timm-advnorm-train`` arguments (a resumed run adds ``--resume``).
-        validate_argv: ``timm-advnorm-validate`` arguments.
+        train_argv: ``timm-advnorm-train`` arguments (a resumed run adds ``--resume``): `train_values` written.
+        validate_argv: ``timm-advnorm-validate`` arguments: `validate_values` written.
+        train_values: Its training options by name (``config``: the ``-c`` recipe), as the typed options are built
+            from (`CellCommands.train_options`).
+        validate_values: Its evaluation options by name (`CellCommands.validate_options`).
     """
 
     id: str
@@ -41,6 +47,8 @@ class Cell:
     run_dir: Path
     train_argv: Tuple[str, ...]
     validate_argv: Tuple[str, ...]
+    train_values: Mapping[str, Any] = field(default_factory=dict)
+    validate_values: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def checkpoint(self) -> Path:
@@ -73,7 +81,7 @@ def expand_cells(spec: StudySpec, scale_name: str, study_dir: Path, commands: Ce
     """Every cell of `spec` at scale `scale_name`, run under `study_dir`.
 
     Args:
-        commands: The commands whose arguments the cells' options become (`CellCommands.train_argv`,
+        commands: The commands whose arguments the cells' options are written as (`CellCommands.train_argv`,
             `CellCommands.validate_argv`).
         data_dir: Dataset root for both commands (ImageNet scale); None for the built-in digits.
         device: ``--device`` of both commands (default: theirs).
@@ -93,14 +101,15 @@ def expand_cells(spec: StudySpec, scale_name: str, study_dir: Path, commands: Ce
                 labels = dict(zip(block.axes, values))
                 cell_id = _cell_id(labels, seed)
                 run_dir = cells_dir / cell_id
-                train = {**_train_options(scale, block.train, labels), **common, 'seed': seed,
+                recipe = {'config': scale.recipe} if scale.recipe else {}
+                train = {**recipe, **_train_options(scale, block.train, labels), **common, 'seed': seed,
                          'output': str(cells_dir), 'experiment': cell_id}
                 validate = {**scale.validate, **common, 'checkpoint': str(run_dir / CHECKPOINT),
                             'results_file': str(run_dir / RESULTS_FILE), 'resume_state': str(run_dir / _EVAL_STATE)}
-                recipe = ['-c', scale.recipe] if scale.recipe else []
                 cells.append(Cell(id=cell_id, labels=labels, seed=seed, run_dir=run_dir,
-                                  train_argv=tuple(recipe + commands.train_argv(train)),
-                                  validate_argv=tuple(commands.validate_argv(validate))))
+                                  train_argv=tuple(commands.train_argv(train)),
+                                  validate_argv=tuple(commands.validate_argv(validate)), train_values=train,
+                                  validate_values=validate))
     ids = [cell.id for cell in cells]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:

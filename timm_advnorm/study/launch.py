@@ -16,7 +16,7 @@ import torch
 from ..durations import duration_text
 from ..write_guard import check_folder_writable, check_names
 from .cells import Cell, expand_cells
-from .options import CellCommands, StudyOptions
+from .options import LAUNCHERS, CellCommands, StudyOptions
 from .parallel import LOG_FOLDER, cell_threads, makespan, run_cells_side_by_side
 from .plan import plan_cell_budget
 from .plot import plot_study
@@ -29,8 +29,6 @@ from .table import SPREADS, summarize_findings, write_tables
 
 __all__ = ['LAUNCHERS', 'run_study']
 
-#: ``--launcher``: where the cells' commands run.
-LAUNCHERS = ('local', 'subprocess', 'submitit')
 _logger = logging.getLogger('study')
 
 
@@ -81,11 +79,11 @@ def _dry_run(cells: Sequence[Cell], commands: CellCommands, world_size: int, tim
     for cell in cells:
         key = tuple(cell.labels.items())
         if key not in budgets:
-            train_options = commands.train_options(cell.train_argv)
+            train_options = commands.train_options(cell.train_values)
             budgets[key] = plan_cell_budget(train_options, world_size=world_size)
             if timed:
                 with _threads(cell_threads(jobs) if jobs > 1 else None):
-                    times[key] = time_cell(train_options, commands.validate_options(cell.validate_argv), world_size)
+                    times[key] = time_cell(train_options, commands.validate_options(cell.validate_values), world_size)
         budget = budgets[key]
         total_passes += budget.passes_total
         total_flops += budget.flops_total

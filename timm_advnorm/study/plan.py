@@ -1,6 +1,6 @@
 """A cell's planned training budget, counted before anything trains (``--dry-run``).
 
-The cell's training options (its arguments as the training command parses and checks them,
+The cell's training options (typed and checked as the training command builds them,
 `timm_advnorm.study.options.CellCommands.train_options`) build its model and method as the command builds them (no
 weights, no data read), and `timm_advnorm.train.budget.count_budget` counts the papers' passes and the FLOPs of one
 pass on a meta-device copy of the model.

@@ -49,7 +49,7 @@ def option(default: Any, help: Any, *, flags: Optional[Sequence[str]] = None, de
     Args:
         help: The help, or a function of nothing returning it when the parser is built (as may be ``choices``).
         flags: The option strings, when not ``--name`` alone (``-b``, ``--batch-size``; ``--world-size``; ``--model``,
-            ``-m``), in the order ``--help`` shows them.
+            ``-m``), in the order ``--help`` shows them; a positional argument's name alone (``('study',)``).
         dest: The option's name on the command line and in the run's record, when not the field's
             (``val_attack_eps`` for `ValidationOptions.attack_eps`).
         aliases: Older spellings, accepted but not listed in ``--help``.
@@ -113,14 +113,14 @@ def parser_arguments(field: dataclasses.Field) -> Dict[str, Any]:
     """The keyword arguments of the parser's ``add_argument`` declaring `field`: its metadata's parser arguments
     (a help or choices given as a function, called), its default (a tuple as a list, what the parser itself gives,
     so that the recorded arguments stay plain YAML; None for an option of one or more values left empty), its
-    ``dest`` where its long flag does not name it, and, for a ``bool`` without an action of its own, the on/off
-    action (or the off switch's)."""
+    ``dest`` where its long flag does not name it (a positional's one string is its name), and, for a ``bool``
+    without an action of its own, the on/off action (or the off switch's)."""
     arguments = {key: value() if key in _BUILT_LATE and callable(value) else value
                  for key, value in field.metadata.items() if key not in _PLACEMENT}
     default = field.default_factory() if field.default is dataclasses.MISSING else field.default
     arguments['default'] = None if _unset(field) else list(default) if isinstance(default, tuple) else default
-    dest = option_dest(field)
-    if long_flag(option_flags(field)) != option_flag(dest):
+    dest, flags = option_dest(field), option_flags(field)
+    if flags[0].startswith('-') and long_flag(flags) != option_flag(dest):  # a positional is named by its flag
         arguments['dest'] = dest
     if field.metadata.get(_OFF_SWITCH):
         arguments.update(action='store_true', default=not field.default)
