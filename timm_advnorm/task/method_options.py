@@ -44,12 +44,14 @@ def option(default: Any, help: Any, *, flags: Optional[Sequence[str]] = None, de
     ``--name``/``--no-name`` when on by default, ``--name`` alone when off. Give a sequence as a tuple (an options
     object is immutable); the parser gets a list, but for an empty default of an option that takes one or more values
     (``nargs='+'``, never given empty) None, argparse's value of an option not given (``--help`` shows no default, and
-    a ``-c`` file may write null). A mapping default is copied for each options object.
+    a ``-c`` file may write null). A mapping default is copied for each options object. A positional argument is a
+    field whose `flags` name it (``('checkpoint',)``), without a default (``dataclasses.MISSING``) where it is
+    required.
 
     Args:
         help: The help, or a function of nothing returning it when the parser is built (as may be ``choices``).
         flags: The option strings, when not ``--name`` alone (``-b``, ``--batch-size``; ``--world-size``; ``--model``,
-            ``-m``), in the order ``--help`` shows them.
+            ``-m``), in the order ``--help`` shows them; or the one name of a positional argument (``checkpoint``).
         dest: The option's name on the command line and in the run's record, when not the field's
             (``val_attack_eps`` for `ValidationOptions.attack_eps`).
         aliases: Older spellings, accepted but not listed in ``--help``.
@@ -114,13 +116,15 @@ def parser_arguments(field: dataclasses.Field) -> Dict[str, Any]:
     (a help or choices given as a function, called), its default (a tuple as a list, what the parser itself gives,
     so that the recorded arguments stay plain YAML; None for an option of one or more values left empty), its
     ``dest`` where its long flag does not name it, and, for a ``bool`` without an action of its own, the on/off
-    action (or the off switch's)."""
+    action (or the off switch's). A required positional argument has no default, and a positional no ``dest`` (its
+    name is its destination)."""
     arguments = {key: value() if key in _BUILT_LATE and callable(value) else value
                  for key, value in field.metadata.items() if key not in _PLACEMENT}
-    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
-    arguments['default'] = None if _unset(field) else list(default) if isinstance(default, tuple) else default
-    dest = option_dest(field)
-    if long_flag(option_flags(field)) != option_flag(dest):
+    if field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        arguments['default'] = None if _unset(field) else list(default) if isinstance(default, tuple) else default
+    dest, flags = option_dest(field), option_flags(field)
+    if flags[0].startswith('-') and long_flag(flags) != option_flag(dest):
         arguments['dest'] = dest
     if field.metadata.get(_OFF_SWITCH):
         arguments.update(action='store_true', default=not field.default)
