@@ -3,18 +3,21 @@ evaluation commands' are (tests/test_train_declarations.py, tests/test_validate_
 generated from these declarations and its parsed values fill the options by name."""
 import dataclasses
 
-from timm_advnorm.commands import publish
+from timm_advnorm.commands import convert, publish
+from timm_advnorm.convert.options import FORMATS, FastAdvPropOptions
 from timm_advnorm.hub.publish_options import OPTIONS_CLASSES as PUBLISH_CLASSES, CardOptions, ExportOptions, \
     PublishOptions
-from timm_advnorm.task.method_options import declared_fields, option_dest
+from timm_advnorm.option_fields import declared_fields, option_dest
 
 
 def _declaring(options_classes):
-    """The option names the fields of `options_classes` declare, once each; every field declares one."""
+    """The option names of the fields of `options_classes`, each declared once; every field declares one but those
+    given by no option (a conversion's format, its sub-command)."""
     names = [option_dest(field) for options_class in options_classes for field in declared_fields(options_class)]
     assert len(names) == len(set(names))
-    assert len(names) == sum(len(dataclasses.fields(options_class)) for options_class in options_classes)
-    return set(names)
+    fields = [field.name for options_class in options_classes for field in dataclasses.fields(options_class)]
+    assert len(names) == len(fields) - fields.count('format')
+    return set(names) | {'format'} & set(fields)
 
 
 def test_publish_parser_options_are_the_declared_fields_each_shown_once():
@@ -31,3 +34,17 @@ def test_publish_defaults_are_the_fields_and_every_flag_fills_its_field():
     assert options.export == ExportOptions('ckpt', ema=True, branch='adv')
     assert options.card == CardOptions(template='card.md', allow_other_results=True)
     assert options.target.dry_run and options.target.commit_message == 'm'
+
+
+def test_each_convert_format_takes_the_options_its_class_declares():
+    parser = convert.get_args_parser()
+    subcommands = parser.dest_actions['format'].choices
+    assert list(subcommands) == list(FORMATS)
+    for name, source_format in FORMATS.items():
+        sub = subcommands[name]
+        assert set(sub.dest_actions) - {'help'} == _declaring([source_format.options_class]) - {'format'}
+        assert sub.dest_actions['src'].help == source_format.source
+        assert convert.convert_options(parser.parse_args([name, 'a.pth', 'out'])) == source_format.options_class(
+            name, 'a.pth', 'out')
+    options = convert.convert_options(parser.parse_args(['fast-advprop', 'a', 'b', '--branch', 'adv', '--overwrite']))
+    assert options == FastAdvPropOptions('fast-advprop', 'a', 'b', branch='adv', overwrite=True)

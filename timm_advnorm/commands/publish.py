@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 from ..hub.publish import DEFAULT_CARD_TEMPLATE, publish
 from ..hub.publish_options import OPTIONS_CLASSES, PublishOptions
 from ..messages import read_text_file
-from ..task.method_options import options_from_values
+from ..option_fields import options_from_values
 from .options import Declaration, declarations_of
 from .parser import ArgumentParser, run_cli
 

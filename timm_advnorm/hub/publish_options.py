@@ -2,7 +2,7 @@
 
 ``timm-advnorm-publish`` parses its arguments and converts them into one `PublishOptions`
 (`timm_advnorm.commands.publish.publish_options`); `timm_advnorm.hub.publish.publish` never sees the parsed command
-line. Each field that a command-line option fills declares it (`task.method_options.option`: the flag's help and
+line. Each field that a command-line option fills declares it (`option_fields.option`: the flag's help and
 parser arguments, its default the field's), as the training and evaluation options do: the command generates its
 parser from these declarations and fills every group by option name. The options are grouped by what they decide:
 what is exported (`ExportOptions`), where it goes (`TargetOptions`) and what the model card states besides the
@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field
 from typing import Optional
 
 from ..layers import INFERENCE_BRANCHES
-from ..task.method_options import option
+from ..option_fields import option
 
 __all__ = ['DEFAULT_COMMIT_MESSAGE', 'ExportOptions', 'TargetOptions', 'CardOptions', 'PublishOptions',
            'OPTIONS_CLASSES']
