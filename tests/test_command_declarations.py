@@ -3,11 +3,15 @@ evaluation commands' are (tests/test_train_declarations.py, tests/test_validate_
 generated from these declarations and its parsed values fill the options by name."""
 import dataclasses
 
-from timm_advnorm.commands import convert, publish
+import pytest
+
+from timm_advnorm.augment.options import DeepAugmentOptions
+from timm_advnorm.commands import convert, deepaugment, publish
+from timm_advnorm.commands.options import declarations_of
 from timm_advnorm.convert.options import FORMATS, FastAdvPropOptions
 from timm_advnorm.hub.publish_options import OPTIONS_CLASSES as PUBLISH_CLASSES, CardOptions, ExportOptions, \
     PublishOptions
-from timm_advnorm.option_fields import declared_fields, option_dest
+from timm_advnorm.option_fields import declared_fields, option, option_dest
 
 
 def _declaring(options_classes):
@@ -48,3 +52,25 @@ def test_each_convert_format_takes_the_options_its_class_declares():
             name, 'a.pth', 'out')
     options = convert.convert_options(parser.parse_args(['fast-advprop', 'a', 'b', '--branch', 'adv', '--overwrite']))
     assert options == FastAdvPropOptions('fast-advprop', 'a', 'b', branch='adv', overwrite=True)
+
+
+def test_deepaugment_options_are_its_fields_its_seed_and_input_size_its_own():
+    parser = deepaugment.get_args_parser()
+    assert set(parser.dest_actions) - {'help'} == _declaring([DeepAugmentOptions]) == {
+        'src', 'dst', 'net', 'weights', 'seed', 'input_size', 'device', 'allow_random_weights', 'no_progress'}
+    # --seed and --input-size are not the shared ones (a seed of 42 checked by seed_int; C H W): own type and default
+    assert parser.option_actions['--seed'].type is int and parser.option_actions['--input-size'].nargs is None
+    options = deepaugment.deepaugment_options(parser.parse_args(['a', 'b', '--net', 'cae']))
+    assert options == DeepAugmentOptions('a', 'b', 'cae') and options.seed == 0 and options.progress
+    options = deepaugment.deepaugment_options(parser.parse_args(['a', 'b', '--net', 'edsr', '--no-progress',
+                                                                '--input-size', '64', '--seed', '3']))
+    assert options == DeepAugmentOptions('a', 'b', 'edsr', seed=3, input_size=64, progress=False)
+
+
+def test_a_field_that_declares_a_shared_flag_otherwise_is_refused_unless_its_own():
+    @dataclasses.dataclass(frozen=True)
+    class Clash:
+        seed: int = option(0, 'seed', type=int)
+
+    with pytest.raises(ValueError, match=r'^seed declares --seed unlike the shared option: default, type$'):
+        declarations_of([Clash])

@@ -1,6 +1,6 @@
 """Options declared on the fields of frozen dataclasses: each command's typed options (`timm_advnorm.train.options`,
-`timm_advnorm.eval.options`, `timm_advnorm.hub.publish_options`, `timm_advnorm.convert.options`) and each training
-method's own (`timm_advnorm.task.method_options`).
+`timm_advnorm.eval.options`, `timm_advnorm.hub.publish_options`, `timm_advnorm.convert.options`,
+`timm_advnorm.augment.options`) and each training method's own (`timm_advnorm.task.method_options`).
 
 Each field is one option (``--clean-ratio`` for ``clean_ratio``): its type, its default and, in its metadata
 (`option`), the flag's help and parser arguments, as plain data that a command turns into its parser
@@ -15,23 +15,23 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Type
 
 from .arg_types import BooleanOptionalAction
 
-__all__ = ['declaration', 'declared_fields', 'hidden_aliases', 'is_shared', 'long_flag', 'option', 'option_dest',
-           'option_flag', 'option_flags', 'options_from_values', 'parser_arguments', 'shared_option']
+__all__ = ['declaration', 'declared_fields', 'hidden_aliases', 'is_own', 'is_shared', 'long_flag', 'option',
+           'option_dest', 'option_flag', 'option_flags', 'options_from_values', 'parser_arguments', 'shared_option']
 
 T = TypeVar('T')
 
 # Metadata key of a field declaring another method's option (`shared_option`): that method's name.
 _SHARED_FROM = 'shared_from'
 # Metadata keys that say where an option goes on the command line, not how the parser takes it (`option`).
-_FLAGS, _DEST, _ALIASES, _OFF_SWITCH = 'flags', 'dest', 'aliases', 'off_switch'
-_PLACEMENT = (_SHARED_FROM, _FLAGS, _DEST, _ALIASES, _OFF_SWITCH)
+_FLAGS, _DEST, _ALIASES, _OFF_SWITCH, _OWN = 'flags', 'dest', 'aliases', 'off_switch', 'own'
+_PLACEMENT = (_SHARED_FROM, _FLAGS, _DEST, _ALIASES, _OFF_SWITCH, _OWN)
 # Parser arguments that may be given as a function of nothing, called when the parser is built: a help or choices
 # that name what a registry holds then (the registered methods, the training attacks).
 _BUILT_LATE = ('help', 'choices')
 
 
 def option(default: Any, help: Any, *, flags: Optional[Sequence[str]] = None, dest: Optional[str] = None,
-           aliases: Sequence[str] = (), off_switch: bool = False, **parser_arguments: Any) -> Any:
+           aliases: Sequence[str] = (), off_switch: bool = False, own: bool = False, **parser_arguments: Any) -> Any:
     """A field that is a command-line option: its default, the flag's help and its other parser arguments (``type``,
     ``choices``, ``nargs``, ``metavar``, ``const``, ``action``). A ``bool`` field is an on/off flag:
     ``--name``/``--no-name`` when on by default, ``--name`` alone when off. Give a sequence as a tuple (an options
@@ -50,9 +50,12 @@ def option(default: Any, help: Any, *, flags: Optional[Sequence[str]] = None, de
         aliases: Older spellings, accepted but not listed in ``--help``.
         off_switch: The option is a switch that turns the ``bool`` field, on by default, off: ``--no-fold-bn`` (its
             `dest`, ``no_fold_bn``, is then False unless given) for ``fold_bn``.
+        own: The option is its command's own, not the option of the same flag that several commands share
+            (`timm_advnorm.commands.options`): ``timm-advnorm-deepaugment``'s ``--seed`` and ``--input-size``.
     """
     placement = {key: value for key, value in ((_FLAGS, tuple(flags) if flags else None), (_DEST, dest),
-                                               (_ALIASES, tuple(aliases)), (_OFF_SWITCH, off_switch)) if value}
+                                               (_ALIASES, tuple(aliases)), (_OFF_SWITCH, off_switch), (_OWN, own))
+                 if value}
     metadata = {'help': help, **parser_arguments, **placement}
     if isinstance(default, Mapping):
         return dataclasses.field(default_factory=functools.partial(dict, default), metadata=metadata)
@@ -71,6 +74,11 @@ def shared_option(owner: str, default: Any = dataclasses.MISSING) -> Any:
 def is_shared(field: dataclasses.Field) -> bool:
     """Whether `field` declares another method's option (`shared_option`)."""
     return _SHARED_FROM in field.metadata
+
+
+def is_own(field: dataclasses.Field) -> bool:
+    """Whether `field` declares its command's own option, not the shared one of the same flag (`option`)."""
+    return bool(field.metadata.get(_OWN))
 
 
 def option_flag(name: str) -> str:
