@@ -6,11 +6,12 @@ import dataclasses
 import pytest
 
 from timm_advnorm.augment.options import DeepAugmentOptions
-from timm_advnorm.commands import convert, deepaugment, publish
+from timm_advnorm.commands import convert, deepaugment, demo, publish
+from timm_advnorm.commands.demo_options import DemoOptions
 from timm_advnorm.commands.options import declarations_of
 from timm_advnorm.convert.options import FORMATS, FastAdvPropOptions
-from timm_advnorm.hub.publish_options import OPTIONS_CLASSES as PUBLISH_CLASSES, CardOptions, ExportOptions, \
-    PublishOptions
+from timm_advnorm.hub.publish_options import (
+    OPTIONS_CLASSES as PUBLISH_CLASSES, CardOptions, ExportOptions, PublishOptions)
 from timm_advnorm.option_fields import declared_fields, option, option_dest
 
 
@@ -74,3 +75,11 @@ def test_a_field_that_declares_a_shared_flag_otherwise_is_refused_unless_its_own
 
     with pytest.raises(ValueError, match=r'^seed declares --seed unlike the shared option: default, type$'):
         declarations_of([Clash])
+
+
+def test_demo_options_are_its_fields():
+    parser = demo.get_args_parser()
+    assert set(parser.dest_actions) - {'help'} == _declaring([DemoOptions]) == {'output', 'data_dir', 'smoke'}
+    assert demo.demo_options(parser.parse_args([])) == DemoOptions()
+    assert demo.demo_options(parser.parse_args(['--output', 'o', '--data-dir', 'd', '--smoke'])) == DemoOptions(
+        'o', 'd', True)

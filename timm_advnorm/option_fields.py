@@ -1,6 +1,7 @@
 """Options declared on the fields of frozen dataclasses: each command's typed options (`timm_advnorm.train.options`,
 `timm_advnorm.eval.options`, `timm_advnorm.hub.publish_options`, `timm_advnorm.convert.options`,
-`timm_advnorm.augment.options`) and each training method's own (`timm_advnorm.task.method_options`).
+`timm_advnorm.augment.options`, `timm_advnorm.commands.demo_options`) and each training method's own
+(`timm_advnorm.task.method_options`).
 
 Each field is one option (``--clean-ratio`` for ``clean_ratio``): its type, its default and, in its metadata
 (`option`), the flag's help and parser arguments, as plain data that a command turns into its parser
