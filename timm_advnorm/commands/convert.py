@@ -11,66 +11,64 @@ DST becomes an export folder (``config.json`` + ``model.safetensors``):
 "SAME" padding a tensorpack conversion records; ``timm.create_model('local-dir:DST', pretrained=True)`` loads the
 weights but not the padding), and ``timm-advnorm-publish DST ...`` publishes it with a model card.
 """
+import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 from ..convert import convert_fast_advprop, convert_nofrost, convert_tensorpack_resnet
+from ..convert.options import FORMATS, ConvertOptions
+from ..option_fields import options_from_values
 from ..weights.export import check_folder_target
 from ..write_guard import check_write_target
+from .options import declarations_of
 from .parser import ArgumentParser, run_cli
 
-__all__ = ['get_args_parser', 'main', 'run', 'console_main']
+__all__ = ['get_args_parser', 'convert_options', 'main', 'run', 'console_main']
 
 PROG = 'timm-advnorm-convert'
-#: The file SRC is, by format: what its help and its refusal of a folder say.
-SOURCE_FILES = {
-    'fast-advprop': 'checkpoint saved by fast_advprop/imagenet.py (.pth.tar)',
-    'nofrost': 'best_RA.pth, best_SA.pth or latest.pth',
-    'tensorpack-resnet': 'R152.npz (or an R50/R101 .npz of the same code)',
-}
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
-    """Arguments of the converter command, one sub-command per source format."""
+    """Arguments of the converter command, one sub-command per source format (`convert.options.FORMATS`), each
+    generated from the declarations of its options class's fields in their order, SRC's help the format's file."""
     parser = ArgumentParser(
         prog=prog, description="Convert the authors' released robust checkpoints to timm exports.")
     formats = parser.add_subparsers(dest='format', required=True, metavar='FORMAT')
-
-    def add(name: str, help_text: str, src_help: str) -> ArgumentParser:
-        sub = formats.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument('src', metavar='SRC', help=src_help)
-        sub.add_argument('dst', metavar='DST', help='export folder to write')
-        sub.add_argument('--model', help='target architecture (default: detected from the weights)')
-        sub.add_argument('--overwrite', action='store_true', help='replace DST, an earlier export')
-        return sub
-
-    fast = add('fast-advprop', 'Fast AdvProp (Mei et al., ICLR 2022) mixture-BN ResNet checkpoint.',
-               SOURCE_FILES['fast-advprop'])
-    fast.add_argument('--branch', choices=('clean', 'adv'),
-                      help='write one branch as the plain timm ResNet (Fast AdvProp infers on clean)')
-    add('nofrost', 'NoFrost (Wang et al., ICML 2022) NF-ResNet checkpoint.', SOURCE_FILES['nofrost'])
-    add('tensorpack-resnet', 'Feature Denoising (Xie et al., CVPR 2019) tensorpack ResNet baseline.',
-        SOURCE_FILES['tensorpack-resnet'])
+    for name, source_format in FORMATS.items():
+        sub = formats.add_parser(name, help=source_format.title, description=source_format.title)
+        for dest, declared in declarations_of([source_format.options_class]).items():
+            if dest == 'src':
+                declared = dataclasses.replace(declared, arguments={**declared.arguments, 'help': source_format.source})
+            declared.add(sub, sub)
     return parser
+
+
+def convert_options(args: argparse.Namespace) -> ConvertOptions:
+    """The typed options of the conversion `args` (as `get_args_parser` parses them) describe, its format's options
+    class filled by option name (`option_fields.options_from_values`)."""
+    return options_from_values(FORMATS[args.format].options_class, vars(args))
 
 
 def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     """Parse `argv` and convert; returns the exit status. Bad input raises (see `run`)."""
     logging.basicConfig(level=logging.INFO, format='%(message)s')
     parser = get_args_parser(prog)
-    args = parser.parse_args(argv)
-    if Path(args.src).is_dir():  # every format converts one file of the authors' release
-        parser.error(f'SRC {args.src} is a folder; {args.format} converts one file: {SOURCE_FILES[args.format]}')
-    check_write_target(args.dst, 'DST', {'the checkpoint being converted': args.src})
-    check_folder_target(args.dst, args.overwrite)  # before the checkpoint is read: a refusal costs no load
-    if args.format == 'fast-advprop':
-        convert_fast_advprop(args.src, args.dst, args.model, branch=args.branch, overwrite=args.overwrite)
-    elif args.format == 'nofrost':
-        convert_nofrost(args.src, args.dst, args.model, overwrite=args.overwrite)
+    options = convert_options(parser.parse_args(argv))
+    if Path(options.src).is_dir():  # every format converts one file of the authors' release
+        parser.error(f'SRC {options.src} is a folder; {options.format} converts one file: '
+                     f'{FORMATS[options.format].source}')
+    check_write_target(options.dst, 'DST', {'the checkpoint being converted': options.src})
+    check_folder_target(options.dst, options.overwrite)  # before the checkpoint is read: a refusal costs no load
+    if options.format == 'fast-advprop':
+        convert_fast_advprop(options.src, options.dst, options.model, branch=options.branch,
+                             overwrite=options.overwrite)
+    elif options.format == 'nofrost':
+        convert_nofrost(options.src, options.dst, options.model, overwrite=options.overwrite)
     else:
-        convert_tensorpack_resnet(args.src, args.dst, args.model, overwrite=args.overwrite)
+        convert_tensorpack_resnet(options.src, options.dst, options.model, overwrite=options.overwrite)
     return 0
 
 

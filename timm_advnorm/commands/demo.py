@@ -12,6 +12,7 @@ table; `demo_report`)::
 Each step runs in this process as the console command does, and is printed first as the command line that runs it
 alone. ``scripts/demo.sh`` in a checkout is this command after the environment's set-up.
 """
+import argparse
 import logging
 import shlex
 import sys
@@ -19,13 +20,16 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from ..option_fields import options_from_values
 from ..write_guard import check_folder_writable
+from .demo_options import DemoOptions
 from .demo_report import PLOT_DIR, RESULTS_FILE, report_text
+from .options import declarations_of
 from .parser import ArgumentParser, run_cli
 from .train import run as run_train
 from .validate import run as run_validate
 
-__all__ = ['demo_steps', 'main', 'run', 'console_main']
+__all__ = ['get_args_parser', 'demo_options', 'demo_steps', 'main', 'run', 'console_main']
 
 PROG = 'timm-advnorm-demo'
 _logger = logging.getLogger('demo')
@@ -50,18 +54,20 @@ SMOKE_PLOT_NOTE = 'SMOKE RUN (--smoke): tiny budgets, these numbers mean nothing
 
 
 def get_args_parser(prog: str = PROG) -> ArgumentParser:
-    """The command-line parser."""
+    """The command-line parser, generated from the declarations of the fields of `demo_options.DemoOptions`, in their
+    order."""
     parser = ArgumentParser(prog=prog, description='Train a mixture-BN ResNet adversarially and the same model on '
                                                    'clean images on the built-in digits, evaluate both under PGD and '
                                                    'print the comparison (the README\'s demo table).')
-    parser.add_argument('--output', default=None, metavar='DIR',
-                        help='New folder for the runs, results and report.md (default: output/demo-<time>).')
-    parser.add_argument('--data-dir', default=None, metavar='DIR',
-                        help='Where the digits are rendered (default: the user cache).')
-    parser.add_argument('--smoke', action='store_true',
-                        help='Every step with tiny budgets, a check that the demo runs (about 1.5-2.5 min '
-                             'measured on a 2-core CPU): the numbers mean nothing, and its report and plots say so.')
+    for declared in declarations_of([DemoOptions]).values():
+        declared.add(parser, parser)
     return parser
+
+
+def demo_options(args: argparse.Namespace) -> DemoOptions:
+    """The typed options of the demo `args` (as `get_args_parser` parses them) describe, filled by option name
+    (`option_fields.options_from_values`)."""
+    return options_from_values(DemoOptions, vars(args))
 
 
 def demo_steps(output: Path, data_dir: Optional[str] = None, smoke: bool = False) -> List[Tuple[str, List[str]]]:
@@ -91,18 +97,18 @@ def _run_step(command: str, argv: List[str]) -> int:
 
 def main(argv: Optional[List[str]] = None, prog: str = PROG) -> int:
     """Run the demo; returns the exit status. Bad input raises (see `run`)."""
-    args = get_args_parser(prog).parse_args(argv)
+    options = demo_options(get_args_parser(prog).parse_args(argv))
     if not logging.root.handlers:
         logging.basicConfig(level=logging.INFO, format='%(message)s')
-    output = Path(args.output or f'output/demo-{time.strftime("%Y%m%d-%H%M%S")}')
+    output = Path(options.output or f'output/demo-{time.strftime("%Y%m%d-%H%M%S")}')
     check_folder_writable(output)  # its name first: a name too long cannot even be looked up
     if output.exists():
         raise ValueError(f'{output} already exists; give a new folder with --output')
-    for command, step_argv in demo_steps(output, args.data_dir, args.smoke):
+    for command, step_argv in demo_steps(output, options.data_dir, options.smoke):
         status = _run_step(command, step_argv)
         if status:
             return status
-    report = report_text(output, [(name, label) for name, label, _ in RUNS], args.smoke)
+    report = report_text(output, [(name, label) for name, label, _ in RUNS], options.smoke)
     (output / 'report.md').write_text(report, encoding='utf-8')
     sys.stdout.write('\n' + report)
     return 0

@@ -4,7 +4,7 @@ count that really differ, such as the single training ``--attack-steps`` against
 
 Groups as the commands' ``--help`` shows them: the model and its preprocessing, the data, the attack budget and the
 runtime (device, AMP, seed, workers). The training and evaluation commands declare their options on the fields of
-their typed options (`train.options`, `eval.options`; `task.method_options.option`): `declarations_of` reads them,
+their typed options (`train.options`, `eval.options`, ...; `option_fields.option`): `declarations_of` reads them,
 each field's shared settings found by its flag (`shared_option_for`), into the `Declaration` the parser adds.
 """
 import argparse
@@ -15,8 +15,8 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 from timm.utils import ParseKwargs
 
 from ..arg_types import finite_float, non_negative_int, pixel_budget, positive_float, positive_int, seed_int
-from ..task.method_options import (
-    declared_fields, hidden_aliases, long_flag, option_dest, option_flags, parser_arguments)
+from ..option_fields import (
+    declared_fields, hidden_aliases, is_own, long_flag, option_dest, option_flags, parser_arguments)
 from ..usage import AMP_DTYPES
 from .parser import ArgumentParser, add_hidden_alias
 
@@ -143,9 +143,10 @@ class Declaration:
 def _declaration(field: dataclasses.Field) -> Declaration:
     """The option `field` declares, with the settings every command gives it where it is shared: the field may state
     them too, alike (a difference is an error: the commands would disagree), and add option strings of its own
-    (``-m`` beside ``--model``)."""
+    (``-m`` beside ``--model``); a field that declares its command's own option of the same flag (`option_fields.option`
+    ``own``) takes none of them."""
     flags, arguments = option_flags(field), parser_arguments(field)
-    shared = shared_option_for(long_flag(flags))
+    shared = None if is_own(field) else shared_option_for(long_flag(flags))
     if shared is not None:
         unlike = sorted(key for key in shared.settings.keys() & arguments.keys()
                         if shared.settings[key] != arguments[key])

@@ -79,9 +79,10 @@ class ArgumentParser(argparse.ArgumentParser):
         return group
 
     def add_subparsers(self, **kwargs: Any) -> argparse._SubParsersAction:
-        """Sub-command parsers of this class, whose errors start with this command's name."""
+        """Sub-command parsers of this class, whose errors start with this command's name; the action that holds
+        them is kept in `dest_actions` by its destination (``format``), its ``choices`` the sub-commands' parsers."""
         kwargs.setdefault('parser_class', functools.partial(type(self), command=self.command))
-        return super().add_subparsers(**kwargs)
+        return self._kept(super().add_subparsers(**kwargs))
 
     def error(self, message: str) -> NoReturn:
         """A usage error: one line and where to read more, instead of argparse's usage block, which buries it."""

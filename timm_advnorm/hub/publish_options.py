@@ -2,15 +2,22 @@
 
 ``timm-advnorm-publish`` parses its arguments and converts them into one `PublishOptions`
 (`timm_advnorm.commands.publish.publish_options`); `timm_advnorm.hub.publish.publish` never sees the parsed command
-line. The options are grouped by what they decide: what is exported (`ExportOptions`), where it goes
-(`TargetOptions`) and what the model card states besides the model's own facts (`CardOptions`). Publishing never
+line. Each field that a command-line option fills declares it (`option_fields.option`: the flag's help and
+parser arguments, its default the field's), as the training and evaluation options do: the command generates its
+parser from these declarations and fills every group by option name. The options are grouped by what they decide:
+what is exported (`ExportOptions`), where it goes (`TargetOptions`) and what the model card states besides the
+model's own facts (`CardOptions`). Publishing never
 changes them: the inference branch it resolves from the checkpoint's record goes into a new object
 (`dataclasses.replace`).
 """
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Optional
 
-__all__ = ['DEFAULT_COMMIT_MESSAGE', 'ExportOptions', 'TargetOptions', 'CardOptions', 'PublishOptions']
+from ..layers import INFERENCE_BRANCHES
+from ..option_fields import option
+
+__all__ = ['DEFAULT_COMMIT_MESSAGE', 'ExportOptions', 'TargetOptions', 'CardOptions', 'PublishOptions',
+           'OPTIONS_CLASSES']
 
 #: The Hub commit message of an upload (``--commit-message`` replaces it).
 DEFAULT_COMMIT_MESSAGE = 'Add timm-advnorm model'
@@ -29,11 +36,16 @@ class ExportOptions:
         inference_branch: The branch a whole mixture-BN model loads routed to (None: the one the checkpoint records).
     """
 
-    checkpoint: str
-    model: Optional[str] = None
-    ema: bool = False
-    branch: Optional[str] = None
-    inference_branch: Optional[str] = None
+    checkpoint: str = option(MISSING, 'timm-advnorm-train checkpoint, state dict (.pth/.safetensors), export folder, '
+                                      'hf-hub:org/name or local-dir:PATH', flags=('checkpoint',))
+    model: Optional[str] = option(None, 'architecture, when the checkpoint does not name it (bare state dicts)')
+    ema: bool = option(False, "publish the checkpoint's EMA weights", flags=('--use-ema',), aliases=('--ema',))
+    branch: Optional[str] = option(
+        None, 'publish this mixture-BN branch as the plain timm architecture (no plugin needed)',
+        choices=INFERENCE_BRANCHES)
+    inference_branch: Optional[str] = option(
+        None, 'branch a whole mixture-BN model loads routed to, recorded in config.json (default: the one the '
+              'checkpoint records; required where it records none)', choices=INFERENCE_BRANCHES)
 
 
 @dataclass(frozen=True)
@@ -50,13 +62,13 @@ class TargetOptions:
         commit_message: The Hub commit message.
     """
 
-    repo_id: Optional[str] = None
-    local_dir: Optional[str] = None
-    dry_run: bool = False
-    overwrite: bool = False
-    private: bool = False
-    revision: Optional[str] = None
-    commit_message: str = DEFAULT_COMMIT_MESSAGE
+    repo_id: Optional[str] = option(None, 'Hub repository org/name to upload to (token from HF_TOKEN)')
+    local_dir: Optional[str] = option(None, 'write the exact folder that is (or would be) uploaded here')
+    dry_run: bool = option(False, 'write --local-dir only, upload nothing')
+    overwrite: bool = option(False, 'replace an earlier export in --local-dir, or a non-empty Hub repository')
+    private: bool = option(False, 'create the Hub repository as private')
+    revision: Optional[str] = option(None, 'Hub branch to upload to (default: main)')
+    commit_message: str = option(DEFAULT_COMMIT_MESSAGE, 'Hub commit message')
 
     @property
     def upload(self) -> bool:
@@ -77,11 +89,19 @@ class CardOptions:
         license: The card's license (None: the weights' pretrained config's, else ``other``).
     """
 
-    results: Optional[str] = None
-    allow_reduced_results: bool = False
-    allow_other_results: bool = False
-    template: Optional[str] = None
-    license: Optional[str] = None
+    results: Optional[str] = option(None, 'timm-advnorm-validate results JSON for the card')
+    allow_reduced_results: bool = option(
+        False, 'publish results of a reduced (timm-advnorm-validate --reduced, smoke-test) protocol; the card then '
+               'says so first')
+    allow_other_results: bool = option(
+        False, 'publish results that evaluated other weights than those published, or that do not record which '
+               '(written before timm-advnorm-validate recorded a weights digest); the card then says so beside the '
+               'numbers')
+    template: Optional[str] = option(
+        None, "model card template (default: the package's model_card_template.md)", dest='card_template',
+        metavar='FILE')
+    license: Optional[str] = option(
+        None, "card license (default: the weights' pretrained config, e.g. a converted release's license)")
 
 
 @dataclass(frozen=True)
@@ -91,3 +111,7 @@ class PublishOptions:
     export: ExportOptions
     target: TargetOptions = field(default_factory=TargetOptions)
     card: CardOptions = field(default_factory=CardOptions)
+
+
+#: The options classes whose fields declare the command's options, in the order of `PublishOptions`' groups.
+OPTIONS_CLASSES = (ExportOptions, TargetOptions, CardOptions)
