@@ -54,7 +54,7 @@ def _time_summary(cells: Sequence[Cell], projected: Dict[str, CellTime], jobs: i
     where = f'this machine ({", ".join(sorted({projected[cell.id].device for cell in cells}))})'
     cells_left = f'the {len(left)} cells' if len(left) != 1 else 'the cell'
     line = f'Projected time of {cells_left} not yet evaluated: {duration_text(sum(seconds))} of compute on {where}'
-    wall = makespan(seconds, jobs) if seconds else 0.0
+    wall = makespan(seconds, jobs)  # the sum of `seconds` for one job at a time
     side_by_side = f', {duration_text(wall)} with {jobs} at a time' if jobs > 1 else ''
     factor = measured_factor(cells, projected)
     if factor is None:
@@ -65,7 +65,7 @@ def _time_summary(cells: Sequence[Cell], projected: Dict[str, CellTime], jobs: i
            else f'the cell run here took {ratio:.2f}x its')
     at_once = f' ({jobs} at a time)' if jobs > 1 else ''
     return line + side_by_side + (f'; {ran} projection (data, checkpoints, start-up), so '
-                                  f'{duration_text(wall * ratio if jobs > 1 else sum(seconds) * ratio)} in all'
+                                  f'{duration_text(wall * ratio)} in all'
                                   f'{at_once}.\n')
 
 
@@ -177,7 +177,7 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     _report(spec, options, cells, study_dir, time.perf_counter() - started, prog)
     record_invocation(study_dir, commit, _command(options, prog), started_at, time.perf_counter() - started,
                       [cell.id for cell in ran], jobs=options.jobs,
-                      cell_threads=cell_threads(options.jobs) if options.jobs > 1 else torch.get_num_threads())
+                      cell_threads=cell_threads(options.jobs) if options.jobs > 1 else None)
     if options.record:
         target = record_study(study_dir, Path(options.record) / spec.name / options.scale)
         _logger.info(f'Recorded the tables, plot and provenance in {target}')

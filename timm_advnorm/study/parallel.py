@@ -29,7 +29,7 @@ from ..messages import read_utf8
 from ..signals import Interrupted
 from ..usage import available_cpus
 from .cells import Cell
-from .runner import VALIDATE_MODULE, TRAIN_MODULE, CellError, cell_state, check_status, run_cell
+from .runner import CellError, SubprocessCommands, cell_state, check_status, pending_cells, run_cell
 
 __all__ = ['ChildProcesses', 'LoggedCommands', 'cell_threads', 'makespan', 'run_cells_side_by_side', 'LOG_FOLDER']
 
@@ -89,21 +89,14 @@ class ChildProcesses:
                 pass
 
 
-@dataclass(frozen=True)
-class LoggedCommands:
-    """A cell's commands, each run as ``<prefix> -m <module> <arguments>`` in a child process of `children`, with
-    `env` and its output appended to `log` (the interface of `runner.SubprocessCommands`)."""
+@dataclass(frozen=True, kw_only=True)
+class LoggedCommands(SubprocessCommands):
+    """`runner.SubprocessCommands` whose child processes are those of `children`, with `env` and their output
+    appended to `log`."""
 
-    prefix: Sequence[str]
     env: Mapping[str, str] = field(repr=False)
     log: Path
     children: ChildProcesses = field(repr=False, compare=False)
-
-    def train(self, argv: Sequence[str]) -> None:
-        self._run(TRAIN_MODULE, argv)
-
-    def validate(self, argv: Sequence[str]) -> None:
-        self._run(VALIDATE_MODULE, argv)
 
     def _run(self, module: str, argv: Sequence[str]) -> None:
         check_status(module, self.children.run([*self.prefix, '-m', module, *argv], self.env, self.log))
@@ -144,10 +137,7 @@ def run_cells_side_by_side(cells: Sequence[Cell], jobs: int, log_dir: Path, pref
         CellError: A cell's command failed (after the running cells finished; none started after it).
         Interrupted: SIGINT or SIGTERM (after the running commands stopped on it).
     """
-    pending = [cell for cell in cells if cell_state(cell) != 'evaluated'][:max_cells]
-    done = len(cells) - len([cell for cell in cells if cell_state(cell) != 'evaluated'])
-    if done:
-        _logger.info(f'{done} of {len(cells)} cells already evaluated: not rerun.')
+    pending = pending_cells(cells)[:max_cells]
     if not pending:
         return []
     threads = cell_threads(jobs)
@@ -162,7 +152,7 @@ def run_cells_side_by_side(cells: Sequence[Cell], jobs: int, log_dir: Path, pref
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix='study-cell') as pool:
         futures: Dict[Future, Cell] = {}
         for index, cell in enumerate(pending):
-            commands = LoggedCommands(tuple(prefix), env, log_dir / f'{cell.id}.log', children)
+            commands = LoggedCommands(prefix=tuple(prefix), env=env, log=log_dir / f'{cell.id}.log', children=children)
             futures[pool.submit(_run_logged, cell, commands, f'{index + 1}/{len(pending)}', failure)] = cell
         try:
             for future in as_completed(futures):

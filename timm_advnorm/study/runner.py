@@ -34,14 +34,13 @@ from .cells import Cell
 from .options import CellCommands
 
 __all__ = ['CellError', 'InProcessCommands', 'SubprocessCommands', 'SubmititLauncher', 'cell_state', 'check_status',
-           'run_cell', 'run_cells', 'TIMING_FILE', 'TRAIN_MODULE', 'VALIDATE_MODULE']
+           'pending_cells', 'run_cell', 'run_cells', 'TIMING_FILE']
 
 _logger = logging.getLogger(__name__)
 
 TIMING_FILE = 'study_timing.json'
-#: The modules a child process runs a cell's commands as (``python -m``).
-TRAIN_MODULE = 'timm_advnorm.train'
-VALIDATE_MODULE = 'timm_advnorm.eval'
+_TRAIN_MODULE = 'timm_advnorm.train'
+_VALIDATE_MODULE = 'timm_advnorm.eval'
 
 
 class CellError(RuntimeError):
@@ -76,12 +75,13 @@ class SubprocessCommands:
     prefix: Sequence[str] = (sys.executable,)
 
     def train(self, argv: Sequence[str]) -> None:
-        self._run(TRAIN_MODULE, argv)
+        self._run(_TRAIN_MODULE, argv)
 
     def validate(self, argv: Sequence[str]) -> None:
-        self._run(VALIDATE_MODULE, argv)
+        self._run(_VALIDATE_MODULE, argv)
 
     def _run(self, module: str, argv: Sequence[str]) -> None:
+        """Run `module` with `argv` in a child process; a status other than 0 raises `CellError`."""
         check_status(module, subprocess.run([*self.prefix, '-m', module, *argv], check=False).returncode)
 
 
@@ -153,12 +153,18 @@ def run_cell(cell: Cell, commands: Any) -> str:
     return state
 
 
-def run_cells(cells: Sequence[Cell], commands: Any, max_cells: Optional[int] = None) -> List[Cell]:
-    """Run the cells not yet evaluated, one after another, at most `max_cells` of them; returns those run."""
+def pending_cells(cells: Sequence[Cell]) -> List[Cell]:
+    """The cells not yet evaluated, in order; says how many others are, which are not rerun."""
     pending = [cell for cell in cells if cell_state(cell) != 'evaluated']
     done = len(cells) - len(pending)
     if done:
         _logger.info(f'{done} of {len(cells)} cells already evaluated: not rerun.')
+    return pending
+
+
+def run_cells(cells: Sequence[Cell], commands: Any, max_cells: Optional[int] = None) -> List[Cell]:
+    """Run the cells not yet evaluated, one after another, at most `max_cells` of them; returns those run."""
+    pending = pending_cells(cells)
     ran = []
     for index, cell in enumerate(pending[:max_cells]):
         _logger.info(f'Cell {index + 1}/{len(pending)} to run: {cell.id} ({cell_state(cell)})')
