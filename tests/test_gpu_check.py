@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import textwrap
 import time
 import zipfile
 from pathlib import Path
@@ -45,9 +44,13 @@ def _section(report: str, title: str) -> str:
     return report.split(f'### {title}\n', 1)[1].split('\n### ', 1)[0]
 
 
-def _run_kit(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(['bash', 'scripts/gpu_check.sh', *argv], cwd=REPO, env={**os.environ, 'PYTHON': sys.executable},
-                          capture_output=True, text=True, timeout=timeout)
+def _run_kit(*argv: str, timeout: float = 300, tier_selection: str = '') -> subprocess.CompletedProcess:
+    """The kit as a user runs it; `tier_selection` narrows the device tier's pytest run (``-k``)."""
+    env = {**os.environ, 'PYTHON': sys.executable}
+    if tier_selection:
+        env['PYTEST_ADDOPTS'] = f'{env.get("PYTEST_ADDOPTS", "")} -k {tier_selection}'.strip()
+    return subprocess.run(['bash', 'scripts/gpu_check.sh', *argv], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def _assert_what_a_window_returns(out: Path) -> None:
@@ -60,8 +63,11 @@ def _assert_what_a_window_returns(out: Path) -> None:
 def test_a_tiny_cpu_run_ends_within_its_budget_and_leaves_only_what_a_window_brings_back(tmp_path):
     out, scratch = tmp_path / 'out', tmp_path / 'scratch'
     start = time.monotonic()
-    done = _run_kit('--device', 'cpu', '--tiny', '--budget', '45', '--scratch', str(scratch), str(out))
-    assert time.monotonic() - start < 90
+    # On the CPU the tier is tests/test_device_checks.py, which the suite runs in full: here a few of its tests show the
+    # stage's plumbing (its count, its JUnit file) at a fraction of the time.
+    done = _run_kit('--device', 'cpu', '--tiny', '--budget', '33', '--scratch', str(scratch), str(out),
+                    tier_selection='in_eval_mode')
+    assert time.monotonic() - start < 60
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     _assert_what_a_window_returns(out)
     rows = _stage_rows((out / 'gpu_report.md').read_text())

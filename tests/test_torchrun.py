@@ -41,7 +41,10 @@ def test_two_processes_with_grad_checkpointing(tmp_path, digits_dir, sync_bn):
         rows = list(csv.DictReader(f))
     assert [row['epoch'] for row in rows] == ['0']
     assert float(rows[0]['eval_adv_branch_top1']) > 0
+    assert 'robust_samples' not in ''.join(rows[0])  # a count, not a metric
     assert result.stderr.count('Epoch 0 (1/1)  Loss: ') == 1
+    # one seeded subset, sharded across the two ranks, and the epoch's line counts its images over both
+    assert '(robust: pgd2 targeted ε=16/255, 32 images)' in result.stderr
     assert re.search(r'\b2 process', result.stderr), 'the log must say the run trains on 2 processes'
 
     args = yaml.safe_load((run / 'args.yaml').read_text())

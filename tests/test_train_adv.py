@@ -2,8 +2,6 @@
 import csv
 import json
 import logging
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from concurrent_runs import run_concurrently
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ['--epochs', '1', '--attack-steps', '2', '--attack-step', '4', '--val-attack-steps', '2', '--num-samples', '32',
@@ -134,37 +131,30 @@ BAD_INPUTS = (
 )
 
 
-def test_bad_input_is_one_line_and_nonzero(tmp_path, digits_dir):
-    # one per core: each one's time is its single-threaded imports (a process holds up to 1 GB, hence at most 4)
-    outputs = [tmp_path / str(case) for case in range(len(BAD_INPUTS))]
-    for output in outputs:
-        output.mkdir()
-    commands = [[sys.executable, 'train_adv.py', '--data-dir', digits_dir, '--output', output, *FAST, *bad]
-                for output, (bad, _) in zip(outputs, BAD_INPUTS)]
-    results = run_concurrently(commands, jobs=min(4, os.cpu_count() or 1), timeout=300, cwd=REPO)
-    for output, (bad, message), result in zip(outputs, BAD_INPUTS, results):
-        assert result.returncode == 2, f'{bad}: {result.stderr[-3000:]}'
-        lines = result.stderr.strip().splitlines()
-        assert lines[-1].startswith('train_adv.py: error:') and message in lines[-1], f'{bad}: {lines[-1]}'
-        assert 'Traceback' not in result.stderr, f'{bad}: {result.stderr[-3000:]}'
-        assert not any(output.iterdir()), f'{bad}: bad input must fail before the run folder is made'
+def _assert_refused_before_the_run_folder(bad, message, status, stderr, output: Path) -> None:
+    assert status == 2, f'{bad}: {stderr[-3000:]}'
+    lines = stderr.strip().splitlines()
+    assert lines[-1].startswith('train_adv.py: error:') and message in lines[-1], f'{bad}: {lines[-1]}'
+    assert 'Traceback' not in stderr, f'{bad}: {stderr[-3000:]}'
+    assert not any(output.iterdir()), f'{bad}: bad input must fail before the run folder is made'
 
 
-def test_torchrun_two_processes_with_sync_mixture_bn(tmp_path, digits_dir):
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = str(s.getsockname()[1])
-    result = _run_script(
-        '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', port, 'train_adv.py',
-        '--device', 'cpu', '--sync-bn', '--method', 'mbn', '--data-dir', str(digits_dir), '--output',
-        str(tmp_path), '--experiment', 'ddp', *FAST, '-b', '32')
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = _summary(tmp_path / 'ddp')
-    assert 'robust_samples' not in ''.join(rows[0])  # a count, not a metric
-    # one seeded subset, sharded across the two ranks, and the epoch's line counts its images over both
-    assert '(robust: pgd2 targeted ε=16/255, 32 images)' in result.stderr
-    checkpoint = torch.load(tmp_path / 'ddp' / 'last.pth.tar', map_location='cpu', weights_only=False)
-    assert not any(k.startswith('module.') for k in checkpoint['state_dict'])
+def test_the_script_refuses_bad_input_on_one_line_with_exit_status_2(tmp_path, digits_dir):
+    bad, message = BAD_INPUTS[0]
+    result = _run_script('train_adv.py', '--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, *bad)
+    _assert_refused_before_the_run_folder(bad, message, result.returncode, result.stderr, tmp_path)
+
+
+@pytest.mark.parametrize('bad, message', BAD_INPUTS, ids=[' '.join(bad) for bad, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_nonzero(bad, message, tmp_path, digits_dir, capsys):
+    """The script's own route (`run`) in this process: one subprocess per case would cost its imports each time."""
+    from timm_advnorm.commands.train import run
+    argv = ['--data-dir', str(digits_dir), '--output', str(tmp_path), *FAST, *bad]
+    try:
+        status = run('train_adv.py', argv)
+    except SystemExit as e:  # the parser's own usage errors
+        status = e.code
+    _assert_refused_before_the_run_folder(bad, message, status, capsys.readouterr().err, tmp_path)
 
 
 def test_torchcompile_trains_through_every_route(tmp_path, digits_dir):
