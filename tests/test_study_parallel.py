@@ -89,6 +89,16 @@ def test_a_failed_cell_starts_no_further_cell_and_is_named_with_its_log(tmp_path
     assert not cells[1].run_dir.exists()
 
 
+def test_a_cell_whose_log_cannot_be_written_stops_the_study_like_a_failed_one(tmp_path):
+    cells = [_cell(tmp_path, 'unlogged'), _cell(tmp_path, 'later')]
+    (tmp_path / 'logs' / 'unlogged.log').mkdir(parents=True)  # what open() refuses, as a full or read-only disk would
+    refused = r"1 cell\(s\) failed: unlogged \(\[Errno \d+\] Is a directory: '.*unlogged\.log'\)"
+    with pytest.raises(CellError, match=refused):
+        run_cells_side_by_side(cells, 1, tmp_path / 'logs', _PREFIX)
+    assert not (tmp_path / 'logs' / 'later.log').exists()
+    assert not cells[1].run_dir.exists()
+
+
 def test_stopped_children_get_the_signal_and_none_starts_after(tmp_path):
     children = ChildProcesses()
     log = tmp_path / 'child.log'

@@ -27,7 +27,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set
 from ..durations import duration_text
 from ..messages import read_utf8
 from ..signals import Interrupted
-from ..usage import available_cpus
+from ..usage import available_cpus, one_line
 from .cells import Cell
 from .runner import CellError, SubprocessCommands, cell_state, check_status, pending_cells, run_cell
 
@@ -120,7 +120,7 @@ def _run_logged(cell: Cell, commands: LoggedCommands, position: str, failed: thr
     started = time.perf_counter()
     try:
         run_cell(cell, commands)
-    except CellError:
+    except (CellError, OSError):  # OSError: its log or its files could not be written (full disk, no permission)
         failed.set()
         raise
     _logger.info(f'Cell {cell.id} evaluated in {duration_text(time.perf_counter() - started)}')
@@ -166,6 +166,8 @@ def run_cells_side_by_side(cells: Sequence[Cell], jobs: int, log_dir: Path, pref
                     log = log_dir / f'{cell.id}.log'
                     _logger.error(f'{cell.id}: {e} ({log}: {_last_line(log)})')
                     failed.append(f'{cell.id} ({log})')
+                except OSError as e:
+                    failed.append(f'{cell.id} ({one_line(e)})')
         except KeyboardInterrupt as e:
             children.interrupt(e.signum if isinstance(e, Interrupted) else signal.SIGINT)
             for other in futures:
