@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from timm_advnorm.study.cells import Cell
-from timm_advnorm.study.findings import check_finding
+from timm_advnorm.study.findings import check_finding, number_digits
 from timm_advnorm.study.record import record_study
 from timm_advnorm.study.spec import Expected, Finding, load_study
 from timm_advnorm.study.table import CellResult, summarize_findings
@@ -51,6 +51,13 @@ def test_a_gap_is_paired_by_seed_with_its_standard_error_and_judged_against_the_
     assert check_finding(_finding(value=44.0, tolerance=0.5), cells, results).format_paper() == '44.0 (tolerance 50%)'
     assert check_finding(_finding(value=44.0, se=1.0, tolerance=0.5), cells, results).format_paper() == \
         '44.0 ± 1.0 (tolerance 50%)'
+
+
+def test_numbers_keep_the_first_digit_of_the_papers_standard_error():
+    assert number_digits('clean', 'gap') == 1 and number_digits('clean', 'gap', 0.4) == 1
+    assert number_digits('clean', 'gap', 0.05) == 2  # 0.08 ± 0.05, not 0.1 ± 0.1
+    assert number_digits('loss:clean', 'gap', 0.03) == 3 and number_digits('clean', 'ratio', 0.0025) == 3
+    assert number_digits('clean', 'ratio', 0.00001) == 3  # at most three
 
 
 def test_a_ratio_a_value_and_a_claim_without_direction():

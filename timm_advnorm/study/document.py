@@ -86,13 +86,13 @@ def render_record(record: Path, study: str, parts: Sequence[str] = PARTS) -> str
     def ours(row: Dict[str, str]) -> str:
         if row['ours'] == '':
             return '—'
-        digits = number_digits(row['metric'], row['measure'])
+        digits = number_digits(row['metric'], row['measure'], float(row['paper_se'] or 0))
         return f'{float(row["ours"]):.{digits}f} ± {float(row["ours_se"]):.{digits}f} (n={row["n"]})'
 
     def paper(row: Dict[str, str]) -> str:
         if row['paper'] == '':
             return row['paper_printed']
-        digits = number_digits(row['metric'], row['measure'])
+        digits = number_digits(row['metric'], row['measure'], float(row['paper_se'] or 0))
         tolerance = float(row['tolerance']) if row.get('tolerance') else None
         return f'{row["measure"]} {format_paper_value(float(row["paper"]), float(row["paper_se"]), tolerance, digits)}'
 

@@ -35,9 +35,13 @@ def is_loss(metric: str) -> bool:
     return metric.startswith('loss:')
 
 
-def number_digits(metric: str, measure: str) -> int:
-    """Decimals a finding's numbers are written with: three for losses and ratios, one for accuracies (points)."""
-    return 3 if is_loss(metric) or measure == 'ratio' else 1
+def number_digits(metric: str, measure: str, paper_se: float = 0.0) -> int:
+    """Decimals a finding's numbers are written with: three for losses and ratios, one for accuracies (points), and
+    as many as the paper's standard error needs to show its first digit, up to three (0.08 ± 0.05 is not 0.1 ± 0.1)."""
+    digits = 3 if is_loss(metric) or measure == 'ratio' else 1
+    if paper_se > 0:
+        digits = max(digits, min(3, -math.floor(math.log10(paper_se))))
+    return digits
 
 
 def format_paper_value(value: float, se: float, tolerance: Optional[float], digits: int) -> str:
@@ -110,7 +114,8 @@ class FindingResult:
     @property
     def digits(self) -> int:
         """Decimals the finding's numbers are written with (`number_digits`)."""
-        return number_digits(self.finding.metric, self.finding.measure)
+        expected = self.finding.expected
+        return number_digits(self.finding.metric, self.finding.measure, expected.se if expected else 0.0)
 
     @property
     def measured(self) -> bool:
