@@ -61,11 +61,13 @@ def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_
     first = _mtimes(cells[0].run_dir)
     table = (out / 'two_cells-digits' / 'results.md').read_text()
     assert 'not run' in table  # the finding needs both cells
+    assert '1 of 2 cells evaluated; seeds 3; seeds planned: 3;' in table  # a partial table says what it pools
 
     assert main([str(study), '--output', str(out)]) == 0
     assert [cell_state(c) for c in cells] == ['evaluated', 'evaluated']
     assert _mtimes(cells[0].run_dir) == first, 'the evaluated cell was run again'
     study_dir = out / 'two_cells-digits'
+    assert '2 of 2 cells evaluated; seeds 3; this invocation ran' in (study_dir / 'results.md').read_text()
     with open(study_dir / 'grid.csv') as f:
         rows = list(csv.DictReader(f))
     assert [row['method'] for row in rows] == ['vanilla', 'madry']

@@ -132,15 +132,18 @@ def _command(options: StudyOptions, prog: str) -> str:
 
 def _report(spec: StudySpec, options: StudyOptions, cells: List[Cell], study_dir: Path, seconds: float,
             prog: str) -> None:
-    scale = spec.scale(options.scale)
-    done = sum(cell_state(c) == 'evaluated' for c in cells)
-    command = _command(options, prog)
-    header = [f'Command: `{command}`', '',
-              f'{done} of {len(cells)} cells evaluated; seeds {", ".join(map(str, scale.seeds))}; this invocation '
-              f'ran {seconds / 60:.1f} min. Per cell: `cells/<id>/` (timm-advnorm-train run folder, `results.json` '
-              f'of timm-advnorm-validate).']
+    planned = spec.scale(options.scale).seeds
+    evaluated = [c for c in cells if cell_state(c) == 'evaluated']
+    seeds = ', '.join(map(str, sorted({c.seed for c in evaluated}))) or 'none'
+    progress = f'{len(evaluated)} of {len(cells)} cells evaluated'
+    planned_text = '' if len(evaluated) == len(cells) else f'; seeds planned: {", ".join(map(str, planned))}'
+    header = [f'Command: `{_command(options, prog)}`', '',
+              f'{progress}; seeds {seeds}{planned_text}; this invocation ran {seconds / 60:.1f} min. Per cell: '
+              f'`cells/<id>/` (timm-advnorm-train run folder, `results.json` of timm-advnorm-validate).']
     groups, findings = write_tables(spec, options.scale, cells, study_dir, header)
-    subtitle = f'{options.scale} scale, mean ± {SPREADS[spec.spread]} {", ".join(map(str, scale.seeds))}'
+    subtitle = f'{options.scale} scale, mean ± {SPREADS[spec.spread]} {seeds}'
+    if planned_text:
+        subtitle += f' ({progress}{planned_text})'
     plot_study(spec.plot, groups, study_dir / 'study.png', subtitle, spec.spread)
     for result in findings:
         _logger.info(f'{result.finding.claim}: direction {result.verdict}, size {result.size_verdict} (ours '
