@@ -46,6 +46,15 @@ def _study(tmp_path: Path, digits_dir: Path, epochs: int = 1) -> Path:
     return path
 
 
+def test_a_run_whose_record_it_could_not_keep_whole_is_refused_before_its_first_cell(tmp_path, digits_dir):
+    target = tmp_path / 'docs' / 'two_cells' / 'digits'
+    target.mkdir(parents=True)
+    (target / 'results.csv').write_text('method,seed,cell,clean\nvanilla,7,method-vanilla_seed-7,97\n')  # --seeds 7
+    with pytest.raises(ValueError, match=r'holds 1 evaluated cell\(s\) this study would not record'):
+        main([str(_study(tmp_path, digits_dir)), '--output', str(tmp_path / 'out'), '--record', str(tmp_path / 'docs')])
+    assert not (tmp_path / 'out').exists()
+
+
 def _mtimes(run_dir: Path):
     return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
 

@@ -144,6 +144,20 @@ def test_a_record_copies_what_the_study_wrote_and_drops_what_it_no_longer_writes
     assert (target / 'grid.csv').read_text() == 'grid.csv'
 
 
+def test_a_record_that_would_lose_evaluated_cells_is_refused_and_left_as_it_was(tmp_path):
+    study_dir, target = tmp_path / 'study', tmp_path / 'record'
+    study_dir.mkdir()
+    target.mkdir()
+    (target / 'results.csv').write_text('family,seed,cell,clean\nbn,0,bn_seed-0,97\nbn,1,bn_seed-1,96\n')
+    (study_dir / 'results.csv').write_text('family,seed,cell,clean\nbn,0,bn_seed-0,98\n')  # seed 0 alone
+    with pytest.raises(ValueError, match=r'holds 1 evaluated cell\(s\) this study would not record \(bn_seed-1\)'):
+        record_study(study_dir, target)
+    assert (target / 'results.csv').read_text().endswith('bn,1,bn_seed-1,96\n')
+    (study_dir / 'results.csv').write_text('family,seed,cell,clean\nbn,0,bn_seed-0,98\nbn,1,bn_seed-1,95\n')
+    record_study(study_dir, target)  # every recorded cell again, rerun or not: replaced
+    assert (target / 'results.csv').read_text().endswith('bn,1,bn_seed-1,95\n')
+
+
 def test_record_with_a_dry_run_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         main(['xie2020', '--dry-run', '--record', str(tmp_path)])

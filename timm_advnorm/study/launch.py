@@ -22,7 +22,7 @@ from .plan import plan_cell_budget
 from .plot import plot_study
 from .projection import CellTime, measured_factor, time_cell
 from .provenance import code_commit, record_invocation
-from .record import record_study
+from .record import check_record_keeps, record_study
 from .runner import InProcessCommands, SubmititLauncher, SubprocessCommands, cell_state, run_cells
 from .spec import StudySpec, load_study
 from .table import SPREADS, summarize_findings, write_tables
@@ -164,6 +164,8 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
         _dry_run(cells, commands, options.world_size, options.plan, options.jobs)
         return
     check_folder_writable(study_dir)  # its name and every cell's, and the file system: before the first cell runs
+    if options.record:  # a record this run could not keep whole is refused before its first cell, not after
+        check_record_keeps(Path(options.record) / spec.name / options.scale, [cell.id for cell in cells])
     for cell in cells:
         check_names(cell.run_dir)
     study_dir.mkdir(parents=True, exist_ok=True)

@@ -91,7 +91,8 @@ class StudyOptions:
     record: Optional[str] = option(
         None, 'After the run, copy the tables (results.csv, grid.csv, findings.csv, ratios.csv, results.md), the '
               'plot and provenance.json to DIR/<study>/<scale>/, where the documentation reads them (the repository '
-              'keeps them under docs/results).', metavar='DIR')
+              'keeps them under docs/results). A record holding cells this run would not record (other seeds, '
+              'another study folder) is refused before the first cell.', metavar='DIR')
 
 
 @dataclass(frozen=True)
