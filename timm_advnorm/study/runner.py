@@ -194,7 +194,7 @@ class SubmititLauncher:
     def run(self, cells: Sequence[Cell], commands: Any, max_cells: Optional[int] = None) -> List[Cell]:
         """Submit the cells not yet evaluated (at most `max_cells`), then wait for every job; a failed job raises
         `CellError` after the others finished."""
-        pending = [cell for cell in cells if cell_state(cell) != 'evaluated'][:max_cells]
+        pending = pending_cells(cells)[:max_cells]
         jobs = [(cell, self.executor.submit(run_cell, cell, commands)) for cell in pending]
         failed = []
         for cell, job in jobs:
