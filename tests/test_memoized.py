@@ -38,6 +38,32 @@ def test_each_item_is_made_once_and_is_the_wrapped_datasets():
         assert x_again is x and y_again == y
 
 
+class ImageDataset(Dataset):
+    """(3, 4, 4) images: grey ones (equal channels) at even indices, colour ones at odd."""
+
+    transform = None
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        generator = torch.Generator().manual_seed(index)
+        if index % 2:
+            return torch.randn(3, 4, 4, generator=generator), index
+        return torch.randn(1, 4, 4, generator=generator).repeat(3, 1, 1), index
+
+
+def test_a_grey_image_is_kept_as_one_channel_and_read_back_with_the_same_values():
+    dataset, plain = MemoizedDataset(ImageDataset()), ImageDataset()
+    for _ in range(2):  # made, then kept
+        for index in range(len(dataset)):
+            x, y = dataset[index]
+            assert torch.equal(x, plain[index][0]) and x.shape == (3, 4, 4) and y == index
+    kept = {index: item[0] for index, item in dataset._items.items()}
+    kept_bytes = {index: getattr(image, 'channel', image).untyped_storage().nbytes() for index, image in kept.items()}
+    assert kept_bytes == {0: 64, 1: 192, 2: 64, 3: 192}  # grey: one channel of 16 floats
+
+
 def test_a_new_transform_forgets_the_items_and_a_copy_keeps_its_own_transform():
     dataset = MemoizedDataset(CountingDataset())
     dataset[0]
