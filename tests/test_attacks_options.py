@@ -164,3 +164,22 @@ def test_what_evaluation_reads_of_an_attack_is_its_classs():
         noise='imagenet-c', corruption='fog', severity=5)
     assert Attack.noise_fields({}) == dict(noise=None) and _ATTACKS.get('pgd').noise_fields({}) == dict(noise='pgd')
     assert attack_arguments('pgd')['eps'] == Attack.eps == DEFAULT_EPS
+
+
+def test_a_functional_cores_defaults_are_its_attack_classs():
+    """The functions (`cw`, `apgd`, ...) restate their class's defaults for callers who use them directly: the two
+    must not drift apart."""
+    checked = 0
+    for name in list_attacks():
+        cls = _ATTACKS.get(name)
+        core = getattr(cls, 'core', None)
+        if core is None:
+            continue
+        parameters = inspect.signature(core).parameters
+        for option in dataclasses.fields(cls):
+            parameter = parameters.get(option.name)
+            if parameter is None or parameter.default is EMPTY or option.default is dataclasses.MISSING:
+                continue
+            assert parameter.default == option.default, f'{name}: {option.name}'
+            checked += 1
+    assert checked >= 40
