@@ -21,7 +21,7 @@ from typing import Dict, List, Sequence
 
 from ..messages import read_utf8
 from ..write_guard import atomic_write
-from .findings import format_paper_value, is_loss, number_digits, summarize_verdicts
+from .findings import format_estimate, format_paper_value, is_loss, number_digits, summarize_verdicts
 from .spec import load_study
 from .table import SPREADS, metric_title
 
@@ -83,18 +83,20 @@ def render_record(record: Path, study: str, parts: Sequence[str] = PARTS) -> str
     verdicts = [(f['held_direction'], f['held_size']) for f in findings]
     found = [_provenance(record), '', summarize_verdicts(verdicts), '']
 
+    def digits(row: Dict[str, str]) -> int:
+        return number_digits(row['metric'], row['measure'], float(row['paper_se'] or 0))
+
     def ours(row: Dict[str, str]) -> str:
         if row['ours'] == '':
             return '—'
-        digits = number_digits(row['metric'], row['measure'], float(row['paper_se'] or 0))
-        return f'{float(row["ours"]):.{digits}f} ± {float(row["ours_se"]):.{digits}f} (n={row["n"]})'
+        return format_estimate(float(row['ours']), float(row['ours_se']), int(row['n']), digits(row))
 
     def paper(row: Dict[str, str]) -> str:
         if row['paper'] == '':
             return row['paper_printed']
-        digits = number_digits(row['metric'], row['measure'], float(row['paper_se'] or 0))
         tolerance = float(row['tolerance']) if row.get('tolerance') else None
-        return f'{row["measure"]} {format_paper_value(float(row["paper"]), float(row["paper_se"]), tolerance, digits)}'
+        value = format_paper_value(float(row['paper']), float(row['paper_se']), tolerance, digits(row))
+        return f'{row["measure"]} {value}'
 
     found += _markdown(['finding', 'source', 'paper', 'ours (± standard error)', 'direction held', 'size held'],
                        [[f['finding'], f['source'] or '—', paper(f), ours(f), f['held_direction'], f['held_size']]

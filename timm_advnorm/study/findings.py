@@ -23,8 +23,8 @@ from .spec import Finding
 if TYPE_CHECKING:
     from .table import CellResult
 
-__all__ = ['Estimate', 'FindingResult', 'check_finding', 'format_paper_value', 'is_loss', 'number_digits',
-           'summarize_verdicts', 'NOISE_IMAGES']
+__all__ = ['Estimate', 'FindingResult', 'check_finding', 'format_estimate', 'format_paper_value', 'is_loss',
+           'number_digits', 'summarize_verdicts', 'NOISE_IMAGES']
 
 #: Gaps of this many images or fewer are noise whatever the seeds say.
 NOISE_IMAGES = 2
@@ -49,6 +49,11 @@ def format_paper_value(value: float, se: float, tolerance: Optional[float], digi
     the paper gives no uncertainty, se 0), then the relative tolerance where the finding states one."""
     text = f'{value:.{digits}f}' + (f' ± {se:.{digits}f}' if se else '')
     return text if tolerance is None else f'{text} (tolerance {tolerance:.0%})'
+
+
+def format_estimate(value: float, se: float, n: int, digits: int) -> str:
+    """Ours as the tables write it: ``value ± standard error (n=N)``."""
+    return f'{value:.{digits}f} ± {se:.{digits}f} (n={n})'
 
 
 def summarize_verdicts(verdicts: Sequence[Tuple[str, str]]) -> str:
@@ -192,7 +197,7 @@ class FindingResult:
         ours = self.ours
         if ours is None:
             return '—'
-        return f'{ours.value:.{self.digits}f} ± {ours.se:.{self.digits}f} (n={ours.n})'
+        return format_estimate(ours.value, ours.se, ours.n, self.digits)
 
     def format_paper(self) -> str:
         """The paper's value of the measure (`format_paper_value`), or its numbers as it prints them."""
