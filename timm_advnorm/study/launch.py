@@ -164,8 +164,9 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
         _dry_run(cells, commands, options.world_size, options.plan, options.jobs)
         return
     check_folder_writable(study_dir)  # its name and every cell's, and the file system: before the first cell runs
-    if options.record:  # a record this run could not keep whole is refused before its first cell, not after
-        check_record_keeps(Path(options.record) / spec.name / options.scale, [cell.id for cell in cells])
+    record = Path(options.record) / spec.name / options.scale if options.record else None
+    if record is not None:  # a record this run could not keep whole is refused before its first cell, not after
+        check_record_keeps(record, [cell.id for cell in cells])
     for cell in cells:
         check_names(cell.run_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +184,6 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     record_invocation(study_dir, commit, _command(options, prog), started_at, time.perf_counter() - started,
                       [cell.id for cell in ran], jobs=options.jobs,
                       cell_threads=cell_threads(options.jobs) if options.jobs > 1 else None)
-    if options.record:
-        target = record_study(study_dir, Path(options.record) / spec.name / options.scale)
-        _logger.info(f'Recorded the tables, plot and provenance in {target}')
+    if record is not None:
+        record_study(study_dir, record)
+        _logger.info(f'Recorded the tables, plot and provenance in {record}')
