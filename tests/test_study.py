@@ -97,6 +97,7 @@ def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_
     assert finding['held_direction'].startswith('yes' if gap > 0 else 'no') and finding['held_size'] == '—'
     provenance = json.loads((study_dir / 'provenance.json').read_text())
     assert [len(i['cells_run']) for i in provenance['invocations']] == [0, 1, 1]  # the table alone, then a cell each
+    assert [i['outcome'] for i in provenance['invocations']] == ['finished'] * 3
     assert provenance['wall_s'] == pytest.approx(sum(i['wall_s'] for i in provenance['invocations']), abs=0.2)
     assert provenance['command'] == f'timm-advnorm-study {study} --scale digits'
     assert {'cpu', 'threads', 'torch', 'timm'} <= set(provenance['machine']) and provenance['commit']
@@ -139,7 +140,11 @@ def test_interrupted_cell_resumes_from_its_checkpoint_and_trained_cell_only_eval
     assert run_cell(cell, InProcessCommands(CELL_COMMANDS)) == 'interrupted'
     assert cell_state(cell) == 'evaluated'
     assert (cell.run_dir / 'args-resumed-epoch1.yaml').is_file()  # resumed in its own folder, at epoch 1
-    assert len((cell.run_dir / 'summary.csv').read_text().splitlines()) == 3
+    with open(cell.run_dir / 'summary.csv') as f:
+        epochs = list(csv.DictReader(f))
+    assert [row['epoch'] for row in epochs] == ['0', '1']
+    # its training time counts the epoch the killed attempt finished as well as the resumed one's
+    assert read_cell(cell).train_seconds == pytest.approx(sum(float(row['train_seconds']) for row in epochs))
 
     for name in ('results.json', 'results.csv', 'eval_state.jsonl'):  # as if never evaluated
         (cell.run_dir / name).unlink()
@@ -319,6 +324,16 @@ def test_a_cell_command_that_fails_stops_the_cell(tmp_path, digits_dir):
     with pytest.raises(CellError, match='timm-advnorm-train exited with status 3'):
         run_cell(cell, failing)
     assert cell_state(cell) == 'new'
+
+
+def test_a_study_stopped_by_a_failed_cell_says_so_in_its_provenance(tmp_path, digits_dir):
+    commands = dataclasses.replace(CELL_COMMANDS, train_main=lambda argv: 3)
+    args = get_args_parser().parse_args([str(_study(tmp_path, digits_dir)), '--output', str(tmp_path / 'out'),
+                                         '--launcher', 'local'])
+    with pytest.raises(CellError, match='exited with status 3'):
+        run_study(study_options(args), commands, prog='timm-advnorm-study')
+    (invocation,) = json.loads((tmp_path / 'out' / 'two_cells-digits' / 'provenance.json').read_text())['invocations']
+    assert invocation['outcome'] == 'failed' and invocation['cells_run'] == []
 
 
 def test_the_in_process_commands_pickle_for_a_submitit_job():

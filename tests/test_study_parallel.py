@@ -72,8 +72,10 @@ def test_the_cpus_are_shared_out_among_the_cells_at_least_one_each():
 
 def test_cells_run_at_once_each_on_its_share_of_the_cpus_with_a_log_of_its_own(tmp_path):
     cells = [_cell(tmp_path, 'a', wait_for='b'), _cell(tmp_path, 'b', wait_for='a')]
-    ran = run_cells_side_by_side(cells, 2, tmp_path / 'logs', _PREFIX)
+    told = []
+    ran = run_cells_side_by_side(cells, 2, tmp_path / 'logs', _PREFIX, on_evaluated=told.append)
     assert sorted(cell.id for cell in ran) == sorted(cell.id for cell in cells)
+    assert told == ran  # each cell told as it was evaluated
     assert all(cell.results_file.is_file() for cell in cells)
     for cell in cells:
         log = (tmp_path / 'logs' / f'{cell.id}.log').read_text().splitlines()

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 
@@ -21,7 +21,7 @@ from .parallel import LOG_FOLDER, cell_threads, makespan, run_cells_side_by_side
 from .plan import plan_cell_budget
 from .plot import plot_study
 from .projection import CellTime, measured_factor, time_cell
-from .provenance import code_commit, record_invocation
+from .provenance import InvocationRecord, code_commit
 from .record import check_record_keeps, record_study
 from .runner import InProcessCommands, SubmititLauncher, SubprocessCommands, cell_state, run_cells
 from .spec import StudySpec, load_study
@@ -154,6 +154,21 @@ def _report(spec: StudySpec, options: StudyOptions, cells: List[Cell], study_dir
                  f'and study.png')
 
 
+def _run_cells(options: StudyOptions, commands: CellCommands, cells: List[Cell], study_dir: Path,
+               on_evaluated: Callable[[Cell], None]) -> None:
+    """Run the cells not yet evaluated as `options` say (in this process, side by side, or on Slurm), telling
+    `on_evaluated` of each as it is evaluated."""
+    runner = _runner(options, commands)
+    if options.jobs > 1:
+        prefix = shlex.split(options.launch_prefix) if options.launch_prefix else (sys.executable,)
+        run_cells_side_by_side(cells, options.jobs, study_dir / LOG_FOLDER, prefix, options.max_cells, on_evaluated)
+    elif options.launcher == 'submitit':
+        SubmititLauncher(study_dir / 'submitit', options.submitit_cluster, options.submitit_params).run(
+            cells, runner, options.max_cells, on_evaluated)
+    else:
+        run_cells(cells, runner, options.max_cells, on_evaluated)
+
+
 def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     """Run (or with `StudyOptions.dry_run` plan) the study `options` name, its cells as `commands`' runs; `prog` is
     the command the report shows."""
@@ -170,20 +185,17 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
     for cell in cells:
         check_names(cell.run_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
-    started, started_at, commit = time.perf_counter(), time.time(), code_commit()
-    runner = _runner(options, commands)
-    if options.jobs > 1:
-        prefix = shlex.split(options.launch_prefix) if options.launch_prefix else (sys.executable,)
-        ran = run_cells_side_by_side(cells, options.jobs, study_dir / LOG_FOLDER, prefix, options.max_cells)
-    elif options.launcher == 'submitit':
-        ran = SubmititLauncher(study_dir / 'submitit', options.submitit_cluster, options.submitit_params).run(
-            cells, runner, options.max_cells)
-    else:
-        ran = run_cells(cells, runner, options.max_cells)
-    _report(spec, options, cells, study_dir, time.perf_counter() - started, prog)
-    record_invocation(study_dir, commit, _command(options, prog), started_at, time.perf_counter() - started,
-                      [cell.id for cell in ran], jobs=options.jobs,
-                      cell_threads=cell_threads(options.jobs) if options.jobs > 1 else None)
+    started = time.perf_counter()
+    invocation = InvocationRecord(study_dir, code_commit(), _command(options, prog), jobs=options.jobs,
+                                  cell_threads=cell_threads(options.jobs) if options.jobs > 1 else None)
+    try:
+        _run_cells(options, commands, cells, study_dir, lambda cell: invocation.cell_evaluated(cell.id))
+        _report(spec, options, cells, study_dir, time.perf_counter() - started, prog)
+    except BaseException as e:
+        with contextlib.suppress(OSError):  # a full disk must not hide why the invocation stopped
+            invocation.finish('interrupted' if isinstance(e, KeyboardInterrupt) else 'failed')
+        raise
+    invocation.finish()
     if record is not None:
         record_study(study_dir, record)
         _logger.info(f'Recorded the tables, plot and provenance in {record}')

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Set
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 from ..durations import duration_text
 from ..messages import read_utf8
@@ -128,10 +128,11 @@ def _run_logged(cell: Cell, commands: LoggedCommands, position: str, failed: thr
 
 
 def run_cells_side_by_side(cells: Sequence[Cell], jobs: int, log_dir: Path, prefix: Sequence[str] = (sys.executable,),
-                           max_cells: Optional[int] = None) -> List[Cell]:
+                           max_cells: Optional[int] = None,
+                           on_evaluated: Optional[Callable[[Cell], None]] = None) -> List[Cell]:
     """Run the cells not yet evaluated (at most `max_cells`, in order), `jobs` at a time, each command a child process
     started by `prefix` with `cell_threads` threads and its output in ``<log_dir>/<cell id>.log``; returns the cells
-    evaluated.
+    evaluated, each told to `on_evaluated` (in this thread) as it is.
 
     Raises:
         CellError: A cell's command failed (after the running cells finished; none started after it).
@@ -162,6 +163,8 @@ def run_cells_side_by_side(cells: Sequence[Cell], jobs: int, log_dir: Path, pref
                 try:
                     if future.result():
                         evaluated.append(cell)
+                        if on_evaluated is not None:
+                            on_evaluated(cell)
                 except CellError as e:
                     log = log_dir / f'{cell.id}.log'
                     _logger.error(f'{cell.id}: {e} ({log}: {_last_line(log)})')

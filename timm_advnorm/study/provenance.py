@@ -1,8 +1,9 @@
 """Where a study's numbers come from: ``provenance.json`` beside its tables.
 
 Every invocation of a study that runs cells or writes its tables appends itself (the code's commit, the command, when
-it started, its wall time, the cells it ran, the machine), so that a study resumed over several invocations, or on
-several machines, says what produced each part. The top-level ``commit``, ``command`` and ``started`` are the first
+it started, its wall time, the cells it ran, how it ended, the machine) when it starts and keeps its entry current as
+cells are evaluated, so that a study resumed over several invocations, on several machines or after a kill, says what
+produced each part. The top-level ``commit``, ``command`` and ``started`` are the first
 invocation's, ``wall_s`` the sum over all of them.
 """
 import json
@@ -19,7 +20,7 @@ import torch
 from ..messages import read_utf8
 from ..write_guard import atomic_write
 
-__all__ = ['PROVENANCE_FILE', 'checkout_changes', 'code_commit', 'machine', 'record_invocation']
+__all__ = ['InvocationRecord', 'PROVENANCE_FILE', 'checkout_changes', 'code_commit', 'machine']
 
 PROVENANCE_FILE = 'provenance.json'
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -67,29 +68,58 @@ def machine() -> Dict[str, Any]:
             'platform': platform.platform()}
 
 
-def record_invocation(study_dir: Path, commit: str, command: str, started: float, wall_s: float,
-                      cells_run: List[str], jobs: int = 1, cell_threads: Optional[int] = None) -> Dict:
-    """Append this invocation to `study_dir`'s ``provenance.json`` (written atomically) and return the record.
+class InvocationRecord:
+    """This invocation's entry in `study_dir`'s ``provenance.json``: written when it starts, again as each cell is
+    evaluated, and when it ends, so that an invocation stopped midway (Ctrl-C, a failed cell, kill -9, a lost machine)
+    still says what it ran. Its ``outcome`` is ``finished``, ``interrupted`` or ``failed``; ``running`` is left by an
+    invocation killed without a word, whose ``wall_s`` then runs to its last evaluated cell.
 
     Args:
+        study_dir: The study's folder.
         commit: The code's commit when the invocation started (`code_commit`).
         command: The command line, as a user would type it.
-        started: When the invocation started (seconds since the epoch).
-        wall_s: Its wall time.
-        cells_run: Ids of the cells it trained or evaluated.
-        jobs: The cells it ran at once (``--jobs``).
-        cell_threads: The threads each cell computed on (None: this process's).
+        jobs: The cells it runs at once (``--jobs``).
+        cell_threads: The threads each cell computes on (None: this process's).
     """
-    path = study_dir / PROVENANCE_FILE
-    invocations = json.loads(read_utf8(path))['invocations'] if path.is_file() else []
-    invocations.append({'commit': commit, 'command': command,
-                        'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started)),
-                        'wall_s': round(wall_s, 1), 'cells_run': cells_run, 'jobs': jobs,
-                        'cell_threads': cell_threads if cell_threads is not None else torch.get_num_threads(),
-                        'machine': machine()})
-    first = invocations[0]
-    record = {'commit': first['commit'], 'command': first['command'], 'started': first['started'],
-              'wall_s': round(sum(i['wall_s'] for i in invocations), 1), 'machine': first['machine'],
-              'invocations': invocations}
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=2) + '\n'))
-    return record
+
+    def __init__(self, study_dir: Path, commit: str, command: str, jobs: int = 1,
+                 cell_threads: Optional[int] = None):
+        self.path = study_dir / PROVENANCE_FILE
+        self.started = time.time()
+        self._clock = time.perf_counter()
+        self.cells_run: List[str] = []
+        self.entry: Dict[str, Any] = {
+            'commit': commit, 'command': command,
+            'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(self.started)), 'wall_s': 0.0,
+            'outcome': 'running', 'cells_run': self.cells_run, 'jobs': jobs,
+            'cell_threads': cell_threads if cell_threads is not None else torch.get_num_threads(),
+            'machine': machine()}
+        self._index: Optional[int] = None
+        self._write()
+
+    def cell_evaluated(self, cell_id: str) -> None:
+        """Add a cell this invocation trained or evaluated."""
+        self.cells_run.append(cell_id)
+        self._write()
+
+    def finish(self, outcome: str = 'finished') -> Dict[str, Any]:
+        """Close the entry with its `outcome`; returns the whole record."""
+        self.entry['outcome'] = outcome
+        return self._write()
+
+    def _write(self) -> Dict[str, Any]:
+        """Put the entry in its place in the file (appended the first time), the top-level fields worked out again,
+        written atomically."""
+        self.entry['wall_s'] = round(time.perf_counter() - self._clock, 1)
+        invocations = json.loads(read_utf8(self.path))['invocations'] if self.path.is_file() else []
+        if self._index is None:
+            self._index = len(invocations)
+            invocations.append(self.entry)
+        else:
+            invocations[self._index] = self.entry
+        first = invocations[0]
+        record = {'commit': first['commit'], 'command': first['command'], 'started': first['started'],
+                  'wall_s': round(sum(i['wall_s'] for i in invocations), 1), 'machine': first['machine'],
+                  'invocations': invocations}
+        atomic_write(self.path, lambda tmp: tmp.write_text(json.dumps(record, indent=2) + '\n'))
+        return record

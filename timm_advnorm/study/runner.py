@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 
 from ..messages import read_utf8
@@ -162,14 +162,18 @@ def pending_cells(cells: Sequence[Cell]) -> List[Cell]:
     return pending
 
 
-def run_cells(cells: Sequence[Cell], commands: Any, max_cells: Optional[int] = None) -> List[Cell]:
-    """Run the cells not yet evaluated, one after another, at most `max_cells` of them; returns those run."""
+def run_cells(cells: Sequence[Cell], commands: Any, max_cells: Optional[int] = None,
+              on_evaluated: Optional[Callable[[Cell], None]] = None) -> List[Cell]:
+    """Run the cells not yet evaluated, one after another, at most `max_cells` of them, telling `on_evaluated` of
+    each as it is evaluated; returns those run."""
     pending = pending_cells(cells)
     ran = []
     for index, cell in enumerate(pending[:max_cells]):
         _logger.info(f'Cell {index + 1}/{len(pending)} to run: {cell.id} ({cell_state(cell)})')
         run_cell(cell, commands)
         ran.append(cell)
+        if on_evaluated is not None:
+            on_evaluated(cell)
     return ran
 
 
@@ -191,15 +195,18 @@ class SubmititLauncher:
         if parameters:
             self.executor.update_parameters(**parameters)
 
-    def run(self, cells: Sequence[Cell], commands: Any, max_cells: Optional[int] = None) -> List[Cell]:
-        """Submit the cells not yet evaluated (at most `max_cells`), then wait for every job; a failed job raises
-        `CellError` after the others finished."""
+    def run(self, cells: Sequence[Cell], commands: Any, max_cells: Optional[int] = None,
+            on_evaluated: Optional[Callable[[Cell], None]] = None) -> List[Cell]:
+        """Submit the cells not yet evaluated (at most `max_cells`), then wait for every job, telling `on_evaluated`
+        of each cell whose job succeeded; a failed job raises `CellError` after the others finished."""
         pending = pending_cells(cells)[:max_cells]
         jobs = [(cell, self.executor.submit(run_cell, cell, commands)) for cell in pending]
         failed = []
         for cell, job in jobs:
             try:
                 job.result()
+                if on_evaluated is not None:
+                    on_evaluated(cell)
             except Exception as e:  # noqa: BLE001  (submitit re-raises the job's error in a wrapper of its own)
                 _logger.error(f'{cell.id}: job {job.job_id} failed: {" ".join(str(e).split())[:300]}')
                 failed.append(cell.id)

@@ -19,7 +19,6 @@ from ..eval.schema import EvalResults
 from ..messages import read_utf8
 from .cells import Cell
 from .findings import FindingResult, check_finding, is_loss, summarize_verdicts
-from .runner import TIMING_FILE
 from .spec import RatioTable, StudySpec
 
 __all__ = ['SPREADS', 'CellResult', 'GroupResult', 'RatioRow', 'Stat', 'group_results', 'metric_title', 'ratio_rows',
@@ -38,7 +37,8 @@ class CellResult:
         samples: Images evaluated.
         robust: What its robust accuracy is: the attacks that ran with their budgets (`eval.plots.robust_text`).
         vanilla_epochs: The training budget in vanilla epochs: passes per image × epochs.
-        train_seconds: Wall time of its training (finished attempts).
+        train_seconds: Its epochs' training time as the run logged it (``summary.csv``), over every attempt: an
+            interrupted and resumed run counts each epoch it finished once; None where the summary lacks it.
     """
 
     cell: Cell
@@ -84,12 +84,20 @@ def _variant(results: Mapping[str, Any], name: Optional[str]) -> Mapping[str, An
     return variants.get(name) or variants[results['primary_variant']]
 
 
-def _summary_budget(run_dir: Path) -> Optional[float]:
-    summary = run_dir / 'summary.csv'
-    if not summary.is_file():
+def _summary_total(rows: Sequence[Mapping[str, str]], column: str) -> Optional[float]:
+    """The sum of `column` over the epochs' rows; None without rows or where a row lacks it."""
+    values = [row.get(column) for row in rows]
+    if not values or any(v in (None, '') for v in values):
         return None
-    rows = list(csv.DictReader(io.StringIO(read_utf8(summary))))
-    return sum(float(row['train_passes_per_image']) for row in rows) if rows else None
+    return sum(float(v) for v in values)
+
+
+def _summary_totals(run_dir: Path) -> Tuple[Optional[float], Optional[float]]:
+    """The run's budget in vanilla epochs and its training seconds, summed over its ``summary.csv`` rows (one per
+    finished epoch, whatever attempt finished it)."""
+    summary = run_dir / 'summary.csv'
+    rows = list(csv.DictReader(io.StringIO(read_utf8(summary)))) if summary.is_file() else []
+    return _summary_total(rows, 'train_passes_per_image'), _summary_total(rows, 'train_seconds')
 
 
 def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]:
@@ -108,12 +116,11 @@ def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]
                 metrics[f'attack:{attack[key]}'] = attack['accuracy']
                 if attack.get('loss') is not None:
                     metrics[f'loss:{attack[key]}'] = attack['loss']
-    timing_file = cell.run_dir / TIMING_FILE
-    timing = json.loads(read_utf8(timing_file)) if timing_file.is_file() else {}
+    vanilla_epochs, train_seconds = _summary_totals(cell.run_dir)
     evaluated = EvalResults.from_dict(results)
     robust = robust_text(evaluated, next(v for v in evaluated.variants if v.name == chosen['name']))
     return CellResult(cell=cell, metrics=metrics, samples=int(chosen['samples']), robust=robust,
-                      vanilla_epochs=_summary_budget(cell.run_dir), train_seconds=timing.get('train_seconds'))
+                      vanilla_epochs=vanilla_epochs, train_seconds=train_seconds)
 
 
 def _stat(results: Sequence[CellResult], metric: str) -> Stat:
