@@ -14,7 +14,7 @@ from timm_advnorm.attacks.registry import attack_config
 from timm_advnorm.commands import validate as validate_adv
 from timm_advnorm.durations import duration_text
 from timm_advnorm.eval.plan import cost as cost_module
-from timm_advnorm.eval.plan.cost import Passes, count_cost, stage_passes
+from timm_advnorm.eval.plan.cost import Passes, count_cost, stage_passes, time_input_step
 from timm_advnorm.eval.plan.metrics import THICKNESS_POINTS, thickness_attack
 from timm_advnorm.eval.plan.sanity_budget import MIN_SAMPLES, SANITY_SHARE, fit_sanity
 from timm_advnorm.eval.plan.stage_plan import SANITY_PROBES, build_plan
@@ -82,6 +82,15 @@ def test_the_plan_projects_its_time_from_measured_passes():
     plan = cost.to_dict()
     assert plan['pass_seconds'] == 0.002 and plan['timed_passes'] == 256 and plan['timed_on'] == 'cpu'
     assert 'projected time' not in _cost(build_plan(ISSUE_ATTACKS), 200).format('Plan')  # nothing measured yet
+
+
+def test_the_plan_adds_an_attack_update_to_each_backward_pass():
+    cost = _cost(build_plan(ISSUE_ATTACKS), 200).with_pass_time(0.002, 256, 'cpu', step_seconds=0.001)
+    assert cost.input_steps == sum(stage.passes.backward for stage in cost.stages) > 0
+    assert cost.pass_projected_seconds == pytest.approx(0.002 * cost.total + 0.001 * cost.input_steps)
+    assert f'and attack updates of the input (1 ms per image x {cost.input_steps:,.0f})' in cost.format('Plan')
+    assert cost.to_dict()['step_seconds'] == 0.001
+    assert time_input_step(torch.zeros(4, 3, 8, 8), repeat=2) > 0
 
 
 def _setup(samples, variants):
@@ -305,6 +314,7 @@ def test_one_bar_counts_the_plans_passes_and_the_verdict_says_what_ran(digits_di
         assert validate_adv.run('validate_adv.py', _argv(digits_dir, checkpoint, tmp_path)) == 0
     plan_text = next(line for line in _before_first_attack(caplog) if line.startswith('Plan of the evaluation'))
     assert '\n  projected time: ' in plan_text and ' measured forward+backward passes of the model on cpu' in plan_text
+    assert ' and attack updates of the input (' in plan_text
     assert not any(line.startswith('The evaluation is projected') for line in _before_first_attack(caplog))
     results = json.loads((tmp_path / 'results.json').read_text())
     plan = results['plan']

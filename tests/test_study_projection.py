@@ -17,6 +17,7 @@ from timm_advnorm.study.runner import TIMING_FILE
 
 _TIMED_SECONDS = 0.5
 _PASS_SECONDS = 1e-3
+_STEP_SECONDS = 5e-4
 
 
 def _study(tmp_path: Path, digits_dir: Path) -> Path:
@@ -38,9 +39,11 @@ def _study(tmp_path: Path, digits_dir: Path) -> Path:
 @pytest.fixture
 def fixed_timings(monkeypatch):
     """Everything the training plan times (a training pass over a batch, an optimizer update, a clean validation
-    call, an attack iteration over a batch) at `_TIMED_SECONDS`, every evaluation pass at `_PASS_SECONDS`."""
+    call, an attack iteration over a batch) at `_TIMED_SECONDS`, every evaluation pass at `_PASS_SECONDS`, every
+    attack update of an image at `_STEP_SECONDS`."""
     monkeypatch.setattr(budget, 'timed_seconds', lambda work, device, warmup=0, repeat=1: _TIMED_SECONDS)
     monkeypatch.setattr(projection, 'time_passes', lambda model, x, y, **kwargs: (_PASS_SECONDS, 2 * x.shape[0]))
+    monkeypatch.setattr(projection, 'time_input_step', lambda x, repeat=1: _STEP_SECONDS)
 
 
 def test_plan_projects_each_cell_from_its_steps_and_passes(tmp_path, digits_dir, capsys, fixed_timings):
@@ -51,9 +54,9 @@ def test_plan_projects_each_cell_from_its_steps_and_passes(tmp_path, digits_dir,
     # per image) and a timed update; validation: one clean call per batch (359 digits in 6 batches of 64) and 16
     # robust images in 1 batch projected from a timed attack iteration (2 passes per row of the 64): 2 forwards and
     # 1 backward per image (PGD-1, scored); PGD-2 on 48 digits: 1 clean pass + (3 forward + 2 backward) attack passes
-    # per digit = 288 passes
-    assert '  time: 22.0 s training, 3.75 s validation, 0.29 s evaluation (projected here, compute only)' in text
-    assert re.search(r'Projected time of the cell not yet evaluated: 26.0 s of compute on this machine \(cpu, \d+ '
+    # per digit = 288 passes, and an attack update after each of the 96 backward passes
+    assert '  time: 22.0 s training, 3.75 s validation, 0.34 s evaluation (projected here, compute only)' in text
+    assert re.search(r'Projected time of the cell not yet evaluated: 26.1 s of compute on this machine \(cpu, \d+ '
                      r'threads?\)', text)
     assert 'no cell has run here yet to measure them' in text
     assert not out.exists()  # a plan trains and writes nothing
@@ -78,9 +81,9 @@ def test_plan_says_how_much_the_cells_that_ran_took_against_their_projection(tmp
     study, out = _study(tmp_path, digits_dir), tmp_path / 'out'
     cell = expand_cells(load_study(study), 'digits', out / 'one_cell-digits', CELL_COMMANDS)[0]
     cell.run_dir.mkdir(parents=True)
-    (cell.run_dir / TIMING_FILE).write_text(json.dumps({'train_seconds': 40.0, 'validate_seconds': 12.076}))
+    (cell.run_dir / TIMING_FILE).write_text(json.dumps({'train_seconds': 40.0, 'validate_seconds': 12.172}))
     assert main([str(study), '--output', str(out), '--plan']) == 0
-    assert ('the cell run here took 2.00x its projection (data, checkpoints, start-up), so 52.1 s in all.'
+    assert ('the cell run here took 2.00x its projection (data, checkpoints, start-up), so 52.2 s in all.'
             in capsys.readouterr().out)
 
 
@@ -96,8 +99,8 @@ def test_plan_projects_each_process_of_a_distributed_cell(tmp_path, digits_dir, 
     assert main([str(_study(tmp_path, digits_dir)), '--output', str(tmp_path / 'out'), '--plan',
                  '--world-size', '2']) == 0
     # 11 of the 22 steps per process; 3 of the 6 clean validation batches, the one robust batch; half the 288
-    # evaluation passes
-    assert '  time: 11.0 s training, 2.25 s validation, 0.14 s evaluation' in capsys.readouterr().out
+    # evaluation passes and updates
+    assert '  time: 11.0 s training, 2.25 s validation, 0.17 s evaluation' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize('mode', ['--plan', '--dry-run'])

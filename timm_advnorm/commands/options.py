@@ -166,9 +166,10 @@ def declarations_of(options_classes: Iterable[Any]) -> Dict[str, Declaration]:
     """
     declared: Dict[str, Declaration] = {}
     for options_class in options_classes:
-        for field in declared_fields(options_class):
-            dest = option_dest(field)
+        for declared_field in declared_fields(options_class):
+            dest = option_dest(declared_field)
             if dest in declared:
-                raise ValueError(f'{options_class.__name__}.{field.name} declares --{dest.replace("_", "-")} again.')
-            declared[dest] = _declaration(field)
+                raise ValueError(f'{options_class.__name__}.{declared_field.name} declares --{dest.replace("_", "-")} '
+                                 f'again.')
+            declared[dest] = _declaration(declared_field)
     return declared

@@ -5,8 +5,8 @@ fastest of `TIMED_REPEATS` (a shared machine's other work makes single timings n
 time a run: `timm_advnorm.train.budget.plan_budget` projects a training step from a timed pass of the model and
 `plan_validation` an epoch's validation from a timed clean batch and attack iteration (neither runs an attack in
 full, so a grid point of a long attack plans as fast as a short one); the evaluation's passes are counted from its
-protocol's plan (sanity probes sized as the command sizes them) and timed per pass as the evaluation times them
-before its first attack (`eval.cost.time_passes`).
+protocol's plan (sanity probes sized as the command sizes them) and timed per pass and per attack update as the
+evaluation times them before its first attack (`eval.cost.time_passes`, `eval.cost.time_input_step`).
 What the projection leaves out (loading and decoding images, checkpoints, the processes' start) is what the cells
 that already ran measured: their timing files (`runner.TIMING_FILE`) against their projection give the factor that
 the remaining cells' projection is scaled by, and the plan says so.
@@ -22,7 +22,7 @@ from timm.data import resolve_data_config
 from ..attacks import InputSpace
 from ..data import dataset_img_size, dataset_num_classes
 from ..eval.options import EvalOptions
-from ..eval.plan.cost import count_cost, time_passes
+from ..eval.plan.cost import count_cost, time_input_step, time_passes
 from ..eval.plan.sanity_budget import fit_sanity
 from ..eval.plan.variants import model_variants
 from ..eval.run.build import evaluation_plan
@@ -126,10 +126,10 @@ def time_cell(train: TrainOptions, evaluation: EvalOptions, world_size: int = 1)
         plan = fit_sanity(plan, samples, pinned=evaluation.checks.sanity_pinned)
     variants = model_variants(model, evaluation.variants.gammas, evaluation.variants.interpolations)
     cost = count_cost([(plan.stages, range(samples))], len(variants), world_size)
-    pass_seconds, passes = time_passes(model, *_synthetic_batch(evaluation.runtime.batch_size, input_size,
-                                                                num_classes, device),
-                                       fold_bn=evaluation.runtime.fold_bn, repeat=TIMED_REPEATS)
-    evaluated = cost.with_pass_time(pass_seconds, passes, device.type).pass_projected_seconds
+    eval_batch = _synthetic_batch(evaluation.runtime.batch_size, input_size, num_classes, device)
+    pass_seconds, passes = time_passes(model, *eval_batch, fold_bn=evaluation.runtime.fold_bn, repeat=TIMED_REPEATS)
+    step_seconds = time_input_step(eval_batch[0], repeat=TIMED_REPEATS)
+    evaluated = cost.with_pass_time(pass_seconds, passes, device.type, step_seconds).pass_projected_seconds
     return CellTime(budget.projected_run_seconds, budget.projected_validation_seconds, evaluated,
                     device_text(device))
 

@@ -4,7 +4,6 @@ import contextlib
 import itertools
 import logging
 import os
-from pathlib import Path
 from typing import NamedTuple, Tuple
 
 from ..messages import read_utf8

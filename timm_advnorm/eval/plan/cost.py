@@ -9,9 +9,11 @@ untargeted one skips the samples the clean pass already got wrong; PGD budgets r
 
 An `EvalCost` lists every stage of every data run with its samples, passes and share of the total, and what the
 sanity probes cost next to the attacks the user asked for. Its time is projected twice: before any attack, from the
-seconds per pass of one batch's forward and backward passes of the model on this device (`time_passes`,
-`EvalCost.with_pass_time`: the plan's passes times that), and after the first batch from each stage's seconds on it,
-projected to its samples (`EvalCost.measured`: the first batch's mix of fooled and robust samples assumed throughout).
+seconds per pass of one batch's forward and backward passes of the model on this device (`time_passes`) and of one
+attack update of the batch (`time_input_step`: the element-wise step, projection and clip that follow each backward
+pass, which for a small model on a CPU cost more than the passes themselves), the plan's passes and backward passes
+times those (`EvalCost.with_pass_time`); and after the first batch from each stage's seconds on it, projected to its
+samples (`EvalCost.measured`: the first batch's mix of fooled and robust samples assumed throughout).
 """
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -22,6 +24,7 @@ import torch.nn as nn
 from ...attacks import InputSpace, attack_context, cross_entropy_per_sample, input_gradient
 from ...attacks.autoattack import AutoAttack
 from ...attacks.fold_bn import BatchNormFolder
+from ...attacks.pgd import PGDGeometry
 from ...attacks.registry import attack_class
 from ...durations import duration_text, seconds_text
 from ...timing import timed_seconds
@@ -31,7 +34,7 @@ from .stages import (
     ThicknessStage, build_attack)
 
 __all__ = ['Passes', 'StageCost', 'EvalCost', 'attack_passes', 'stage_passes', 'stage_kind', 'count_cost',
-           'time_passes', 'STAGE_KINDS']
+           'time_passes', 'time_input_step', 'STAGE_KINDS']
 
 #: What a stage is for, in the order a plan lists them: the clean pass, the requested attacks, the sanity probes,
 #: robustness metrics, the fp32 reference of ``--verify-amp`` and the clean passes over further out-of-distribution
@@ -170,6 +173,8 @@ class EvalCost:
         first_batch_seconds: Its seconds over every stage and variant; None until measured.
         pass_seconds: Seconds of one pass of the model over one image, measured before any attack (`time_passes`);
             None until measured.
+        step_seconds: Seconds of one attack update of one image, measured with it (`time_input_step`): added once
+            per backward pass; None where not measured.
         timed_passes: The passes that measurement timed.
         timed_on: The device type they ran on (``cpu``, ``cuda``).
     """
@@ -180,12 +185,18 @@ class EvalCost:
     first_batch: Optional[int] = None
     first_batch_seconds: Optional[float] = None
     pass_seconds: Optional[float] = None
+    step_seconds: Optional[float] = None
     timed_passes: int = 0
     timed_on: str = ''
 
     def passes(self, kind: Optional[str] = None) -> float:
         """Passes of every stage of `kind` (every stage with None)."""
         return sum(stage.passes.total for stage in self.stages if kind is None or stage.kind == kind)
+
+    @property
+    def input_steps(self) -> float:
+        """Attack updates of one image over the whole evaluation: one per backward pass to the input."""
+        return sum(stage.passes.backward for stage in self.stages)
 
     @property
     def total(self) -> float:
@@ -207,15 +218,18 @@ class EvalCost:
 
     @property
     def pass_projected_seconds(self) -> Optional[float]:
-        """Projected wall time of the evaluation (per process) from the measured time per pass: every pass of the
-        plan at that time; None until measured."""
+        """Projected wall time of the evaluation (per process) from the measured times: every pass of the plan at
+        the time per pass, and every attack update at its time; None until measured."""
         if self.pass_seconds is None:
             return None
-        return self.total * self.pass_seconds / self.world_size
+        return (self.total * self.pass_seconds + self.input_steps * (self.step_seconds or 0.0)) / self.world_size
 
-    def with_pass_time(self, pass_seconds: float, timed_passes: int, device: str) -> 'EvalCost':
-        """This cost with the seconds per pass `time_passes` measured: `timed_passes` passes on a `device`."""
-        return replace(self, pass_seconds=pass_seconds, timed_passes=timed_passes, timed_on=device)
+    def with_pass_time(self, pass_seconds: float, timed_passes: int, device: str,
+                       step_seconds: Optional[float] = None) -> 'EvalCost':
+        """This cost with the seconds per pass `time_passes` measured (`timed_passes` passes on a `device`) and
+        the seconds per image of an attack update `time_input_step` measured."""
+        return replace(self, pass_seconds=pass_seconds, step_seconds=step_seconds, timed_passes=timed_passes,
+                       timed_on=device)
 
     def measured(self, seconds: Mapping[str, float], rows: Mapping[str, int], first_batch: int) -> 'EvalCost':
         """This cost with its time, from the first batch: `seconds` and `rows` (samples times variants) each stage
@@ -252,7 +266,8 @@ class EvalCost:
             world_size=self.world_size, first_batch=self.first_batch,
             first_batch_seconds=None if self.first_batch_seconds is None else round(self.first_batch_seconds, 3),
             projected_seconds=None if self.projected_seconds is None else round(self.projected_seconds, 3),
-            pass_seconds=self.pass_seconds, timed_passes=self.timed_passes or None, timed_on=self.timed_on or None,
+            pass_seconds=self.pass_seconds, step_seconds=self.step_seconds, input_steps=self.input_steps,
+            timed_passes=self.timed_passes or None, timed_on=self.timed_on or None,
             pass_projected_seconds=(None if self.pass_projected_seconds is None
                                     else round(self.pass_projected_seconds, 3)))
 
@@ -290,9 +305,13 @@ class EvalCost:
     def pass_time_text(self) -> str:
         """The time projected from the measured passes and what it was measured on (once measured)."""
         processes = f' per process, {self.world_size} processes side by side' if self.world_size > 1 else ''
+        steps = ''
+        if self.step_seconds is not None and self.input_steps:
+            steps = (f' and attack updates of the input ({seconds_text(self.step_seconds)} per image x '
+                     f'{self.input_steps:,.0f})')
         return (f'{duration_text(self.pass_projected_seconds)} for the whole evaluation{processes}, a projection from '
                 f'{self.timed_passes:,} measured forward+backward passes of the model on {self.timed_on} '
-                f'({seconds_text(self.pass_seconds)} per pass x {self.total:,.0f} passes)')
+                f'({seconds_text(self.pass_seconds)} per pass x {self.total:,.0f} passes){steps}')
 
     def time_text(self) -> str:
         """The projected time and what it was measured on (once measured)."""
@@ -322,6 +341,22 @@ def time_passes(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                                 x.device, warmup=1, repeat=repeat)
     passes = 2 * x.shape[0]
     return seconds / passes, passes
+
+
+def time_input_step(x: torch.Tensor, repeat: int = 1) -> float:
+    """Seconds per image of one L∞ PGD update of the batch `x` (`PGDGeometry.step`: the step along the gradient's
+    sign, the projection onto the ε-ball, the clip to valid pixels), timed after an untimed warm-up: what an attack
+    iteration adds to its passes. Its element-wise work does not depend on the budget or the pixels.
+
+    Args:
+        x: A batch of normalized inputs on the evaluation's device.
+        repeat: Timed calls, the fastest taken (`timed_seconds`).
+    """
+    ones = torch.ones((1, x.shape[1], 1, 1), dtype=x.dtype, device=x.device)
+    geometry = PGDGeometry('linf', radius=ones, step_size=ones, std=ones, lower=-ones, upper=ones)
+    gradient = torch.randn_like(x)
+    seconds = timed_seconds(lambda: geometry.step(x, x, gradient), x.device, warmup=1, repeat=repeat)
+    return seconds / x.shape[0]
 
 
 def _covered(stage: Stage, positions: Sequence[int]) -> int:

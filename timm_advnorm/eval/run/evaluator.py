@@ -11,7 +11,8 @@ the whole evaluation (`runner`) moves with the work and its ETA holds; its postf
 and, while the bar is shown, where the running attack is (`attacks.AttackProgress`: ``autoattack: apgd-t target 3/9,
 restart 1/1, 40/100 it``), so that a long attack never looks hung. The evaluator times each stage's computed units
 (`seconds`, `rows`): the first batch's times project the evaluation's (`cost.EvalCost.measured`); before that, the
-model's passes on a batch (`time_passes`) project it from the plan's pass count.
+times of the model's passes and of an attack update on a batch (`time_passes`, `time_input_step`) project it from
+the plan's pass count.
 """
 import contextlib
 import hashlib
@@ -26,7 +27,7 @@ import torch.nn as nn
 from tqdm import tqdm
 
 from ...attacks import AttackProgress
-from ..plan.cost import stage_passes, time_passes
+from ..plan.cost import stage_passes, time_input_step, time_passes
 from ..plan.stages import Batch, Columns, EvalContext, Stage
 from ..plan.variants import Variant
 from ..protocols.ood import ClassSubset
@@ -160,11 +161,15 @@ class RobustEvaluator:
         self._reported = now
         self.bar.set_postfix_str(f'{self._unit} | {event.text()}')
 
-    def time_passes(self, x: torch.Tensor, y: torch.Tensor) -> Tuple[float, int]:
-        """Seconds per pass of the model over one image of the loader batch `x`, `y` and the passes timed
-        (`cost.time_passes`), as the first variant is attacked; nothing is recorded."""
+    def time_passes(self, x: torch.Tensor, y: torch.Tensor) -> Tuple[float, int, float]:
+        """Seconds per pass of the model over one image of the loader batch `x`, `y`, the passes timed
+        (`cost.time_passes`, as the first variant is attacked) and the seconds per image of an attack update of the
+        batch (`cost.time_input_step`); nothing is recorded."""
+        inputs = self._inputs(x)
         with _variant_net(self.model, self.variants[0], self.classes) as net:
-            return time_passes(net, self._inputs(x), y.to(self.device), self.ctx.autocast_dtype, self.ctx.fold_bn)
+            pass_seconds, passes = time_passes(net, inputs, y.to(self.device), self.ctx.autocast_dtype,
+                                               self.ctx.fold_bn)
+        return pass_seconds, passes, time_input_step(inputs)
 
     def run(self, loader: Iterable) -> List[Record]:
         """Evaluate every batch of `loader`; returns this process's records (stored ones included)."""

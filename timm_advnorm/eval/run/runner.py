@@ -5,8 +5,8 @@ records it returns are gathered on rank 0 by the caller. Finished work read back
 done, not as computed (`RunOutcome.units_computed`).
 
 Before it runs, the evaluation states its plan (`evaluation_cost`: each stage's passes and share, the sanity probes'
-cost against the attacks') with its time projected from one batch's forward and backward passes of the model on this
-device (`cost.time_passes`), warned about when over an hour (`LONG_EVALUATION_SECONDS`, naming the options that
+cost against the attacks') with its time projected from one batch's forward and backward passes of the model and
+one attack update of it on this device (`cost.time_passes`, `cost.time_input_step`), warned about when over an hour (`LONG_EVALUATION_SECONDS`, naming the options that
 shorten it), which is all that ``--plan`` runs: it runs no stage (a protocol's first batch would run its whole
 attacks, xie2020's PGD-2000 included); an evaluation then times its first batch and projects the plan's time again
 from its stages. One progress bar covers the whole evaluation, every data run, in passes of the model; the running
@@ -144,7 +144,8 @@ def evaluate_runs(options: EvalOptions, setup: EvalSetup, dist_info: Distributed
     first = list(islice(batches, 1))
     if first:  # before any attack: what the plan's passes take on this device
         x, y, _ = first[0]
-        cost = cost.with_pass_time(*evaluator.time_passes(x, y), dist_info.device.type)
+        pass_seconds, passes, step_seconds = evaluator.time_passes(x, y)
+        cost = cost.with_pass_time(pass_seconds, passes, dist_info.device.type, step_seconds)
     if dist_info.is_primary:
         if not plan_only:
             _logger.info('%s', cost.format(plan_title(options, setup, dist_info)))
