@@ -363,6 +363,7 @@ def _run_pgd(
     prune = keep == 'best' and not _uses_batch_stats(model)
     best = BestIterate(x_adv)
     active = torch.arange(x.shape[0], device=x.device)
+    x_active = x  # the clean inputs of the rows still attacked, narrowed as they are (not gathered every step)
     for i in range(steps + 1):
         tick(i)
         grad, logits, loss = evaluate_iterate(model, x_adv, goal[active], loss_fn, autocast_dtype, gradient=i < steps)
@@ -379,7 +380,8 @@ def _run_pgd(
             active, x_adv, grad = active[keep_rows], x_adv[keep_rows], grad[keep_rows]
             if active.numel() == 0:
                 break
-        x_adv = geometry.step(x_adv, x[active], grad, sign)
+            x_active = x_active[keep_rows]
+        x_adv = geometry.step(x_adv, x_active, grad, sign)
     # every sample fooled before the last budget (a pruned run only): later budgets return the same record
     return [at_budget.get(n, BestAndLast(best=best.x.to(dtype), last=None)) for n in budgets]
 
