@@ -112,6 +112,18 @@ def _group(ratio, *accuracies):
     return GroupResult(labels=dict(clean_ratio=ratio), results=results, cells=2)
 
 
+def test_a_plot_of_attack_accuracies_names_those_attacks_not_the_robust_one():
+    pytest.importorskip('matplotlib')
+    noise = 'gaussian-noise (gaussian noise, σ = 1 on the normalized input scale)'
+    results = tuple(CellResult(cell=None, metrics={'attack:gaussian-noise': 90.0, 'robust': 10.0}, samples=100,
+                               robust='bim-linf (PGD-100 L∞, ...)', vanilla_epochs=None, train_seconds=None,
+                               attacks={'attack:gaussian-noise': noise}) for _ in range(2))
+    groups = [GroupResult(labels=dict(family='mlp'), results=results, cells=2)]
+    spec = PlotSpec(kind='bar', x='family', y=('attack:gaussian-noise',), title='t')
+    title = figure_study(spec, groups).axes[0].get_title().replace('\n', ' ')
+    assert 'σ = 1 on the normalized input scale); 100 images per cell' in title and 'robust:' not in title
+
+
 @pytest.mark.parametrize('ratios', [(0.0,), (0.0, 0.25, 0.5, 1.0)], ids=['one', 'four'])
 def test_the_study_plots_x_axis_is_the_grid(ratios):
     pytest.importorskip('matplotlib')

@@ -9,8 +9,9 @@ standard deviation, or the standard error of the mean for a study whose ``spread
   Galloway's tables).
 
 A numeric x axis is ticked only at the grid's values (evaluated or not yet) and spans just them (a lone value
-sits in the middle). The title says what the robust number is (the attacks with their
-budgets and steps) and on how many images each cell was evaluated: a gap of one image is 100/N points.
+sits in the middle). The title says what each plotted robust number is (the robust accuracy's attacks, or the attack
+of an ``attack:<label>`` metric, with their budgets and steps) and on how many images each cell was evaluated: a gap
+of one image is 100/N points.
 """
 import textwrap
 from pathlib import Path
@@ -98,18 +99,27 @@ def _bar(ax, spec: PlotSpec, groups: Sequence[GroupResult], spread: str) -> None
 
 _KINDS = {'line': _line, 'tradeoff': _tradeoff, 'bar': _bar}
 # Bars fill the plot up to the highest accuracy: their legend goes below the axes rather than over a bar.
-_LEGEND = {'bar': dict(loc='upper center', bbox_to_anchor=(0.5, -0.2), ncol=2)}
+_LEGEND = {'bar': dict(loc='upper center', bbox_to_anchor=(0.5, -0.24), ncol=2)}
 
 
-def _evaluation_text(groups: Sequence[GroupResult]) -> Optional[str]:
-    """``robust: pgd-20 (...); 359 images per cell``, from the evaluated cells (None before any)."""
+def _evaluation_text(groups: Sequence[GroupResult], metrics: Sequence[str]) -> Optional[str]:
+    """What the plotted `metrics` ran, from the evaluated cells (None before any): ``robust: pgd-20 (...)`` for the
+    robust accuracy, each attack's description for an ``attack:<label>`` metric; then ``359 images per cell``."""
     results = [r for g in groups for r in g.results]
     if not results:
         return None
-    robust = list(dict.fromkeys(r.robust for r in results))
+    parts = []
+    for metric in metrics:
+        if metric == 'robust':
+            texts = list(dict.fromkeys(r.robust for r in results))
+            parts.append(f"robust: {texts[0] if len(texts) == 1 else 'attacks differ between cells'}")
+        elif metric.startswith('attack:'):
+            texts = list(dict.fromkeys(r.attacks.get(metric, '') for r in results))
+            label = metric[len('attack:'):]
+            parts.append(texts[0] if len(texts) == 1 and texts[0] else f'{label}: differs between cells')
     low, high = min(r.samples for r in results), max(r.samples for r in results)
-    samples = f'{low} images per cell' if low == high else f'{low}-{high} images per cell'
-    return f"robust: {robust[0] if len(robust) == 1 else 'attacks differ between cells'}; {samples}"
+    parts.append(f'{low} images per cell' if low == high else f'{low}-{high} images per cell')
+    return '; '.join(parts)
 
 
 def figure_study(spec: PlotSpec, groups: Sequence[GroupResult], subtitle: str = '', spread: str = 'std'):
@@ -129,7 +139,7 @@ def figure_study(spec: PlotSpec, groups: Sequence[GroupResult], subtitle: str = 
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     _KINDS[spec.kind](ax, spec, groups, spread)
-    lines = [t for t in (spec.title, _evaluation_text(groups), subtitle) if t]
+    lines = [t for t in (spec.title, _evaluation_text(groups, spec.y), subtitle) if t]
     ax.set_title('\n'.join(textwrap.fill(t, _TITLE_WIDTH, break_on_hyphens=False) for t in lines), fontsize=9)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[1]:

@@ -10,11 +10,11 @@ import io
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..eval.results.plots import robust_text
+from ..eval.results.plots import robust_text, suite_text
 from ..eval.schema import EvalResults
 from ..messages import read_utf8
 from .cells import Cell
@@ -39,6 +39,7 @@ class CellResult:
         vanilla_epochs: The training budget in vanilla epochs: passes per image × epochs.
         train_seconds: Its epochs' training time as the run logged it (``summary.csv``), over every attempt: an
             interrupted and resumed run counts each epoch it finished once; None where the summary lacks it.
+        attacks: What each ``attack:<label>`` metric ran, with its budget (`eval.plots.suite_text`).
     """
 
     cell: Cell
@@ -47,6 +48,7 @@ class CellResult:
     robust: str
     vanilla_epochs: Optional[float]
     train_seconds: Optional[float]
+    attacks: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -118,9 +120,13 @@ def read_cell(cell: Cell, variant: Optional[str] = None) -> Optional[CellResult]
                     metrics[f'loss:{attack[key]}'] = attack['loss']
     vanilla_epochs, train_seconds = _summary_totals(cell.run_dir)
     evaluated = EvalResults.from_dict(results)
-    robust = robust_text(evaluated, next(v for v in evaluated.variants if v.name == chosen['name']))
+    variant_result = next(v for v in evaluated.variants if v.name == chosen['name'])
+    robust = robust_text(evaluated, variant_result)
+    attacks = {f'attack:{label}': suite_text([attack]) for attack in variant_result.attacks
+               for label in dict.fromkeys((attack.label, attack.protocol_label)) if label}
     return CellResult(cell=cell, metrics=metrics, samples=int(chosen['samples']), robust=robust,
-                      vanilla_epochs=vanilla_epochs, train_seconds=train_seconds)
+                      vanilla_epochs=vanilla_epochs, train_seconds=train_seconds,
+                      attacks=attacks)
 
 
 def _stat(results: Sequence[CellResult], metric: str) -> Stat:
