@@ -89,6 +89,7 @@ def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_
         assert float(row['robust_mean']) == pytest.approx(results['robust_top1']) == float(cell_row['robust'])
         assert float(row['clean_mean']) == pytest.approx(results['top1']) == float(cell_row['clean'])
         assert float(row['vanilla_epochs']) == passes == float(cell_row['vanilla_epochs'])  # one epoch
+        assert float(row['train_seconds_median']) == float(cell_row['train_seconds']) > 0  # one seed
     with open(study_dir / 'findings.csv') as f:
         (finding,) = list(csv.DictReader(f))
     gap = float(rows[1]['robust_mean']) - float(rows[0]['robust_mean'])
@@ -110,6 +111,12 @@ def _group(ratio, *accuracies):
     results = tuple(CellResult(cell=None, metrics=dict(robust=a, clean=a + 20), samples=359, robust='pgd-20 (...)',
                                vanilla_epochs=None, train_seconds=None) for a in accuracies)
     return GroupResult(labels=dict(clean_ratio=ratio), results=results, cells=2)
+
+
+def test_a_grid_points_training_time_is_the_median_over_its_seeds():
+    group = GroupResult(labels={}, results=(), cells=3)
+    assert group.median_of([600.0, 610.0, 3900.0]) == 610.0  # one seed's run disturbed by other work
+    assert group.median_of([None, 5.0]) == 5.0 and group.median_of([None]) is None
 
 
 def test_a_plot_of_attack_accuracies_names_those_attacks_not_the_robust_one():

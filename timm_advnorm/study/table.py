@@ -148,6 +148,12 @@ class GroupResult:
         known = [v for v in values if v is not None]
         return statistics.fmean(known) if known else None
 
+    def median_of(self, values: Sequence[Optional[float]]) -> Optional[float]:
+        """The median of the known `values` (None without any): for times, which one run disturbed by other work
+        on the machine would pull a mean far off."""
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
 
 def group_results(cells: Sequence[Cell], results: Mapping[str, CellResult]) -> List[GroupResult]:
     """Grid points in grid order, each with the results of its evaluated seeds."""
@@ -230,7 +236,7 @@ def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: 
     group_rows = []
     for group in groups:
         budget = group.mean_of([r.vanilla_epochs for r in group.results])
-        seconds = group.mean_of([r.train_seconds for r in group.results])
+        seconds = group.median_of([r.train_seconds for r in group.results])
         group_rows.append([*(str(group.labels.get(a, '')) for a in axes), f'{len(group.results)}/{group.cells}',
                            *(group.stat(m).format(spread) for m in metrics),
                            '—' if budget is None else f'{budget:g}', '—' if seconds is None else f'{seconds:.0f}'])
@@ -240,7 +246,7 @@ def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: 
                                'ours (± standard error)', 'direction held', 'size held'], finding_rows),
              '', f'## Cells (mean ± {SPREADS[spread]})', '',
              *_markdown_table([*axes, 'seeds', *(metric_title(m) for m in metrics), 'budget (vanilla epochs)',
-                               'train time (s)'], group_rows), '']
+                               'train time (s, median over seeds)'], group_rows), '']
     ratio_tables = [(table, ratio_rows(table, groups)) for table in spec.ratios]
     for table, rows in ratio_tables:
         lines += [f'## {table.title}', '', *_markdown_table(
@@ -273,13 +279,13 @@ def write_tables(spec: StudySpec, scale: str, cells: Sequence[Cell], study_dir: 
         writer = csv.writer(f)
         writer.writerow([*axes, 'seeds_done', 'seeds',
                          *(f'{m}_{s}' for m in metrics for s in ('mean', 'std', 'se')), 'vanilla_epochs',
-                         'train_seconds'])
+                         'train_seconds_median'])
         for group in groups:
             stats = [group.stat(m) for m in metrics]
             writer.writerow([*(group.labels.get(a, '') for a in axes), len(group.results), group.cells,
                              *(v for s in stats for v in ((s.mean, s.std, s.se) if s.values else ('', '', ''))),
                              group.mean_of([r.vanilla_epochs for r in group.results]),
-                             group.mean_of([r.train_seconds for r in group.results])])
+                             group.median_of([r.train_seconds for r in group.results])])
     with (study_dir / 'findings.csv').open('w', newline='') as f:
         writer = csv.writer(f)
         writer.writerow(['finding', 'source', 'metric', 'measure', 'paper', 'paper_se', 'ours', 'ours_se', 'n',
