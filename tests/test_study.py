@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def test_two_cell_study_runs_resumes_and_writes_table_and_plot(tmp_path, digits_
     assert [cell_state(c) for c in cells] == ['evaluated', 'evaluated']
     assert _mtimes(cells[0].run_dir) == first, 'the evaluated cell was run again'
     study_dir = out / 'two_cells-digits'
-    assert '2 of 2 cells evaluated; seeds 3; this invocation ran' in (study_dir / 'results.md').read_text()
+    header = (study_dir / 'results.md').read_text()
+    assert '2 of 2 cells evaluated; seeds 3; this invocation ran' in header
+    assert re.search(r'min, the study 3 invocations, [\d.]+ s in all \(`provenance.json`\)', header)
     with open(study_dir / 'grid.csv') as f:
         rows = list(csv.DictReader(f))
     assert [row['method'] for row in rows] == ['vanilla', 'madry']

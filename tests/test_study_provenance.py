@@ -28,6 +28,7 @@ def test_an_invocation_killed_midway_keeps_the_cells_it_ran_and_the_next_one_app
     assert record['commit'] == 'aaa' and record['started'] == first['started']  # the study began with the first
     assert record['wall_s'] == pytest.approx(first['wall_s'] + second['wall_s'], abs=0.11)
     assert {'cpu', 'cores', 'threads', 'torch', 'timm'} <= set(record['machine'])
+    assert resumed.summary().startswith('2 invocations, ') and resumed.summary().endswith(' in all')
 
 
 def test_an_interrupted_invocation_says_so(tmp_path):

@@ -131,15 +131,16 @@ def _command(options: StudyOptions, prog: str) -> str:
 
 
 def _report(spec: StudySpec, options: StudyOptions, cells: List[Cell], study_dir: Path, seconds: float,
-            prog: str) -> None:
+            prog: str, invocation: InvocationRecord) -> None:
     planned = spec.scale(options.scale).seeds
     evaluated = [c for c in cells if cell_state(c) == 'evaluated']
     seeds = ', '.join(map(str, sorted({c.seed for c in evaluated}))) or 'none'
     progress = f'{len(evaluated)} of {len(cells)} cells evaluated'
     planned_text = '' if len(evaluated) == len(cells) else f'; seeds planned: {", ".join(map(str, planned))}'
     header = [f'Command: `{_command(options, prog)}`', '',
-              f'{progress}; seeds {seeds}{planned_text}; this invocation ran {seconds / 60:.1f} min. Per cell: '
-              f'`cells/<id>/` (timm-advnorm-train run folder, `results.json` of timm-advnorm-validate).']
+              f'{progress}; seeds {seeds}{planned_text}; this invocation ran {seconds / 60:.1f} min, the study '
+              f'{invocation.summary()} (`provenance.json`). Per cell: `cells/<id>/` (timm-advnorm-train run folder, '
+              f'`results.json` of timm-advnorm-validate).']
     groups, findings = write_tables(spec, options.scale, cells, study_dir, header)
     subtitle = f'{options.scale} scale, mean ± {SPREADS[spec.spread]} {seeds}'
     if planned_text:
@@ -190,7 +191,7 @@ def run_study(options: StudyOptions, commands: CellCommands, prog: str) -> None:
                                   cell_threads=cell_threads(options.jobs) if options.jobs > 1 else None)
     try:
         _run_cells(options, commands, cells, study_dir, lambda cell: invocation.cell_evaluated(cell.id))
-        _report(spec, options, cells, study_dir, time.perf_counter() - started, prog)
+        _report(spec, options, cells, study_dir, time.perf_counter() - started, prog, invocation)
     except BaseException as e:
         with contextlib.suppress(OSError):  # a full disk must not hide why the invocation stopped
             invocation.finish('interrupted' if isinstance(e, KeyboardInterrupt) else 'failed')

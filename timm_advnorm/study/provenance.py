@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import timm
 import torch
 
+from ..durations import duration_text
 from ..messages import read_utf8
 from ..write_guard import atomic_write
 
@@ -80,6 +81,9 @@ class InvocationRecord:
         command: The command line, as a user would type it.
         jobs: The cells it runs at once (``--jobs``).
         cell_threads: The threads each cell computes on (None: this process's).
+
+    Attributes:
+        record: The whole ``provenance.json`` as last written.
     """
 
     def __init__(self, study_dir: Path, commit: str, command: str, jobs: int = 1,
@@ -95,17 +99,25 @@ class InvocationRecord:
             'cell_threads': cell_threads if cell_threads is not None else torch.get_num_threads(),
             'machine': machine()}
         self._index: Optional[int] = None
-        self._write()
+        self.record = self._write()
 
     def cell_evaluated(self, cell_id: str) -> None:
         """Add a cell this invocation trained or evaluated."""
         self.cells_run.append(cell_id)
-        self._write()
+        self.record = self._write()
 
     def finish(self, outcome: str = 'finished') -> Dict[str, Any]:
         """Close the entry with its `outcome`; returns the whole record."""
         self.entry['outcome'] = outcome
-        return self._write()
+        self.record = self._write()
+        return self.record
+
+    def summary(self) -> str:
+        """``3 invocations, 9.8 h in all``: the study's invocations so far and their summed wall time, this one's
+        up to now."""
+        self.record = self._write()
+        count = len(self.record['invocations'])
+        return f'{count} invocation{"s" if count > 1 else ""}, {duration_text(self.record["wall_s"])} in all'
 
     def _write(self) -> Dict[str, Any]:
         """Put the entry in its place in the file (appended the first time), the top-level fields worked out again,
