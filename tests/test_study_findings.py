@@ -206,6 +206,21 @@ def test_a_document_block_is_generated_from_the_record_and_a_stale_one_is_found(
     assert document.update_document(page, tmp_path / 'results', check=True) == []
 
 
+def test_a_record_says_how_many_of_its_cells_no_listed_invocation_ran(tmp_path):
+    from timm_advnorm.study.document import _provenance
+    record = _record(tmp_path / 'record')
+    (record / 'provenance.json').write_text(
+        '{"command": "c", "started": "2026-12-07T08:34:09Z", "wall_s": 36000.0, "commit": "0123456789abcdef", '
+        '"machine": {"cpu": "CPU", "threads": 2, "torch": "2", "timm": "1"}, "invocations": '
+        '[{"commit": "0123456789abcdef", "cells_run": ["b"]}, {"commit": "fedcba9876543210", "cells_run": []}]}')
+    (record / 'results.csv').write_text('family,seed,cell\nplain,0,a\nbn,0,b\nplain,1,c\n')
+    text = _provenance(record)
+    assert 'in 2 invocation(s) from 2026-12-07T08:34:09Z, 10.0 h of wall time in all, at commit(s) 0123456789ab, ' \
+           'fedcba987654' in text
+    assert text.endswith(' 2 of its 3 cells ran in invocations it does not list (their time and commits are not '
+                         'counted above).')
+
+
 def test_a_block_without_a_record_is_refused_naming_the_command(tmp_path):
     from timm_advnorm.study import document
     page = tmp_path / 'README.md'

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from ..durations import duration_text
 from ..messages import read_utf8
 from ..write_guard import atomic_write
 from .findings import format_estimate, format_paper_value, is_loss, number_digits, summarize_verdicts
@@ -49,13 +50,23 @@ def _number(text: str, digits: int) -> str:
 
 
 def _provenance(record: Path) -> str:
+    """Who recorded the results: the command, its invocations, their wall time, commits and machine; and how many of
+    the recorded cells no invocation it lists ran (entries lost, or cells run elsewhere)."""
     provenance = json.loads(read_utf8(record / 'provenance.json'))
-    machine = provenance['machine']
-    commits = list(dict.fromkeys(i['commit'][:12] for i in provenance['invocations']))
-    return (f'Recorded by `{provenance["command"]}` in {len(provenance["invocations"])} invocation(s) from '
-            f'{provenance["started"]}, {provenance["wall_s"] / 60:.1f} min of wall time in all, at commit(s) '
+    machine, invocations = provenance['machine'], provenance['invocations']
+    commits = list(dict.fromkeys(i['commit'][:12] for i in invocations))
+    text = (f'Recorded by `{provenance["command"]}` in {len(invocations)} invocation(s) from '
+            f'{provenance["started"]}, {duration_text(provenance["wall_s"])} of wall time in all, at commit(s) '
             f'{", ".join(commits)}, on {machine["cpu"]} (torch threads: {machine["threads"]}), torch '
             f'{machine["torch"]}, timm {machine["timm"]}.')
+    ran = {cell for invocation in invocations for cell in invocation.get('cells_run', ())}
+    results = record / 'results.csv'
+    cells = [row['cell'] for row in _rows(results)] if results.is_file() else []
+    unlisted = [cell for cell in cells if cell not in ran]
+    if unlisted:
+        text += (f' {len(unlisted)} of its {len(cells)} cells ran in invocations it does not list (their time and '
+                 f'commits are not counted above).')
+    return text
 
 
 def record_folder(record_root: Path, study: str, scale: str) -> Path:
