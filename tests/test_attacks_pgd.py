@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from timm_advnorm.attacks import FGSM, PGD, InputSpace, attack_context, create_attack, pgd
+from timm_advnorm.attacks import FGSM, PGD, InputSpace, PGDGeometry, attack_context, create_attack, pgd
 from timm_advnorm.attacks.base import pixel_l2_norm
 from timm_advnorm.attacks.core import cross_entropy_per_sample, is_fooled
 from timm_advnorm.layers import convert_to_mixture_bn, get_route, route
@@ -281,3 +281,21 @@ def test_long_attacks_report_progress_only_when_asked_and_print_nothing(model, b
     attack(model, x, y)
     assert capsys.readouterr() == ('', '')
     assert events and {event.attack for event in events} == {name}
+
+
+def test_a_geometry_of_one_std_for_every_channel_holds_numbers_and_steps_as_a_per_channel_one():
+    """Grey images (one mean and std for the three channels) get the radius, step and pixel box as numbers, which
+    spare the element-wise work broadcasting the channels, and the very same iterates."""
+    space = InputSpace(mean=(0.1307,) * 3, std=(0.3081,) * 3)
+    x = (torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(0)) - 0.1307) / 0.3081
+    geometry = PGDGeometry.build(space, 12.75, 0.5, 'linf', x)
+    assert all(isinstance(v, float) for v in (geometry.radius, geometry.step_size, geometry.lower, geometry.upper))
+    channels = lambda v: torch.full((1, 3, 1, 1), v)  # noqa: E731
+    per_channel = PGDGeometry('linf', channels(geometry.radius), channels(geometry.step_size), geometry.std,
+                              channels(geometry.lower), channels(geometry.upper))
+    gradient, start = torch.randn_like(x), x + 0.05 * torch.randn_like(x)
+    for sign in (1.0, -1.0):
+        assert torch.equal(geometry.step(start, x, gradient, sign), per_channel.step(start, x, gradient, sign))
+    assert torch.equal(geometry.clip(start), per_channel.clip(start))
+    colour = PGDGeometry.build(InputSpace(), 8, 2, 'linf', x)  # ImageNet's statistics differ by channel
+    assert colour.radius.shape == colour.lower.shape == (1, 3, 1, 1)

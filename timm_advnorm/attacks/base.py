@@ -69,8 +69,11 @@ def pixel_l2_norm(delta: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     return (delta * std).flatten(1).norm(p=2, dim=1)
 
 
-def project_linf(delta: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
-    """Clip a normalized perturbation into the L∞ box of per-channel `radius` (1, C, 1, 1)."""
+def project_linf(delta: torch.Tensor, radius: Union[torch.Tensor, float]) -> torch.Tensor:
+    """Clip a normalized perturbation into the L∞ box of per-channel `radius` (1, C, 1, 1), or of one radius for
+    every channel (a number: the same result, without broadcasting the channels)."""
+    if isinstance(radius, float):
+        return delta.clamp(-radius, radius)
     return torch.maximum(torch.minimum(delta, radius), -radius)
 
 
@@ -109,7 +112,7 @@ def project(
 
 def random_linf_start(
         x: torch.Tensor,
-        radius: torch.Tensor,
+        radius: Union[torch.Tensor, float],
         generator: Optional[torch.Generator] = None,
 ) -> torch.Tensor:
     """A perturbation drawn uniformly from the L∞ box of per-channel `radius`, independently per sample and pixel."""

@@ -81,10 +81,21 @@ def clean_start_rows(
     return bernoulli(batch, prob, like, generator)
 
 
+def _number_if_uniform(values: torch.Tensor) -> Union[torch.Tensor, float]:
+    """A per-channel (1, C, 1, 1) value as one number when every channel holds the same (exactly the value the
+    tensor holds, so that element-wise work with it gives the same results), else as it is."""
+    flat = values.flatten()
+    return float(flat[0]) if bool((flat == flat[0]).all()) else values
+
+
 @dataclass(frozen=True)
 class PGDGeometry:
     """The threat model of one PGD run in the units its steps act in, built once per run (the loop then launches no
     host-to-device copies): the ε-ball, the step, and the valid pixel box.
+
+    A per-channel value that is the same in every channel (grey images, or one mean and std for all channels) is
+    held as a number: element-wise work with a number does not broadcast the channels (on a CPU the clip and the
+    projection take half the time or less) and gives the same float results.
 
     Attributes:
         norm: ``linf`` or ``l2``.
@@ -99,8 +110,8 @@ class PGDGeometry:
     radius: Union[torch.Tensor, float]
     step_size: Union[torch.Tensor, float]
     std: torch.Tensor
-    lower: torch.Tensor
-    upper: torch.Tensor
+    lower: Union[torch.Tensor, float]
+    upper: Union[torch.Tensor, float]
 
     @classmethod
     def build(cls, space: InputSpace, eps: float, step: float, norm: str, like: torch.Tensor) -> 'PGDGeometry':
@@ -111,9 +122,10 @@ class PGDGeometry:
         lower, upper = (b.to(like.dtype) for b in space.bounds(like))
         if norm == 'linf':
             radius, step_size = space.linf_budget(eps, like), space.linf_budget(step, like)
+            radius, step_size = _number_if_uniform(radius), _number_if_uniform(step_size)
         else:
             radius, step_size = eps / PIXEL_SCALE, step / PIXEL_SCALE
-        return cls(norm, radius, step_size, std, lower, upper)
+        return cls(norm, radius, step_size, std, _number_if_uniform(lower), _number_if_uniform(upper))
 
     def random_start(
             self,
