@@ -294,8 +294,15 @@ def test_a_geometry_of_one_std_for_every_channel_holds_numbers_and_steps_as_a_pe
     per_channel = PGDGeometry('linf', channels(geometry.radius), channels(geometry.step_size), geometry.std,
                               channels(geometry.lower), channels(geometry.upper))
     gradient, start = torch.randn_like(x), x + 0.05 * torch.randn_like(x)
+    given = (gradient.clone(), start.clone(), x.clone())
     for sign in (1.0, -1.0):
-        assert torch.equal(geometry.step(start, x, gradient, sign), per_channel.step(start, x, gradient, sign))
+        step = geometry.step(start, x, gradient, sign)
+        assert torch.equal(step, per_channel.step(start, x, gradient, sign))
+        # the textbook expression, out of place: the step, the projection onto the ball, the pixel box
+        delta = start + sign * per_channel.step_size * gradient.sign() - x
+        delta = torch.maximum(torch.minimum(delta, per_channel.radius), -per_channel.radius)
+        assert torch.equal(step, torch.clamp(x + delta, per_channel.lower, per_channel.upper))
+    assert all(torch.equal(a, b) for a, b in zip((gradient, start, x), given))  # its inputs untouched
     assert torch.equal(geometry.clip(start), per_channel.clip(start))
     colour = PGDGeometry.build(InputSpace(), 8, 2, 'linf', x)  # ImageNet's statistics differ by channel
     assert colour.radius.shape == colour.lower.shape == (1, 3, 1, 1)
