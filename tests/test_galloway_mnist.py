@@ -151,3 +151,17 @@ def test_loss_findings_read_three_decimals_and_no_image_noise():
     assert measured.verdict == 'yes' and measured.higher == (1.2345,)
     assert measured.format_ours() == '1.000 ± 0.000 (n=1)'  # the finding is a ratio: three decimals
     assert Stat((1.0,)).format() == '1.0 (n=1)'
+
+
+def test_the_grey_stem_is_the_channels_mean_forward_and_backward_to_the_bit():
+    """The stem's channel mean is written as a sum over the count, so that an attack's input gradient comes back as
+    a broadcast view rather than a batch-sized division; its values, both ways, are those of ``mean(dim=1)``."""
+    from timm_advnorm.models.galloway_mlp import GreyFlatten
+    x = torch.randn(8, 3, 28, 28, generator=torch.Generator().manual_seed(0))
+    upstream = torch.randn(8, 28 * 28, 1, 1, generator=torch.Generator().manual_seed(1))
+    ours, reference = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = GreyFlatten(28)(ours)
+    assert torch.equal(out, reference.mean(dim=1).flatten(1)[:, :, None, None])
+    (grad,) = torch.autograd.grad(out, ours, upstream)
+    (expected,) = torch.autograd.grad(reference.mean(dim=1).flatten(1)[:, :, None, None], reference, upstream)
+    assert torch.equal(grad, expected) and grad.stride(1) == 0  # not materialized per channel
