@@ -93,8 +93,10 @@ def measure(
     return times, results
 
 
-def torchattacks_pgd(model: nn.Module, space: InputSpace, eps: float, step: float, steps: int):
-    """torchattacks' PGD (random start, last iterate) taking and returning normalized inputs, as our attacks do.
+def torchattacks_pgd(model: nn.Module, space: InputSpace, eps: float, step: float, steps: int,
+                     random_start: bool = True):
+    """torchattacks' PGD (last iterate; a random start unless `random_start` is off: BIM) taking and returning
+    normalized inputs, as our attacks do.
 
     With ``set_normalization_used``, torchattacks 3.5 un-normalizes its input, attacks in [0, 1] and normalizes the
     result. It restores the train mode of the model it is given after each call, so `model` is passed as is: a
@@ -112,7 +114,7 @@ def torchattacks_pgd(model: nn.Module, space: InputSpace, eps: float, step: floa
     """
     import torchattacks
 
-    attack = torchattacks.PGD(model, eps=eps / 255, alpha=step / 255, steps=steps, random_start=True)
+    attack = torchattacks.PGD(model, eps=eps / 255, alpha=step / 255, steps=steps, random_start=random_start)
     attack.set_normalization_used(mean=list(space.mean), std=list(space.std))
     return attack
 
