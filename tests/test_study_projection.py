@@ -112,3 +112,25 @@ def test_a_plan_refuses_the_options_of_a_run(tmp_path, digits_dir, capsys, mode,
     assert exit_info.value.code == 2
     assert f'error: {mode} runs no cell: {named} would not be used' in capsys.readouterr().err
     assert not (tmp_path / 'out').exists()
+
+
+def test_a_built_in_split_is_counted_at_the_datasets_own_side_whatever_the_cells_ask(tmp_path, monkeypatch):
+    """A plan counts a built-in dataset's images where it is rendered at its own side: one rendering for a grid of
+    several sides (each would otherwise be rendered by a dry run), the same counts."""
+    from timm_advnorm.data.builtin import BuiltinDataset
+    from timm_advnorm.study import plan
+    prepared = []
+
+    def prepare(img_size):
+        prepared.append(img_size)
+        for split, count in (('train', 3), ('validation', 2)):
+            for i in range(count):
+                (tmp_path / split / '0').mkdir(parents=True, exist_ok=True)
+                (tmp_path / split / '0' / f'{i}.png').touch()
+        return tmp_path
+
+    mnist = BuiltinDataset(10, 28, prepare)
+    monkeypatch.setattr(plan, 'builtin_dataset', lambda name: mnist if name == 'mnist' else None)
+    assert (plan.split_images('mnist'), plan.split_images('mnist', 'validation')) == (3, 2)
+    assert prepared == [28, 28]
+    assert plan.split_images('imagenet', 'validation') == 50_000

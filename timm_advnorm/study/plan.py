@@ -25,12 +25,13 @@ __all__ = ['IMAGENET_SPLIT_IMAGES', 'plan_cell_budget', 'split_images']
 IMAGENET_SPLIT_IMAGES = {'train': 1_281_167, 'validation': 50_000}
 
 
-def split_images(dataset: str, img_size: int, split: str = 'train') -> int:
-    """Images of `split` (``train`` or ``validation``): the built-in dataset's (rendered at `img_size` if not yet),
-    or ImageNet-1k's."""
+def split_images(dataset: str, split: str = 'train') -> int:
+    """Images of `split` (``train`` or ``validation``): the built-in dataset's, counted where it is rendered at its
+    own side (rendered there if not yet: one rendering, whatever sides a study's cells ask for, whose counts are the
+    same), or ImageNet-1k's."""
     builtin = builtin_dataset(dataset)
     if builtin is not None:
-        root = Path(builtin.prepare(img_size=img_size)) / split
+        root = Path(builtin.prepare(img_size=builtin.img_size)) / split
         return sum(1 for path in root.rglob('*.png'))
     return IMAGENET_SPLIT_IMAGES[split]
 
@@ -51,6 +52,6 @@ def plan_cell_budget(options: TrainOptions, world_size: int = 1, train_images: O
                            device='cpu', verbose=False)
     epochs = epoch_schedule(options.schedule, task.passes_per_image).epochs
     batch_size = int(round(data.batch_size * task.batch_scale))
-    images = train_images if train_images is not None else split_images(data.dataset, img_size or 224)
+    images = train_images if train_images is not None else split_images(data.dataset)
     return count_budget(task, (batch_size, *data_config['input_size']), train_images=images, epochs=epochs,
                         world_size=world_size, model_name=options.model.model, device='cpu')

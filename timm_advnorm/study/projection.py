@@ -105,8 +105,7 @@ def time_cell(train: TrainOptions, evaluation: EvalOptions, world_size: int = 1)
     task.to(device)
     epochs = epoch_schedule(train.schedule, task.passes_per_image).epochs
     batch_size = int(round(data.batch_size * task.batch_scale))
-    side = img_size or input_size[-1]
-    train_images, val_images = (split_images(data.dataset, side, split) for split in ('train', 'validation'))
+    train_images, val_images = (split_images(data.dataset, split) for split in ('train', 'validation'))
     budget = plan_budget(task, create_run_optimizer(model, train.optimizer),
                          _synthetic_batch(batch_size, input_size, num_classes, device),
                          train_images=train_images, epochs=epochs, world_size=world_size,
