@@ -3,16 +3,16 @@ in the style of timm's ``validate.py``.
 
 Evaluates a model (a timm name, ``hf-hub:``/``local-dir:`` name, or a `train_adv.py` checkpoint) against a named
 protocol (``xie2020``, ``robustbench``, ``nofrost``, ``galloway``, ``corruptions``, ``imagenet-r``, ``imagenet-a``,
-``imagenet-sketch``, ``nofrost-star``; see `timm_advnorm.eval.protocols.protocol`) or an explicit attack list, on a fixed
-seeded subset of a dataset, in eval mode with the model's own preprocessing. Out-of-distribution sets are read from
-folders of their own (``--imagenet-r-dir``, ``--imagenet-a-dir``, ``--imagenet-sketch-dir``; `timm_advnorm.eval.protocols.ood`),
-each a run of its own, all reported in one results file. Mixture-BN models are evaluated per branch and over a γ
-sweep of feature and logit interpolation. Sanity checks run with every evaluation, their probes by default within a
-quarter of the attacks' cost (``--sanity``). Before it runs, the evaluation prints its plan (passes and share of each
-stage, time projected from one batch's measured passes of the model, with a warning naming what shortens it when over
-an hour, then from the first batch); ``--plan`` prints it and stops. Attacks report their progress (sub-attack,
-target, restart, iteration or query) in the progress bar. Results go to JSON + CSV, plots to PNG;
-a state file makes a long evaluation resumable; ``torchrun`` shards it across processes.
+``imagenet-sketch``, ``nofrost-star``; see `timm_advnorm.eval.protocols.protocol`) or an explicit attack list, on a
+fixed seeded subset of a dataset, in eval mode with the model's own preprocessing. Out-of-distribution sets are read
+from folders of their own (``--imagenet-r-dir``, ``--imagenet-a-dir``, ``--imagenet-sketch-dir``;
+`timm_advnorm.eval.protocols.ood`), each a run of its own, all reported in one results file. Mixture-BN models are
+evaluated per branch and over a γ sweep of feature and logit interpolation. Sanity checks run with every evaluation,
+their probes by default within a quarter of the attacks' cost (``--sanity``). Before it runs, the evaluation prints its
+plan (passes and share of each stage, time projected from one batch's measured passes of the model, with a warning
+naming what shortens it when over an hour, then from the first batch); ``--plan`` prints it and stops. Attacks report
+their progress (sub-attack, target, restart, iteration or query) in the progress bar. Results go to JSON + CSV, plots to
+PNG; a state file makes a long evaluation resumable; ``torchrun`` shards it across processes.
 
 The run reads as four steps: parse (this module: the options, each declared on the field of the typed options it
 fills, `eval.options`, the parser generated from these declarations, with defaults from a ``-c`` YAML file, and as one

@@ -336,10 +336,11 @@ class EvalOptions:
     outputs: EvalOutputOptions = field(default_factory=EvalOutputOptions)
     plan_only: bool = option(
         False, 'Do not evaluate: build the evaluation, time the model\'s forward+backward passes and an attack '
-               'update on one batch on this device and print the plan (each stage\'s forward/backward passes and share of the cost, the sanity '
-               'probes\' cost against the attacks\', the time projected from the measured passes); no attack runs. '
-               'Every evaluation prints the plan before it runs, its time projected from the measured passes (with a '
-               'warning when over an hour), and records it in the results (plan).', dest='plan')
+               'update on one batch on this device and print the plan (each stage\'s forward/backward passes and '
+               'share of the cost, the sanity probes\' cost against the attacks\', the time projected from the '
+               'measured passes); no attack runs. Every evaluation prints the plan before it runs, its time '
+               'projected from the measured passes (with a warning when over an hour), and records it in the results '
+               '(plan).', dest='plan')
 
 
 #: The options classes whose fields declare the evaluation command's options.

@@ -3,10 +3,11 @@
 A study file (``timm_advnorm/studies/<name>.yaml``, or any path) holds:
 
 * ``title``, ``paper``: what it reproduces and from where.
-* ``scales``: per scale (``digits``, ``mnist``, ``paper``: a seed paper's own data and length on a CPU, ``imagenet``) the base of every cell: a packaged training ``recipe`` (``-c``),
-  further ``train`` options, the ``validate`` options of the evaluation, the ``seeds`` each cell is trained with,
-  and ``values``: what an axis value means at this scale when it is more than one option
-  (``family: {bn: {model: tiny_bn_resnet}}``). Option names are the commands' long options with underscores.
+* ``scales``: per scale (``digits``, ``mnist``, ``paper``: a seed paper's own data and length on a CPU, ``imagenet``)
+  the base of every cell: a packaged training ``recipe`` (``-c``), further ``train`` options, the ``validate`` options
+  of the evaluation, the ``seeds`` each cell is trained with, and ``values``: what an axis value means at this scale
+  when it is more than one option (``family: {bn: {model: tiny_bn_resnet}}``). Option names are the commands' long
+  options with underscores.
 * ``grid``: blocks, each the product of its ``axes`` (name: list of values) with fixed ``train`` options. An axis
   value sets the training option of the axis's name unless the scale's ``values`` say otherwise.
 * ``metric_variant``: the evaluated variant whose numbers a cell reports (``clean``: a mixture-BN model's clean
@@ -22,7 +23,8 @@ A study file (``timm_advnorm/studies/<name>.yaml``, or any path) holds:
 * ``min_clean``: clean accuracy (%) below which a cell did not train: a finding reading it is not testable.
 * ``ratios``: tables of the paper's that give each grid point's numbers as a ratio to a baseline grid point's
   (Galloway et al.'s Tables 11 and 12): per table a ``title``, the ``baseline`` (axis values of one grid point), the
-  grid points it shows (``rows``: axis values, a list for several) and its ``metrics``; each ratio is taken seed by seed.
+  grid points it shows (``rows``: axis values, a list for several) and its ``metrics``; each ratio is taken seed by
+  seed.
 * ``metrics``: further metrics the table of cells shows (it always shows ``clean``, ``robust`` and those the findings,
   ratio tables and plot read).
 * ``plot``: the paper-style figure (`timm_advnorm.study.plot`).
@@ -35,8 +37,8 @@ from ..messages import read_utf8
 from ..strict_yaml import load_yaml, yaml_files
 
 __all__ = [
-    'MEASURES', 'SCALES', 'Expected', 'Finding', 'GridBlock', 'PlotSpec', 'RatioTable', 'ScaleSpec', 'StudySpec', 'list_studies',
-    'load_study', 'check_metric']
+    'MEASURES', 'SCALES', 'Expected', 'Finding', 'GridBlock', 'PlotSpec', 'RatioTable', 'ScaleSpec', 'StudySpec',
+    'list_studies', 'load_study', 'check_metric']
 
 SCALES = ('digits', 'mnist', 'paper', 'imagenet')
 PLOT_KINDS = ('line', 'tradeoff', 'bar')

@@ -3,17 +3,18 @@
 The unit is the papers' (and training's ``--plan``): a pass of the model over one image, forward or backward (an
 attack's backward reaches the input only, no parameter gradients). Each stage costs a number of passes per sample it
 covers (`stage_passes`): one forward for the clean pass, an attack's iterations (a backward and its class's
-``forwards_per_step`` forwards each: FAB's linearization adds one; Square queries forwards only) times its restarts
-and target classes, plus the forwards that score it. The counts are upper bounds: an evaluation attack stops attacking a sample once it is fooled, and an
-untargeted one skips the samples the clean pass already got wrong; PGD budgets read off a longer run cost nothing.
+``forwards_per_step`` forwards each: FAB's linearization adds one; Square queries forwards only) times its restarts and
+target classes, plus the forwards that score it. The counts are upper bounds: an evaluation attack stops attacking a
+sample once it is fooled, and an untargeted one skips the samples the clean pass already got wrong; PGD budgets read off
+a longer run cost nothing.
 
-An `EvalCost` lists every stage of every data run with its samples, passes and share of the total, and what the
-sanity probes cost next to the attacks the user asked for. Its time is projected twice: before any attack, from the
-seconds per pass of one batch's forward and backward passes of the model on this device (`time_passes`) and of one
-attack update of the batch (`time_input_step`: the element-wise step, projection and clip that follow each backward
-pass, which for a small model on a CPU cost more than the passes themselves), the plan's passes and backward passes
-times those (`EvalCost.with_pass_time`); and after the first batch from each stage's seconds on it, projected to its
-samples (`EvalCost.measured`: the first batch's mix of fooled and robust samples assumed throughout).
+An `EvalCost` lists every stage of every data run with its samples, passes and share of the total, and what the sanity
+probes cost next to the attacks the user asked for. Its time is projected twice: before any attack, from the seconds per
+pass of one batch's forward and backward passes of the model on this device (`time_passes`) and of one attack update of
+the batch (`time_input_step`: the element-wise step, projection and clip that follow each backward pass, which for a
+small model on a CPU can cost more than the passes themselves), the plan's passes and backward passes times those
+(`EvalCost.with_pass_time`); and after the first batch from each stage's seconds on it, projected to its samples
+(`EvalCost.measured`: the first batch's mix of fooled and robust samples assumed throughout).
 """
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple

@@ -17,7 +17,8 @@ max(1/255, ε/N)``; empty in rows of results written before steps were recorded)
 ``accuracy`` is on (``best``, ``last``), ``reduced`` whether the protocol's budgets were reduced for a smoke test, and
 ``description`` the attack in one line as every other output names it (`schema.AttackResult.describe`: ``PGD-20 L∞,
 ε = 8/255, α = 2/255 (sign step), untargeted, best iterate``); noise rows have no norm, ε nor step but their ``noise``
-model and, for Gaussian noise, ``sigma`` on ``sigma_scale``; the clean accuracy on an out-of-distribution set of the protocol is a row named by the set (``imagenet-r``).
+model and, for Gaussian noise, ``sigma`` on ``sigma_scale``; the clean accuracy on an out-of-distribution set of
+the protocol is a row named by the set (``imagenet-r``).
 ``accuracy`` and ``success_rate`` are on the best iterate (per sample the first iterate that fools the model);
 ``accuracy_last_iterate`` and ``success_rate_last_iterate`` on the last PGD iterate of the same run, the papers'
 convention, where the protocol scores it (``xie2020``, ``nofrost``; empty otherwise). ``loss`` is the mean

@@ -5,12 +5,12 @@ records it returns are gathered on rank 0 by the caller. Finished work read back
 done, not as computed (`RunOutcome.units_computed`).
 
 Before it runs, the evaluation states its plan (`evaluation_cost`: each stage's passes and share, the sanity probes'
-cost against the attacks') with its time projected from one batch's forward and backward passes of the model and
-one attack update of it on this device (`cost.time_passes`, `cost.time_input_step`), warned about when over an hour (`LONG_EVALUATION_SECONDS`, naming the options that
-shorten it), which is all that ``--plan`` runs: it runs no stage (a protocol's first batch would run its whole
-attacks, xie2020's PGD-2000 included); an evaluation then times its first batch and projects the plan's time again
-from its stages. One progress bar covers the whole evaluation, every data run, in passes of the model; the running
-attack reports its progress in it (`RobustEvaluator`).
+cost against the attacks') with its time projected from one batch's forward and backward passes of the model and one
+attack update of it on this device (`cost.time_passes`, `cost.time_input_step`), warned about when over an hour
+(`LONG_EVALUATION_SECONDS`, naming the options that shorten it), which is all that ``--plan`` runs: it runs no stage (a
+protocol's first batch would run its whole attacks, xie2020's PGD-2000 included); an evaluation then times its first
+batch and projects the plan's time again from its stages. One progress bar covers the whole evaluation, every data run,
+in passes of the model; the running attack reports its progress in it (`RobustEvaluator`).
 """
 import logging
 import time
