@@ -54,6 +54,13 @@ def test_an_unknown_name_is_an_attribute_error():
         timm_advnorm.load_weight
 
 
+def test_a_subpackage_loads_on_first_use_after_a_plain_import():
+    result = _loaded_after('import timm_advnorm\n'
+                           'out = [timm_advnorm.hub.CardFacts.__module__, timm_advnorm.study.load_study.__name__]')
+    assert result['out'] == ['timm_advnorm.hub.card', 'load_study']
+    assert 'timm_advnorm.hub' in result['modules'] and 'timm_advnorm.commands' not in result['modules']
+
+
 def test_weights_load_nothing_above_the_models():
     result = _loaded_after('import timm_advnorm.weights')
     assert _upper(result['modules']) == []

@@ -1,10 +1,11 @@
 """timm-advnorm: normalization-aware adversarial training and robust evaluation for timm.
 
 Importing the package registers its models with timm (``timm.create_model('mbn_resnet50')``) and its attacks with
-`create_attack`, and loads the layers they are built of. The rest loads on first use, as timm and torch load their
-heavy parts (PEP 562): the training methods with `create_task`, `list_tasks` or `register_task` (which registers a
-plug-in method for ``train_adv.py --method``), checkpoint and Hub loading with `load_weights` or
-`create_model_from_name_or_checkpoint`. Training, evaluation, publishing and studies load only with their commands.
+`create_attack`, and loads the layers they are built of. The rest loads on first use, as timm and torch load their heavy
+parts (PEP 562): the training methods with `create_task`, `list_tasks` or `register_task` (which registers a plug-in
+method for ``train_adv.py --method``), checkpoint and Hub loading with `load_weights` or
+`create_model_from_name_or_checkpoint`; each subpackage on first access (``timm_advnorm.hub.render_model_card``).
+Training, evaluation, publishing and studies load only with their commands or such an access.
 """
 from . import models  # noqa: F401  (registers the model entrypoints with timm)
 from .attacks import InputSpace, create_attack, list_attacks

@@ -1,6 +1,8 @@
 """Public names a package loads on first use (PEP 562), as timm and torch load their heavy parts: the package stays
-cheap to import, and ``from package import name`` still works."""
+cheap to import, and ``from package import name`` still works. Its subpackages load on first use too, so that
+``package.sub.name`` works after a plain ``import package``, as ``import package.sub`` would give."""
 import importlib
+import importlib.util
 from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Tuple
 
 __all__ = ['lazy_names']
@@ -11,7 +13,7 @@ def lazy_names(
         modules: Mapping[str, str],
 ) -> Tuple[Callable[[str], Any], Callable[[], List[str]]]:
     """The module-level ``__getattr__`` and ``__dir__`` of a package whose `modules` (public name -> submodule that
-    defines it, relative to the package) load on first use.
+    defines it, relative to the package) and whose submodules (``package.hub``) load on first use.
 
     Args:
         namespace: The package's ``globals()``; a name, once loaded, is kept there so later lookups skip the hook.
@@ -21,9 +23,12 @@ def lazy_names(
     names: Dict[str, str] = dict(modules)
 
     def __getattr__(name: str) -> Any:
-        if name not in names:
+        if name in names:
+            value = getattr(importlib.import_module(f'.{names[name]}', package), name)
+        elif not name.startswith('_') and importlib.util.find_spec(f'{package}.{name}') is not None:
+            value = importlib.import_module(f'.{name}', package)
+        else:
             raise AttributeError(f'module {package!r} has no attribute {name!r}')
-        value = getattr(importlib.import_module(f'.{names[name]}', package), name)
         namespace[name] = value
         return value
 
