@@ -9,9 +9,9 @@ standard deviation, or the standard error of the mean for a study whose ``spread
   Galloway's tables).
 
 A numeric x axis is ticked only at the grid's values (evaluated or not yet) and spans just them (a lone value
-sits in the middle). The title says what each plotted robust number is (the robust accuracy's attacks, or the attack
-of an ``attack:<label>`` metric, with their budgets and steps) and on how many images each cell was evaluated: a gap
-of one image is 100/N points.
+sits in the middle). The title says what each plotted accuracy ran (the robust accuracy's attacks, or the attack or
+noise of an ``attack:<label>`` metric, with their budgets and steps) and on how many images each cell was evaluated: a
+gap of one image is 100/N points.
 """
 import textwrap
 from pathlib import Path
