@@ -25,6 +25,8 @@ def test_an_invocation_killed_midway_keeps_the_cells_it_ran_and_the_next_one_app
     assert (first['commit'], first['outcome'], first['cells_run'], first['jobs'], first['cell_threads']) == (
         'aaa', 'running', ['cell-1', 'cell-2'], 2, 1)
     assert (second['commit'], second['outcome'], second['cells_run']) == ('bbb', 'finished', ['cell-3'])
+    assert list(first['evaluated_at_s']) == ['cell-1', 'cell-2']  # seconds into the invocation, in order
+    assert 0 <= first['evaluated_at_s']['cell-1'] <= first['evaluated_at_s']['cell-2'] <= first['wall_s']
     assert record['commit'] == 'aaa' and record['started'] == first['started']  # the study began with the first
     assert record['wall_s'] == pytest.approx(first['wall_s'] + second['wall_s'], abs=0.11)
     assert {'cpu', 'cores', 'threads', 'torch', 'timm'} <= set(record['machine'])

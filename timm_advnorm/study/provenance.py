@@ -1,9 +1,9 @@
 """Where a study's numbers come from: ``provenance.json`` beside its tables.
 
-Every invocation of a study that runs cells or writes its tables appends itself (the code's commit, the command, when
-it started, its wall time, the cells it ran, how it ended, the machine) when it starts and keeps its entry current as
-cells are evaluated, so that a study resumed over several invocations, on several machines or after a kill, says what
-produced each part. The top-level ``commit``, ``command`` and ``started`` are the first
+Every invocation of a study that runs cells or writes its tables appends itself (the code's commit, the command, when it
+started, its wall time, the cells it ran and when each was evaluated, how it ended, the machine) when it starts and
+keeps its entry current as cells are evaluated, so that a study resumed over several invocations, on several machines or
+after a kill, says what produced each part. The top-level ``commit``, ``command`` and ``started`` are the first
 invocation's, ``wall_s`` the sum over all of them.
 """
 import json
@@ -92,18 +92,21 @@ class InvocationRecord:
         self.started = time.time()
         self._clock = time.perf_counter()
         self.cells_run: List[str] = []
+        self.evaluated_at: Dict[str, float] = {}
         self.entry: Dict[str, Any] = {
             'commit': commit, 'command': command,
             'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(self.started)), 'wall_s': 0.0,
-            'outcome': 'running', 'cells_run': self.cells_run, 'jobs': jobs,
+            'outcome': 'running', 'cells_run': self.cells_run, 'evaluated_at_s': self.evaluated_at, 'jobs': jobs,
             'cell_threads': cell_threads if cell_threads is not None else torch.get_num_threads(),
             'machine': machine()}
         self._index: Optional[int] = None
         self.record = self._write()
 
     def cell_evaluated(self, cell_id: str) -> None:
-        """Add a cell this invocation trained or evaluated."""
+        """Add a cell this invocation trained or evaluated, with when it was evaluated (seconds into the invocation:
+        a part of a grid, a seed, is timed from these)."""
         self.cells_run.append(cell_id)
+        self.evaluated_at[cell_id] = round(time.perf_counter() - self._clock, 1)
         self.record = self._write()
 
     def finish(self, outcome: str = 'finished') -> Dict[str, Any]:
