@@ -156,3 +156,15 @@ def test_a_forked_worker_leaves_the_signal_to_the_process_that_forked_it():
         worker.start()
         worker.join(timeout=60)
     assert worker.exitcode == 0
+
+
+def test_a_signal_during_a_state_write_is_held_until_the_count_holds_the_record(tmp_path, monkeypatch):
+    """The interrupted evaluation's line counts the records its state file keeps, even when the signal lands between
+    writing a record and counting it."""
+    from timm_advnorm.eval.run import state as state_module
+    state = state_module.EvalState(tmp_path / 'state.jsonl', dict(model='m'))
+    fsync = os.fsync
+    monkeypatch.setattr(state_module.os, 'fsync', lambda fd: (fsync(fd), _signal_self()))
+    with signals_as_interrupts(), pytest.raises(Interrupted):
+        state.append(dict(variant='v', stage='clean', start=0, columns={}))
+    assert len(state) == len(state_module.EvalState(tmp_path / 'state.jsonl', dict(model='m'))) == 1

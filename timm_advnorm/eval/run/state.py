@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 import torch
 
+from ...signals import interrupts_between_steps
 from ...weights.digest import tensors_digest
 from ...write_guard import atomic_write, check_creatable, check_names, reported_write
 from .records import Record
@@ -212,9 +213,13 @@ class EvalState:
         return self._records.get((variant, stage, int(start)))
 
     def append(self, record: Record) -> None:
-        """Persist a finished record (durably, before returning)."""
-        self._append_line(record)
-        self._records[(record['variant'], record['stage'], record['start'])] = record
+        """Persist a finished record (durably, before returning).
+
+        A signal is held until both the file and the count hold the record, so that the line an interrupted
+        evaluation reports counts exactly what the file keeps."""
+        with interrupts_between_steps():
+            self._append_line(record)
+            self._records[(record['variant'], record['stage'], record['start'])] = record
 
     def records(self) -> List[Record]:
         """Every stored record."""
