@@ -16,14 +16,12 @@ import contextlib
 import io
 import json
 import os
-import platform
 import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-import timm
 import torch
 import torch.nn as nn
 
