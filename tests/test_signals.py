@@ -18,6 +18,7 @@ from typing import Callable, List, Tuple
 import pytest
 
 from tiny_runs import tiny_digits, tiny_train_argv
+from timm_advnorm.eval.run import state as state_module
 from timm_advnorm.signals import Interrupted, check_interrupted, interrupts_between_steps, signals_as_interrupts
 from timm_advnorm.commands.train import main
 
@@ -161,7 +162,6 @@ def test_a_forked_worker_leaves_the_signal_to_the_process_that_forked_it():
 def test_a_signal_during_a_state_write_is_held_until_the_count_holds_the_record(tmp_path, monkeypatch):
     """The interrupted evaluation's line counts the records its state file keeps, even when the signal lands between
     writing a record and counting it."""
-    from timm_advnorm.eval.run import state as state_module
     state = state_module.EvalState(tmp_path / 'state.jsonl', dict(model='m'))
     fsync = os.fsync
     monkeypatch.setattr(state_module.os, 'fsync', lambda fd: (fsync(fd), _signal_self()))
