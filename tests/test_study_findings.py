@@ -178,7 +178,7 @@ def _record(folder: Path) -> Path:
         'plain,2,2,98.0,0.0,0.0,62.0,2.83,2.0,50,10\nbn,2,2,97.0,0.0,0.0,23.0,4.24,3.0,50,10\n')
     (folder / 'provenance.json').write_text(
         '{"command": "timm-advnorm-study s --scale digits", "started": "2026-12-06T18:00:00Z", "wall_s": 90.0, '
-        '"commit": "0123456789abcdef", "machine": {"cpu": "CPU", "threads": 2, "torch": "2", "timm": "1"}, '
+        '"commit": "0123456789abcdef", "machine": {"cpu": "CPU", "cores": 2, "threads": 2, "torch": "2", "timm": "1"}, '
         '"invocations": [{"commit": "0123456789abcdef"}]}')
     return folder
 
@@ -196,7 +196,8 @@ def test_a_document_block_is_generated_from_the_record_and_a_stale_one_is_found(
     text = page.read_text()
     assert text.startswith('intro\n<!-- study-results: spec/digits -->\nRecorded by `timm-advnorm-study s --scale '
                            'digits` in 1 invocation(s) from 2026-12-06T18:00:00Z, 1.5 min of wall time in all, at '
-                           'commit(s) 0123456789ab, on CPU (torch threads: 2)') and text.endswith('after\n')
+                           'commit(s) 0123456789ab, on CPU (2 cores; cells one at a time on 2 torch threads), '
+                           'torch 2, timm 1.') and text.endswith('after\n')
     assert ('3 findings. Direction held in 3 of 3 with a direction (1 of the 3 within noise); size held in 0 of 2 with '
             'a paper value; 0 not run, 0 not testable (a cell did not train).') in text
     assert '| c | Table 6 | gap 42.0 ± 1.0 | 39.0 ± 1.0 (n=2) | yes | no |' in text
@@ -211,12 +212,15 @@ def test_a_record_says_how_many_of_its_cells_no_listed_invocation_ran(tmp_path):
     record = _record(tmp_path / 'record')
     (record / 'provenance.json').write_text(
         '{"command": "c", "started": "2026-12-07T08:34:09Z", "wall_s": 36000.0, "commit": "0123456789abcdef", '
-        '"machine": {"cpu": "CPU", "threads": 2, "torch": "2", "timm": "1"}, "invocations": '
-        '[{"commit": "0123456789abcdef", "cells_run": ["b"]}, {"commit": "fedcba9876543210", "cells_run": []}]}')
+        '"machine": {"cpu": "CPU", "cores": 2, "threads": 2, "torch": "2", "timm": "1"}, "invocations": '
+        '[{"commit": "0123456789abcdef", "cells_run": ["b"]}, {"commit": "fedcba9876543210", "cells_run": [], '
+        '"jobs": 2, "cell_threads": 1}]}')
     (record / 'results.csv').write_text('family,seed,cell\nplain,0,a\nbn,0,b\nplain,1,c\n')
     text = _provenance(record)
     assert 'in 2 invocation(s) from 2026-12-07T08:34:09Z, 10.0 h of wall time in all, at commit(s) 0123456789ab, ' \
            'fedcba987654' in text
+    # each way the invocations computed their cells: an older one on the process's threads, --jobs 2 on one each
+    assert '(2 cores; cells one at a time on 2 torch threads or 2 at a time on 1 torch thread each)' in text
     assert text.endswith(' 2 of its 3 cells ran in invocations it does not list (their time and commits are not '
                          'counted above).')
 

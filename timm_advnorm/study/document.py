@@ -17,7 +17,7 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 from ..durations import duration_text
 from ..messages import read_utf8
@@ -49,6 +49,18 @@ def _number(text: str, digits: int) -> str:
     return '—' if text == '' else f'{float(text):.{digits}f}'
 
 
+def _cell_computing(invocations: Sequence[Dict[str, Any]], machine: Dict[str, Any]) -> str:
+    """How the cells computed: how many ran at once and on how many torch threads each, every way the invocations
+    used (records older than ``--jobs`` ran one cell at a time on the process's own threads)."""
+    ways = dict.fromkeys((i.get('jobs', 1), i.get('cell_threads', i.get('machine', machine)['threads']))
+                         for i in invocations)
+    texts = []
+    for jobs, threads in ways:
+        on_threads = f'{threads} torch thread{"s" if threads > 1 else ""}'
+        texts.append(f'one at a time on {on_threads}' if jobs == 1 else f'{jobs} at a time on {on_threads} each')
+    return ' or '.join(texts)
+
+
 def _provenance(record: Path) -> str:
     """Who recorded the results: the command, its invocations, their wall time, commits and machine; and how many of
     the recorded cells no invocation it lists ran (entries lost, or cells run elsewhere)."""
@@ -57,8 +69,8 @@ def _provenance(record: Path) -> str:
     commits = list(dict.fromkeys(i['commit'][:12] for i in invocations))
     text = (f'Recorded by `{provenance["command"]}` in {len(invocations)} invocation(s) from '
             f'{provenance["started"]}, {duration_text(provenance["wall_s"])} of wall time in all, at commit(s) '
-            f'{", ".join(commits)}, on {machine["cpu"]} (torch threads: {machine["threads"]}), torch '
-            f'{machine["torch"]}, timm {machine["timm"]}.')
+            f'{", ".join(commits)}, on {machine["cpu"]} ({machine["cores"]} cores; cells '
+            f'{_cell_computing(invocations, machine)}), torch {machine["torch"]}, timm {machine["timm"]}.')
     ran = {cell for invocation in invocations for cell in invocation.get('cells_run', ())}
     results = record / 'results.csv'
     cells = [row['cell'] for row in _rows(results)] if results.is_file() else []
